@@ -1,0 +1,352 @@
+"""One frozen Settings object, built in one place from flags, environment and presets.
+
+Where a value comes from, highest first: command-line flag, environment variable
+(``SHOWCASE_<FLAG>``, e.g. ``SHOWCASE_MODELS=tiny``, so a Hugging Face Space can configure the
+app without flags), then the preset of the chosen model set (full or tiny). Nothing else in the
+backend reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError, InvalidRequestError
+from .shapes import ImageSize, parse_size
+
+ENV_PREFIX = "SHOWCASE_"
+DEFAULT_CHAT_MODEL = "Qwen/Qwen3-0.6B"
+DEFAULT_IMAGE_MODEL = "black-forest-labs/FLUX.2-klein-4B"
+DEVICE_CHOICES = ("auto", "neuron", "cuda", "cpu")
+_DEVICE_RE = re.compile(r"^(auto|neuron|cuda|cpu)(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Shape defaults for one model set; flags override each field."""
+
+    sizes: tuple[ImageSize, ...]
+    buckets: tuple[int, ...]
+    context_length: int
+    max_new_tokens: int
+    default_steps: int
+
+
+# FLUX.2-klein's published list includes these; Qwen3-0.6B takes 32k tokens but one static
+# 4k cache keeps the decode graph and its memory small.
+FULL_PRESET = Preset(
+    sizes=(ImageSize(1024, 1024), ImageSize(1344, 768), ImageSize(768, 1344)),
+    buckets=(256, 1024, 3072),
+    context_length=4096,
+    max_new_tokens=1024,
+    default_steps=4,
+)
+# Same aspect ratios, small enough that the random-weight demo runs in a second on a CPU.
+TINY_PRESET = Preset(
+    sizes=(ImageSize(256, 256), ImageSize(336, 192), ImageSize(192, 336)),
+    buckets=(32, 64, 128),
+    context_length=256,
+    max_new_tokens=64,
+    default_steps=4,
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of the app; build it with ``parse_settings``."""
+
+    models: str = "tiny"  # resolved: "full" or "tiny"
+    models_requested: str = "tiny"  # as asked: auto, full or tiny
+    models_reason: str = "asked for the demo models"
+    chat_model: str = DEFAULT_CHAT_MODEL
+    image_model: str = DEFAULT_IMAGE_MODEL
+    device: str = "auto"
+    chat_device: str | None = None
+    image_device: str | None = None
+    dtype: str = "auto"
+    sizes: tuple[ImageSize, ...] = TINY_PRESET.sizes
+    buckets: tuple[int, ...] = TINY_PRESET.buckets
+    context_length: int = TINY_PRESET.context_length
+    max_new_tokens: int = TINY_PRESET.max_new_tokens
+    default_steps: int = TINY_PRESET.default_steps
+    max_steps: int = 50
+    compile: str = "auto"
+    compile_repeated_blocks: bool = False
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
+    host: str = "127.0.0.1"
+    port: int = 7860
+    share: bool = False
+    auth: tuple[str, str] | None = None
+    chat: bool = True
+    image: bool = True
+    warmup_order: tuple[str, ...] = ("chat", "image")
+    queue_size: int = 16
+    max_prompt_chars: int = 20_000
+    max_saved_images: int = 200
+    hub_timeout: float = 5.0
+
+    @property
+    def demo(self) -> bool:
+        return self.models == "tiny"
+
+    def replace(self, **changes) -> Settings:
+        """Return a copy with ``changes`` applied and validated again."""
+        return validate(dataclasses.replace(self, **changes))
+
+
+# name, type, help; the env var is SHOWCASE_<NAME upper, dashes as underscores>.
+_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("models", "str", "auto|full|tiny: real models, offline demo models, or full where available"),
+    ("chat-model", "str", "chat model: hub id or local folder"),
+    ("image-model", "str", "image model: hub id or local folder"),
+    ("device", "str", "auto|neuron|cuda|cpu (optionally :N) for both engines"),
+    ("chat-device", "str", "device of the chat engine, e.g. neuron:0"),
+    ("image-device", "str", "device of the image engine, e.g. neuron:1"),
+    ("dtype", "str", "auto|bfloat16|float16|float32 (auto: bfloat16 on accelerators, float32 on CPU)"),
+    ("sizes", "str", "comma-separated precompiled image sizes WxH"),
+    ("chat-buckets", "str", "comma-separated prompt length buckets in tokens"),
+    ("context-length", "int", "fixed KV-cache length in tokens (one decode graph)"),
+    ("max-new-tokens", "int", "most tokens one reply may generate"),
+    ("default-steps", "int", "default denoising steps"),
+    ("max-steps", "int", "most denoising steps one request may ask for"),
+    ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
+    ("compile-repeated-blocks", "bool", "compile each repeated transformer block once (faster compile)"),
+    ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
+    ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
+    ("port", "int", "port to listen on"),
+    ("share", "bool", "create a public Gradio share link"),
+    ("auth", "str", "user:password protecting the UI and the API"),
+    ("no-chat", "bool", "disable the chat engine"),
+    ("no-image", "bool", "disable the image engine"),
+    ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),
+    ("queue-size", "int", "most requests waiting in the queue before 'busy, try again'"),
+    ("max-prompt-chars", "int", "longest accepted prompt in characters"),
+    ("max-saved-images", "int", "images kept under the cache root; the oldest are removed"),
+    ("hub-timeout", "float", "seconds to wait for the Hugging Face Hub when --models auto"),
+)
+
+
+def env_name(flag: str) -> str:
+    """The environment variable matching ``--flag``."""
+    return ENV_PREFIX + flag.upper().replace("-", "_")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser for every flag (defaults are None: presets fill them later)."""
+    parser = argparse.ArgumentParser(
+        prog="app.py",
+        description="Hugging Face models on AWS Trainium: chat and image demo.",
+        epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG>, "
+        f"e.g. {env_name('models')}=tiny.",
+    )
+    for name, kind, help_text in _FLAGS:
+        help_text = f"{help_text} [env {env_name(name)}]"
+        if kind == "bool":
+            parser.add_argument(f"--{name}", action="store_const", const=True, default=None, help=help_text)
+        else:
+            parser.add_argument(f"--{name}", default=None, help=help_text)
+    return parser
+
+
+def _raw_values(argv: Sequence[str] | None, env: Mapping[str, str]) -> dict[str, object]:
+    """Flag values by field name, flags first, then SHOWCASE_* environment variables."""
+    args = vars(build_parser().parse_args(argv))
+    raw: dict[str, object] = {}
+    for name, kind, _ in _FLAGS:
+        key = name.replace("-", "_")
+        value = args.get(key)
+        if value is None and env.get(env_name(name), "") != "":
+            value = env[env_name(name)]
+            if kind == "bool":
+                value = _parse_bool(name, str(value))
+        if value is not None:
+            raw[key] = value
+    return raw
+
+
+def _parse_bool(flag: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(env_name(flag), f"{text!r} is not a boolean", "1/0, true/false, yes/no, on/off")
+
+
+def _as_int(flag: str, value: object) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"--{flag}", f"{value!r} is not a whole number") from None
+
+
+def _as_float(flag: str, value: object) -> float:
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"--{flag}", f"{value!r} is not a number") from None
+
+
+def _choice(flag: str, value: object, choices: Sequence[str]) -> str:
+    text = str(value).strip().lower()
+    if text not in choices:
+        raise ConfigError(f"--{flag}", f"unknown value {value!r}", "|".join(choices))
+    return text
+
+
+def _parse_sizes(value: object) -> tuple[ImageSize, ...]:
+    sizes = []
+    for part in str(value).split(","):
+        if not part.strip():
+            continue
+        try:
+            sizes.append(parse_size(part))
+        except InvalidRequestError as exc:
+            raise ConfigError("--sizes", str(exc), "WxH, multiples of 16, e.g. 1024x1024,1344x768") from None
+    if not sizes:
+        raise ConfigError("--sizes", "no size given", "WxH, multiples of 16, e.g. 1024x1024")
+    return tuple(dict.fromkeys(sizes))
+
+
+def _parse_buckets(value: object) -> tuple[int, ...]:
+    parts = [p for p in str(value).split(",") if p.strip()]
+    buckets = sorted({_as_int("chat-buckets", p) for p in parts})
+    if not buckets:
+        raise ConfigError("--chat-buckets", "no bucket given", "comma-separated token counts, e.g. 256,1024")
+    return tuple(buckets)
+
+
+def _parse_auth(value: object) -> tuple[str, str]:
+    user, sep, password = str(value).partition(":")
+    if not sep or not user or not password:
+        raise ConfigError("--auth", "expected user:password", "a non-empty user and password separated by ':'")
+    return user, password
+
+
+def parse_settings(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    weights_available: Callable[[str, float], tuple[bool, str]] | None = None,
+) -> Settings:
+    """Build and validate the Settings from flags and environment.
+
+    ``weights_available(model, timeout)`` decides ``--models auto`` (default: look in the
+    local Hugging Face cache, then ask the Hub with a bounded timeout).
+    """
+    env = os.environ if env is None else env
+    raw = _raw_values(argv, env)
+    requested = _choice("models", raw.pop("models", "auto"), ("auto", "full", "tiny"))
+    chat_model = str(raw.pop("chat_model", DEFAULT_CHAT_MODEL))
+    image_model = str(raw.pop("image_model", DEFAULT_IMAGE_MODEL))
+    models, reason = _resolve_models(requested, chat_model, image_model, raw, weights_available, env)
+    preset = TINY_PRESET if models == "tiny" else FULL_PRESET
+    host_default = env.get("GRADIO_SERVER_NAME") or "127.0.0.1"
+    port_default = env.get("GRADIO_SERVER_PORT") or 7860
+    settings = Settings(
+        models=models,
+        models_requested=requested,
+        models_reason=reason,
+        chat_model=chat_model,
+        image_model=image_model,
+        device=str(raw.get("device", "auto")).strip().lower(),
+        chat_device=_optional_lower(raw.get("chat_device")),
+        image_device=_optional_lower(raw.get("image_device")),
+        dtype=_choice("dtype", raw.get("dtype", "auto"), ("auto", "bfloat16", "float16", "float32")),
+        sizes=_parse_sizes(raw["sizes"]) if "sizes" in raw else preset.sizes,
+        buckets=_parse_buckets(raw["chat_buckets"]) if "chat_buckets" in raw else preset.buckets,
+        context_length=_as_int("context-length", raw.get("context_length", preset.context_length)),
+        max_new_tokens=_as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
+        default_steps=_as_int("default-steps", raw.get("default_steps", preset.default_steps)),
+        max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
+        compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
+        compile_repeated_blocks=bool(raw.get("compile_repeated_blocks", False)),
+        cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw else _default_cache_dir(env),
+        host=str(raw.get("host", host_default)),
+        port=_as_int("port", raw.get("port", port_default)),
+        share=bool(raw.get("share", False)),
+        auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
+        chat=not raw.get("no_chat", False),
+        image=not raw.get("no_image", False),
+        warmup_order=_parse_list(raw.get("warmup_order", "chat,image")),
+        queue_size=_as_int("queue-size", raw.get("queue_size", 16)),
+        max_prompt_chars=_as_int("max-prompt-chars", raw.get("max_prompt_chars", 20_000)),
+        max_saved_images=_as_int("max-saved-images", raw.get("max_saved_images", 200)),
+        hub_timeout=_as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
+    )
+    return validate(settings)
+
+
+def _parse_list(value: object) -> tuple[str, ...]:
+    return tuple(p.strip().lower() for p in str(value).split(",") if p.strip())
+
+
+def _optional_lower(value: object) -> str | None:
+    return None if value is None else str(value).strip().lower()
+
+
+def _default_cache_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "trainium-showcase"
+
+
+def _resolve_models(requested, chat_model, image_model, raw, weights_available, env) -> tuple[str, str]:
+    """Turn auto|full|tiny into full|tiny with a reason that the log and the UI show."""
+    if requested == "tiny":
+        return "tiny", "asked for the demo models (--models tiny)"
+    if requested == "full":
+        return "full", "asked for the real models (--models full)"
+    if weights_available is None:
+        from .model_sources import weights_available  # local import: touches huggingface_hub
+    timeout = _as_float("hub-timeout", raw.get("hub_timeout", 5.0))
+    wanted = [m for m, on in ((chat_model, not raw.get("no_chat")), (image_model, not raw.get("no_image"))) if on]
+    for model in wanted:
+        ok, why = weights_available(model, timeout)
+        if not ok:
+            return "tiny", f"--models auto: {why}; using the offline demo models with random weights"
+    return "full", "--models auto: the real model weights are available"
+
+
+def validate(s: Settings) -> Settings:
+    """Check every setting; raise ConfigError naming the flag and the allowed values."""
+    for flag, value in (("--device", s.device), ("--chat-device", s.chat_device), ("--image-device", s.image_device)):
+        if value is not None and not _DEVICE_RE.match(value):
+            raise ConfigError(flag, f"unknown device {value!r}", "auto, neuron, cuda, cpu, optionally with :N")
+    if s.context_length < 2:
+        raise ConfigError("--context-length", f"{s.context_length} is too small", "a whole number of 2 or more")
+    if s.buckets[0] < 1:
+        raise ConfigError("--chat-buckets", f"bucket {s.buckets[0]} is not positive", "whole numbers of 1 or more")
+    if s.buckets[-1] >= s.context_length:
+        raise ConfigError(
+            "--chat-buckets",
+            f"bucket {s.buckets[-1]} leaves no room for new tokens in --context-length {s.context_length}",
+            f"buckets smaller than {s.context_length}",
+        )
+    if s.max_new_tokens < 1:
+        raise ConfigError("--max-new-tokens", f"{s.max_new_tokens} is not positive", "1 or more")
+    if not 1 <= s.max_steps <= 1000:
+        raise ConfigError("--max-steps", f"{s.max_steps} is out of range", "1 to 1000")
+    if not 1 <= s.default_steps <= s.max_steps:
+        raise ConfigError("--default-steps", f"{s.default_steps} is out of range", f"1 to --max-steps ({s.max_steps})")
+    if not 0 <= s.port <= 65535:
+        raise ConfigError("--port", f"{s.port} is out of range", "0 to 65535")
+    if s.queue_size < 1:
+        raise ConfigError("--queue-size", f"{s.queue_size} is not positive", "1 or more")
+    if s.max_prompt_chars < 1:
+        raise ConfigError("--max-prompt-chars", f"{s.max_prompt_chars} is not positive", "1 or more")
+    if s.max_saved_images < 0:
+        raise ConfigError("--max-saved-images", f"{s.max_saved_images} is negative", "0 or more")
+    if s.hub_timeout <= 0:
+        raise ConfigError("--hub-timeout", f"{s.hub_timeout} is not positive", "seconds above 0")
+    unknown = [e for e in s.warmup_order if e not in ("chat", "image")]
+    if unknown or len(set(s.warmup_order)) != len(s.warmup_order) or not s.warmup_order:
+        raise ConfigError("--warmup-order", f"invalid order {','.join(s.warmup_order)!r}", "chat,image or image,chat")
+    if s.compile_repeated_blocks and s.compile == "off":
+        raise ConfigError("--compile-repeated-blocks", "needs compiling, but --compile is off", "--compile on|auto")
+    if not s.chat and not s.image:
+        raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
+    return s

@@ -1,0 +1,38 @@
+"""Shared fixtures: every cache path goes to a temp folder; tiny demo models built once."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import torch
+
+# On 2 cores another busy process otherwise slows the tiny models tenfold (NOTES.md section 5).
+torch.set_num_threads(1)
+# Keep inductor's cache out of the user's home; one folder for the session so repeated
+# compiles of the same graph across tests are cache hits.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="showcase-inductor-"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+@pytest.fixture(scope="session")
+def session_root(tmp_path_factory):
+    """A cache root shared by the whole test session (demo models live here)."""
+    return tmp_path_factory.mktemp("cache-root")
+
+
+@pytest.fixture(scope="session")
+def demo_models(session_root):
+    """The tiny chat model and image pipeline, built once per session."""
+    from neuron_backend.demo_models import ensure_demo_models
+
+    return ensure_demo_models(session_root)
+
+
+@pytest.fixture
+def tiny_settings(tmp_path, session_root):
+    """Settings for the demo models on CPU with a per-test cache root."""
+    from neuron_backend.settings import parse_settings
+
+    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path)], env={})

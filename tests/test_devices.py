@@ -1,0 +1,140 @@
+"""Device placement with torch.neuron faked (the only runtime we cannot run here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuron_backend import devices
+from neuron_backend.errors import ConfigError, DeviceUnavailableError
+from neuron_backend.settings import parse_settings
+
+
+def settings(*argv):
+    return parse_settings(["--models", "tiny", *argv], env={})
+
+
+@pytest.fixture
+def fake_neuron(monkeypatch):
+    """A stand-in for the torch.neuron module torch-neuronx registers: 2 visible cores."""
+    fake = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, synchronize=lambda: None)
+    monkeypatch.setattr(torch, "neuron", fake, raising=False)
+    return fake
+
+
+@pytest.fixture
+def no_neuron(monkeypatch):
+    monkeypatch.delattr(torch, "neuron", raising=False)
+    monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # import raises ModuleNotFoundError
+
+
+def test_neuron_detected_with_cores(fake_neuron):
+    host = devices.detect()
+    assert host.neuron_cores == 2 and host.neuron_problem is None
+
+
+def test_auto_on_neuron_places_engines_on_separate_cores(fake_neuron):
+    placements = devices.resolve_placements(settings())
+    chat, image = placements["chat"], placements["image"]
+    assert (chat.device, image.device) == ("neuron:0", "neuron:1")
+    for p in (chat, image):
+        assert p.kind == "neuron" and p.compile_backend == "neuron" and p.compile  # compile auto -> on
+        assert p.inputs_on_cpu and p.input_device == "cpu" and p.dtype == torch.bfloat16
+        assert p.device != "auto"
+
+
+def test_per_engine_override_and_bad_core(fake_neuron):
+    placements = devices.resolve_placements(settings("--device", "neuron", "--image-device", "neuron:0"))
+    assert placements["image"].device == "neuron:0" and placements["chat"].device == "neuron:0"
+    with pytest.raises(DeviceUnavailableError, match=r"--chat-device: neuron:5 does not exist \(2 visible\)"):
+        devices.resolve_placements(settings("--chat-device", "neuron:5"))
+
+
+def test_explicit_cpu_on_neuron_host(fake_neuron):
+    p = devices.resolve_placements(settings("--device", "cpu", "--no-image"))["chat"]
+    assert p.kind == "cpu" and not p.compile and p.compile_backend == "inductor" and not p.inputs_on_cpu
+
+
+def test_neuron_refused_without_neuron(no_neuron):
+    with pytest.raises(DeviceUnavailableError) as info:
+        devices.resolve_placements(settings("--device", "neuron"))
+    message = str(info.value)
+    assert message.startswith("--device: no neuron device") and "AWS Neuron pip repository" in message
+    assert "allowed: auto, cpu" in message
+    assert isinstance(info.value, ConfigError)
+
+
+def test_placeholder_torch_neuronx_is_reported_not_raised(monkeypatch):
+    monkeypatch.delattr(torch, "neuron", raising=False)
+    class Finder:  # makes `import torch_neuronx` raise like the PyPI placeholder does
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch_neuronx":
+                raise ImportError("WRONG PACKAGE. Please install the package from Neuron Repository")
+
+    monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    host = devices.detect()
+    assert host.neuron_cores == 0 and "WRONG PACKAGE" in host.neuron_problem
+    with pytest.raises(DeviceUnavailableError, match="WRONG PACKAGE"):
+        devices.resolve_placements(settings("--device", "neuron"))
+
+
+def test_auto_on_cpu_host(no_neuron):
+    p = devices.resolve_placements(settings())["chat"]
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    assert p.kind == "cpu" and p.device == "cpu" and p.dtype == torch.float32 and not p.compile
+
+
+def test_compile_on_for_cpu_uses_inductor(no_neuron):
+    p = devices.resolve_placements(settings("--device", "cpu", "--compile", "on"))["image"]
+    assert p.compile and p.compile_backend == "inductor"
+
+
+def test_describe_is_plain_data(fake_neuron):
+    placements = devices.resolve_placements(settings())
+    info = devices.describe(placements)
+    assert "Trainium" in info["accelerator"] and info["engines"]["image"]["device"] == "neuron:1"
+    assert info["versions"]["torch"] == torch.__version__
+    import json
+
+    json.dumps(info)
+
+
+def test_compile_cache_is_configured_under_root(tmp_path, monkeypatch):
+    for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.setenv(name, "unset")
+    setup = devices.configure_compile_cache(tmp_path)
+    assert setup.problem is None and setup.folder == tmp_path / "compile-cache"
+    assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == str(tmp_path / "compile-cache" / "neff")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile-cache" / "inductor")
+
+
+def test_unwritable_compile_cache_is_reported_and_worked_around(tmp_path, monkeypatch):
+    for name in ("TORCH_NEURONX_NEFF_DISABLE_CACHE", "TORCH_NEURONX_DISABLE_NEFF_CACHE", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.setenv(name, "unset")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    setup = devices.configure_compile_cache(blocker)
+    assert setup.folder is None and "not writable" in setup.problem
+    assert os.environ["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "1" == os.environ["TORCH_NEURONX_DISABLE_NEFF_CACHE"]
+    assert Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).is_dir()
+
+
+def test_backend_does_not_import_gradio():
+    code = (
+        "import sys, neuron_backend, neuron_backend.settings, neuron_backend.devices, neuron_backend.engine;"
+        "import pkgutil, importlib;"
+        "[importlib.import_module('neuron_backend.' + m.name) for m in pkgutil.iter_modules(neuron_backend.__path__)];"
+        "print('gradio' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
