@@ -1,0 +1,224 @@
+"""The tiny demo models load and run through the same calls as the real checkpoints."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from neuron_backend.demo_models import (
+    CHAT_TEMPLATE,
+    DEMO_WORDS,
+    MARKER_NAME,
+    RECIPE_VERSION,
+    build_tiny_chat_model,
+    build_tiny_tokenizer,
+    ensure_demo_models,
+    is_demo_model,
+)
+
+# NOTES.md section 5: another busy process otherwise slows the tiny models tenfold on 2 cores.
+torch.set_num_threads(1)
+
+GENERATION_PROMPT = "<|im_start|>assistant\n"
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def chat(demo_models):
+    """The demo chat model reloaded through the Auto classes, as the app loads Qwen3-0.6B."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(demo_models.chat), AutoModelForCausalLM.from_pretrained(demo_models.chat)
+
+
+def _prompt_ids(tok, text="Hello there"):
+    messages = [{"role": "user", "content": text}]
+    return tok.apply_chat_template(
+        messages, add_generation_prompt=True, enable_thinking=False, return_tensors="pt", return_dict=True
+    )
+
+
+def test_chat_model_reloads_with_qwen3_shape(chat, demo_models):
+    tok, model = chat
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert type(tok).__name__ == "Qwen2Tokenizer"
+    assert model.config.vocab_size >= len(tok)
+    assert model.config.tie_word_embeddings
+    assert model.config.max_position_embeddings >= 4096
+    assert model.dtype == torch.float32
+    assert model.config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>") == tok.eos_token_id
+    assert tok.pad_token == "<|endoftext|>"
+    assert model.generation_config.pad_token_id == tok.pad_token_id
+    assert is_demo_model(demo_models.chat)
+
+
+def test_greedy_generation_streams_words_with_dynamic_and_static_cache(chat):
+    tok, model = chat
+    inputs = _prompt_ids(tok)
+    prompt_len = inputs["input_ids"].shape[1]
+    dynamic = model.generate(**inputs, max_new_tokens=6, do_sample=False)
+    static = model.generate(**inputs, max_new_tokens=6, do_sample=False, cache_implementation="static")
+    assert torch.equal(dynamic, static)
+    new_tokens = dynamic[0, prompt_len:].tolist()
+    assert len(new_tokens) >= 1
+    text = tok.decode(new_tokens, skip_special_tokens=True)
+    # Only whole demo words come out, each with a leading space, so a streamer can flush per word.
+    assert text.startswith(" ")
+    assert set(text.split()) <= set(DEMO_WORDS)
+
+
+def test_streamer_yields_text_word_by_word(chat):
+    from transformers import TextIteratorStreamer
+
+    tok, model = chat
+    streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True, timeout=30)
+    worker = threading.Thread(
+        target=model.generate,
+        kwargs={**_prompt_ids(tok), "max_new_tokens": 6, "do_sample": False, "streamer": streamer},
+    )
+    worker.start()
+    chunks = list(streamer)
+    worker.join()
+    # The streamer holds text back until a space; demo words start with one, so it flushes often.
+    assert len([c for c in chunks if c]) >= 3
+
+
+def test_sampling_uses_only_the_demo_vocabulary(chat):
+    tok, model = chat
+    torch.manual_seed(1)
+    out = model.generate(**_prompt_ids(tok), max_new_tokens=20)  # sampling, from generation_config
+    allowed = {tok.convert_tokens_to_ids("Ġ" + w) for w in DEMO_WORDS} | {tok.eos_token_id, tok.pad_token_id}
+    assert set(out[0, _prompt_ids(tok)["input_ids"].shape[1] :].tolist()) <= allowed
+
+
+def test_tokenizer_round_trips_any_text(tokenizer):
+    text = "Hello, world! مرحبا بالعالم 👋🏽 naïve 日本語\n\ttabs  and  spaces"
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    # Demo words encode to single tokens, as real BPE words do.
+    assert len(tokenizer(" hello world")["input_ids"]) == 2
+
+
+def test_think_tags_survive_skip_special_tokens(tokenizer):
+    ids = tokenizer("<|im_start|>assistant\n<think>\nhmm\n</think>\n\nhi<|im_end|><|endoftext|>")["input_ids"]
+    assert tokenizer.convert_tokens_to_ids("<think>") in ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "assistant\n<think>\nhmm\n</think>\n\nhi"
+
+
+def test_chat_template_thinking_switch(tokenizer):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    off = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    on = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=True)
+    default = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    head = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    assert off == head + GENERATION_PROMPT + EMPTY_THINK
+    assert on == default == head + GENERATION_PROMPT
+
+
+def test_chat_template_strips_earlier_think_blocks(tokenizer):
+    messages = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "<think>\nsecret reasoning\n</think>\n\nA1"},
+        {"role": "user", "content": "Q2"},
+    ]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=True)
+    assert "secret reasoning" not in text
+    assert text == (
+        "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+        "<|im_start|>user\nQ2<|im_end|>\n" + GENERATION_PROMPT
+    )
+
+
+def test_saved_tokenizer_keeps_template(demo_models):
+    assert (demo_models.chat / "chat_template.jinja").read_text() == CHAT_TEMPLATE
+
+
+@pytest.mark.parametrize(("width", "height"), [(64, 64), (128, 64)])
+def test_image_pipeline_reloads_and_renders_requested_size(demo_models, width, height):
+    from diffusers import Flux2KleinPipeline
+
+    pipe = Flux2KleinPipeline.from_pretrained(demo_models.image)
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.config.is_distilled
+    assert is_demo_model(demo_models.image)
+    steps = []
+    image = pipe(
+        prompt="a lighthouse at dusk",
+        width=width,
+        height=height,
+        num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+        callback_on_step_end=lambda p, i, t, kw: steps.append(i) or kw,
+    ).images[0]
+    assert image.size == (width, height)
+    assert image.mode == "RGB"
+    assert steps == [0, 1]
+
+
+def test_ensure_demo_models_is_idempotent_and_rebuilds_incomplete(tmp_path):
+    models = ensure_demo_models(tmp_path)
+    assert models.chat == tmp_path / "demo-models" / "qwen3-tiny"
+    assert models.image == tmp_path / "demo-models" / "flux2-klein-tiny"
+    chat_marker, image_marker = models.chat / MARKER_NAME, models.image / MARKER_NAME
+    assert chat_marker.read_text().strip() == RECIPE_VERSION
+    first = (chat_marker.stat().st_mtime_ns, image_marker.stat().st_mtime_ns)
+
+    assert ensure_demo_models(tmp_path) == models
+    assert (chat_marker.stat().st_mtime_ns, image_marker.stat().st_mtime_ns) == first
+
+    # An interrupted build (no marker) and a leftover temp folder from a dead builder.
+    chat_marker.unlink()
+    (models.chat / "model.safetensors").write_bytes(b"truncated")
+    (tmp_path / "demo-models" / ".qwen3-tiny.tmp-dead").mkdir()
+    ensure_demo_models(tmp_path)
+    assert chat_marker.read_text().strip() == RECIPE_VERSION
+    assert image_marker.stat().st_mtime_ns == first[1]
+    assert load_file(models.chat / "model.safetensors")  # a real weights file again
+    assert sorted(p.name for p in (tmp_path / "demo-models").iterdir()) == [
+        ".build.lock",
+        "flux2-klein-tiny",
+        "qwen3-tiny",
+    ]
+
+
+def test_outdated_recipe_is_rebuilt(tmp_path, demo_models):
+    shutil.copytree(demo_models.image, tmp_path / "demo-models" / "flux2-klein-tiny")  # only the chat is stale
+    folder = build_tiny_chat_model(tmp_path / "demo-models" / "qwen3-tiny")
+    (folder / MARKER_NAME).write_text("neuron-demo-models v0\n")
+    assert is_demo_model(folder)  # still a demo model, just not the current recipe
+    ensure_demo_models(tmp_path)
+    assert (folder / MARKER_NAME).read_text().strip() == RECIPE_VERSION
+
+
+def test_is_demo_model_false_for_other_folders(tmp_path):
+    assert not is_demo_model(tmp_path)
+    assert not is_demo_model("Qwen/Qwen3-0.6B")
+
+
+def _same_weights(a, b):
+    first, second = load_file(a), load_file(b)
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_builds_are_deterministic_and_leave_rng_alone(tmp_path, demo_models):
+    torch.manual_seed(123)
+    expected_next = torch.rand(1)
+    torch.manual_seed(123)
+    again = ensure_demo_models(tmp_path)
+    assert torch.equal(torch.rand(1), expected_next)
+    assert _same_weights(demo_models.chat / "model.safetensors", again.chat / "model.safetensors")
+    for part in ("transformer", "vae"):
+        name = f"{part}/diffusion_pytorch_model.safetensors"
+        assert _same_weights(demo_models.image / name, again.image / name)
+    assert _same_weights(
+        demo_models.image / "text_encoder/model.safetensors", again.image / "text_encoder/model.safetensors"
+    )
