@@ -1,0 +1,124 @@
+"""Text the UI shows, built from plain data (no Gradio here, so it is testable on its own).
+
+Everything user- or model-written that ends up in HTML goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime, timezone
+
+STATE_ICONS = {"queued": "⏳", "running": "⚙️", "ready": "✅", "failed": "❌", "skipped": "⏭️"}
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
+
+
+def status_bar_html(status: dict) -> str:
+    """The compact bar on top of every tab: banner, progress, ETA and the recompile alarm."""
+    pct = round(100 * status["progress"])
+    if status["ready"]:
+        failed = len(status["failed"])
+        state = f"Warm-up done in {fmt_seconds(status['elapsed_s'])}" + (f" · {failed} failed" if failed else "")
+    else:
+        eta = status["eta_s"]
+        running = next((t["name"] for t in status["tasks"] if t["state"] == "running"), "starting")
+        state = f"Warming up: {html.escape(running)} · {status['done']}/{status['total']} tasks" + (
+            f" · about {fmt_seconds(eta)} left" if eta is not None else " · ETA learned after the first start"
+        )
+    alarm = status["compiles_since_ready"]
+    alarm_html = (
+        f'<span class="recompile-alarm" style="color:#fff;background:#c62828;padding:1px 6px;border-radius:4px">'
+        f"⚠ {alarm} graph compile(s) after warm-up</span>"
+        if alarm
+        else '<span class="recompile-quiet">no recompiles</span>'
+    )
+    demo = ' <b style="color:#b26a00">DEMO</b>' if status["demo"] else ""
+    return (
+        f'<div id="warmup-bar"><div id="banner">{html.escape(status["banner"])}{demo}</div>'
+        f'<div style="display:flex;gap:12px;align-items:center">'
+        f'<progress id="warmup-progress" value="{pct}" max="100" style="flex:1"></progress>'
+        f'<span id="warmup-state">{state}</span> {alarm_html}</div></div>'
+    )
+
+
+def task_rows(status: dict) -> list[list]:
+    """Rows for the per-task table: task, shape, state, seconds, cache hit, error."""
+    rows = []
+    for t in status["tasks"]:
+        seconds = t["seconds"] if t["seconds"] is not None else t["expected_s"]
+        hit = {True: "hit", False: "miss", None: ""}[t["cache_hit"]]
+        state = f"{STATE_ICONS.get(t['state'], '')} {t['state']}"
+        if t["progress"] is not None and t["state"] == "running":
+            state += f" {t['progress']:.0%}"
+        rows.append([t["name"], t["shape"] or "", state, "" if seconds is None else round(seconds, 1), hit,
+                     t["error"] or ""])
+    return rows
+
+
+def size_choice_label(size, state: dict | None) -> str:
+    """'1344x768 (7:4) · ready' for the size picker."""
+    state = state or {"state": "queued", "eta_s": None, "error": None}
+    text = {"ready": "ready", "failed": "failed", "skipped": "unavailable"}.get(state["state"])
+    if text is None:
+        eta = state.get("eta_s")
+        text = "compiling" + (f", ~{fmt_seconds(eta)}" if eta else "")
+    return f"{size.label} ({size.aspect}) · {text}"
+
+
+def chat_stats_text(stats) -> str:
+    """'0.12 s to first token · 35.1 tokens/s · 40 new tokens · no compile'."""
+    if stats is None:
+        return ""
+    compiled = "⚠ compiled a graph" if stats.compiled_graphs else "no compile"
+    stopped = " · stopped" if stats.stopped else ""
+    return (f"{stats.time_to_first_token_s:.2f} s to first token · {stats.tokens_per_s:.1f} tokens/s · "
+            f"{stats.new_tokens} new tokens · {compiled}{stopped}")
+
+
+def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> str:
+    """Tokens used against the bucket and cache limits, and dropped turns."""
+    if stats is None:
+        return f"Context: prompt buckets {', '.join(map(str, buckets))} tokens · cache {context_length} tokens"
+    used = stats.prompt_tokens + stats.new_tokens
+    text = (f"Context: prompt {stats.prompt_tokens}/{stats.bucket} tokens (bucket) · "
+            f"{used}/{context_length} tokens of cache")
+    if stats.dropped_turns:
+        text += f" · ⚠ {stats.dropped_turns} oldest turn(s) dropped to fit the {buckets[-1]}-token limit"
+    return text
+
+
+def conversation_markdown(messages: list[dict]) -> str:
+    """A chat history as Markdown (reasoning kept as a quoted block)."""
+    lines = [f"# Conversation exported {datetime.now(timezone.utc).isoformat(timespec='seconds')}", ""]
+    for m in messages:
+        title = (m.get("metadata") or {}).get("title")
+        content = m.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        if title:
+            lines += [f"> **{title}**", ">", *[f"> {line}" for line in text.splitlines()], ""]
+        else:
+            lines += [f"**{m.get('role', '?')}**:", "", text, ""]
+    return "\n".join(lines)
+
+
+def python_snippet(url: str, params: dict) -> str:
+    """The gradio_client call that reproduces an image."""
+    return (
+        "from gradio_client import Client\n\n"
+        f"client = Client({url!r})\n"
+        "png_path, params = client.predict(\n"
+        f"    prompt={params['prompt']!r},\n"
+        f"    size={params['size']!r},\n"
+        f"    steps={params['steps']!r},\n"
+        f"    seed={params['seed']!r},\n"
+        f"    guidance={params.get('guidance')!r},\n"
+        '    api_name="/generate_image",\n'
+        ")\n"
+    )

@@ -1,0 +1,214 @@
+"""The backend as the app sees it: settings in, engines, warm-up and status out.
+
+Start-up is cheap (no model import or load happens here): the warm-up thread creates and loads
+the engines, so the UI can be served at once and show the progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from . import devices
+from .errors import EngineUnavailableError, ShapeNotReadyError
+from .settings import Settings
+from .warmup import Step, Task, TimingHistory, WarmupRunner, versions_tag
+
+log = logging.getLogger("showcase")
+
+ENGINES = ("chat", "image")
+
+
+def shape_keys(settings: Settings, engine: str) -> list[str]:
+    """The static shapes of an engine, in warm-up order."""
+    if engine == "chat":
+        return [f"prefill-{b}" for b in settings.buckets]
+    return [s.label for s in settings.sizes]
+
+
+def shape_title(engine: str, key: str, first: bool) -> str:
+    if engine == "chat":
+        title = f"prompt bucket {key.removeprefix('prefill-')} tokens"
+        return title + " + decode graph" if first else title
+    return f"size {key}"
+
+
+class Backend:
+    """Owns the engines and their warm-up. Safe to call from many request threads."""
+
+    def __init__(self, settings: Settings, host: devices.HostDevices | None = None):
+        self.settings = settings
+        self.cache = devices.configure_compile_cache(settings.cache_dir)
+        if self.cache.problem:
+            log.warning(self.cache.problem)
+        self.host = devices.detect() if host is None else host
+        self.placements = devices.resolve_placements(settings, self.host)
+        self.description = devices.describe(self.placements, self.host)
+        self._engines: dict[str, object] = {}
+        self._folders: dict[str, Path] = {}
+        self._lock = threading.Lock()
+        history = TimingHistory(settings.cache_dir / "warmup-history.json")
+        self.runner = WarmupRunner(self._plan(), history)
+
+    # ----- what runs where -------------------------------------------------------------------
+    def model_id(self, engine: str) -> str:
+        if self.settings.demo:
+            return f"demo {'Qwen3' if engine == 'chat' else 'FLUX.2-klein'} (tiny, random weights)"
+        return self.settings.chat_model if engine == "chat" else self.settings.image_model
+
+    def banner(self) -> str:
+        """One line that says plainly what runs where."""
+        parts = []
+        for name, p in self.placements.items():
+            parts.append(f"{name}: {self.model_id(name)} on {p.label()}")
+        where = self.description["accelerator"]
+        tail = " · demo models with random weights: output is noise" if self.settings.demo else ""
+        return f"{where} · " + " | ".join(parts) + tail
+
+    def log_startup(self) -> None:
+        log.info("device: %s", self.description["accelerator"])
+        if self.host.neuron_problem:
+            log.warning("Neuron: %s", self.host.neuron_problem)
+        for name, p in self.placements.items():
+            log.info("%s engine: %s on %s", name, self.model_id(name), p.label())
+        level = logging.WARNING if self.settings.demo else logging.INFO
+        log.log(level, "models: %s (%s)", self.settings.models, self.settings.models_reason)
+        log.info("cache root: %s", self.settings.cache_dir)
+
+    # ----- warm-up -----------------------------------------------------------------------------
+    def _plan(self) -> list[Step]:
+        """Weights, load and first shape of each engine in order, then the remaining shapes."""
+        tag = versions_tag(self.description["versions"])
+        head, tail = [], []
+        for engine in self.settings.warmup_order:
+            if engine not in self.placements:
+                continue
+            p = self.placements[engine]
+
+            def key(kind, shape=None, engine=engine, p=p):
+                return TimingHistory.key(engine, self.model_id(engine), kind, shape, p.device, p.dtype_name,
+                                         p.compile, self.settings.compile_repeated_blocks, tag)
+
+            head.append(Step(Task(f"{engine} · obtain weights", engine, "weights"), self._obtain, key("weights")))
+            head.append(Step(Task(f"{engine} · load on {p.device}", engine, "load"), self._load, key("load")))
+            for i, shape in enumerate(shape_keys(self.settings, engine)):
+                task = Task(f"{engine} · {shape_title(engine, shape, i == 0)}", engine, "compile", shape)
+                (head if i == 0 else tail).append(Step(task, self._warm_up, key("compile", shape)))
+        return head + tail
+
+    def start(self) -> threading.Thread:
+        """Start the background warm-up."""
+        return self.runner.start()
+
+    def _obtain(self, task: Task) -> None:
+        if self.settings.demo:
+            from .demo_models import ensure_demo_models
+
+            demo = ensure_demo_models(self.settings.cache_dir)
+            self._folders[task.engine] = demo.chat if task.engine == "chat" else demo.image
+            task.detail = f"demo model built in {self._folders[task.engine]}"
+            return
+        from .model_sources import obtain
+
+        def progress(fraction: float, text: str) -> None:
+            task.progress, task.detail = fraction, text
+
+        model = self.settings.chat_model if task.engine == "chat" else self.settings.image_model
+        self._folders[task.engine] = obtain(model, progress)
+        task.detail = str(self._folders[task.engine])
+
+    def _load(self, task: Task) -> None:
+        engine = self._create(task.engine)
+        engine.load(self._folders[task.engine])
+        with self._lock:
+            self._engines[task.engine] = engine
+
+    def _create(self, name: str):
+        placement = self.placements[name]
+        if name == "chat":
+            from .chat import ChatEngine as cls
+        else:
+            from .image import ImageEngine as cls
+        engine = cls(self.settings, placement, self.model_id(name))
+        engine.shapes.gated = True  # from now on only warmed-up shapes serve requests
+        return engine
+
+    def _warm_up(self, task: Task) -> None:
+        self.engine(task.engine).warm_up(task.shape)
+
+    # ----- serving ------------------------------------------------------------------------------
+    def engine(self, name: str):
+        """The loaded engine, or EngineUnavailableError saying why not (disabled, loading, failed)."""
+        with self._lock:
+            engine = self._engines.get(name)
+        if engine is not None:
+            return engine
+        if name not in self.placements:
+            raise EngineUnavailableError(f"The {name} engine is disabled on this server (--no-{name}).")
+        for task in self.runner.tasks:
+            if task.engine == name and task.kind in ("weights", "load") and task.state in ("failed", "skipped"):
+                raise EngineUnavailableError(f"The {name} engine failed to load: {task.error}")
+        eta = self.runner.eta_until(name, shape_keys(self.settings, name)[0])
+        when = f" (expected in about {eta:.0f} s)" if eta is not None else ""
+        raise EngineUnavailableError(f"The {name} engine is still loading{when}; try again shortly.")
+
+    def explain_not_ready(self, engine: str, exc: ShapeNotReadyError) -> ShapeNotReadyError:
+        """The same error with the expected time until that shape is ready."""
+        eta = self.runner.eta_until(engine, exc.shape)
+        when = f" It should be ready in about {eta:.0f} s." if eta is not None else ""
+        return ShapeNotReadyError(f"{exc}{when}", exc.shape)
+
+    def stream_chat(self, request) -> Iterator:
+        """Stream a chat reply (see ChatEngine.stream)."""
+        engine = self.engine("chat")
+        try:
+            yield from engine.stream(request)
+        except ShapeNotReadyError as exc:
+            raise self.explain_not_ready("chat", exc) from None
+
+    def generate_image(self, request, progress: Callable[[int, int, float], None] | None = None):
+        """Generate one image (see ImageEngine.generate)."""
+        engine = self.engine("image")
+        try:
+            return engine.generate(request, progress)
+        except ShapeNotReadyError as exc:
+            raise self.explain_not_ready("image", exc) from None
+
+    def cancel(self, name: str) -> bool:
+        with self._lock:
+            engine = self._engines.get(name)
+        return bool(engine and engine.cancel())
+
+    def shape_states(self, name: str) -> dict[str, dict]:
+        """Per shape: state (queued/running/ready/failed/skipped), error and ETA."""
+        out = {}
+        for task in self.runner.tasks:
+            if task.engine == name and task.kind == "compile":
+                out[task.shape] = {"state": task.state, "error": task.error,
+                                   "eta_s": self.runner.eta_until(name, task.shape)}
+        return out
+
+    def status(self) -> dict:
+        """The warm-up snapshot plus what runs where (JSON-serialisable)."""
+        snap = self.runner.snapshot()
+        snap.update(
+            banner=self.banner(),
+            demo=self.settings.demo,
+            models={name: self.model_id(name) for name in self.placements},
+            models_reason=self.settings.models_reason,
+            device=self.description,
+            cache_dir=str(self.settings.cache_dir),
+            cache_problem=self.cache.problem,
+            engines={name: self._engine_state(name) for name in ENGINES},
+        )
+        return snap
+
+    def _engine_state(self, name: str) -> dict:
+        try:
+            self.engine(name)
+        except EngineUnavailableError as exc:
+            state = "disabled" if name not in self.placements else "failed" if "failed" in str(exc) else "loading"
+            return {"state": state, "reason": str(exc)}
+        return {"state": "ready", "reason": None, "placement": self.placements[name].label()}

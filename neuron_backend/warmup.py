@@ -1,0 +1,244 @@
+"""The warm-up plan, its background runner, and the status snapshot the UI renders.
+
+At start-up every task is listed in order (obtain weights, load, one task per static shape);
+a background thread runs them while the app already serves whatever is ready. Durations are
+kept in a small JSON file under the cache root and give the ETA of the next start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .devices import CompileCounter
+
+log = logging.getLogger("showcase.warmup")
+
+QUEUED, RUNNING, READY, FAILED, SKIPPED = "queued", "running", "ready", "failed", "skipped"
+ENDED = (READY, FAILED, SKIPPED)
+
+
+@dataclass
+class Task:
+    """One step of the warm-up; plain data so the snapshot is JSON-serialisable."""
+
+    name: str
+    engine: str  # "chat" | "image"
+    kind: str  # "weights" | "load" | "compile"
+    shape: str | None = None
+    state: str = QUEUED
+    started_at: float | None = None  # wall-clock epoch seconds
+    seconds: float | None = None  # elapsed while running, final once ended
+    cache_hit: bool | None = None  # compile tasks: served from the persistent compile cache
+    error: str | None = None
+    expected_s: float | None = None  # from the timing history of earlier starts
+    progress: float | None = None  # weights downloads: 0..1
+    detail: str | None = None
+
+
+@dataclass
+class Step:
+    """A task and the callable that performs it; ``run(task)`` raises on failure."""
+
+    task: Task
+    run: Callable[[Task], None]
+    history_key: str
+
+
+class TimingHistory:
+    """Task durations of earlier starts, keyed by model, shape, device and software versions."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._data: dict[str, float] = {}
+        self.problem: str | None = None
+        try:
+            loaded = json.loads(path.read_text())
+            self._data = {str(k): float(v) for k, v in loaded.items()}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            self.problem = f"timing history {path} unreadable ({exc}); starting afresh"
+            log.warning(self.problem)
+
+    @staticmethod
+    def key(*parts: object) -> str:
+        return "|".join(str(p) for p in parts)
+
+    def get(self, key: str) -> float | None:
+        return self._data.get(key)
+
+    def record(self, key: str, seconds: float) -> None:
+        self._data[key] = round(seconds, 3)
+
+    def save(self) -> None:
+        """Write atomically; a read-only cache root is logged, never raised."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self._data, indent=1, sort_keys=True))
+            tmp.replace(self.path)
+        except OSError as exc:
+            self.problem = f"timing history not saved ({exc})"
+            log.warning(self.problem)
+
+
+def versions_tag(versions: dict[str, str]) -> str:
+    """A short hash of the software versions: a new torch or SDK invalidates old timings."""
+    return hashlib.sha1(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:10]
+
+
+class WarmupRunner:
+    """Runs the planned steps in order on one background thread.
+
+    Thread-safety: ``snapshot()`` may be called from any thread while ``run()`` executes;
+    both take ``self._lock`` around the task list.
+    """
+
+    def __init__(self, steps: list[Step], history: TimingHistory):
+        self._steps = steps
+        self._history = history
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+        self._graphs_at_ready: int | None = None
+        self._disabled: dict[str, str] = {}  # engine -> reason its remaining tasks are skipped
+        for step in steps:
+            step.task.expected_s = history.get(step.history_key)
+
+    @property
+    def tasks(self) -> list[Task]:
+        return [s.task for s in self._steps]
+
+    def start(self) -> threading.Thread:
+        """Run in the background; return the thread."""
+        self._thread = threading.Thread(target=self.run, name="warmup", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every task ended; return whether it did."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.ready
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_at is not None
+
+    def run(self) -> None:
+        """Run every step; a failure is recorded and the rest continue."""
+        self.started_at = time.time()
+        for step in self._steps:
+            task = step.task
+            reason = self._disabled.get(task.engine)
+            if reason is not None:
+                self._end(task, SKIPPED, error=reason)
+                continue
+            self._run_step(step)
+        self._history.save()
+        with self._lock:
+            self._graphs_at_ready = CompileCounter.graphs()
+            self.ready_at = time.time()
+        log.info("warm-up finished in %.1f s", self.ready_at - self.started_at)
+
+    def _run_step(self, step: Step) -> None:
+        task = step.task
+        with self._lock:
+            task.state, task.started_at = RUNNING, time.time()
+        expected = f" (expected {task.expected_s:.1f} s)" if task.expected_s is not None else ""
+        log.info("warm-up start: %s%s", task.name, expected)
+        hits_before, graphs_before = CompileCounter.cache_hits(), CompileCounter.graphs()
+        t0 = time.perf_counter()
+        try:
+            step.run(task)
+        except Exception as exc:  # noqa: BLE001 - isolated: recorded, shown, the rest continue
+            message = f"{type(exc).__name__}: {exc}"
+            self._end(task, FAILED, seconds=time.perf_counter() - t0, error=message)
+            log.error("warm-up FAILED: %s after %.1f s: %s", task.name, task.seconds, message)
+            if task.kind in ("weights", "load"):
+                self._disabled[task.engine] = f"{task.engine} engine unavailable: {task.kind} failed ({message})"
+            return
+        seconds = time.perf_counter() - t0
+        cache_hit = None
+        if task.kind == "compile" and CompileCounter.graphs() > graphs_before:
+            hits, misses = (a - b for a, b in zip(CompileCounter.cache_hits(), hits_before, strict=True))
+            cache_hit = hits > 0 and misses == 0
+        self._end(task, READY, seconds=seconds, cache_hit=cache_hit)
+        self._history.record(step.history_key, seconds)
+        log.info("warm-up done: %s in %.1f s%s", task.name, seconds, " (compile cache hit)" if cache_hit else "")
+
+    def _end(self, task: Task, state: str, seconds: float | None = None, error: str | None = None,
+             cache_hit: bool | None = None) -> None:
+        with self._lock:
+            task.state, task.seconds, task.error, task.cache_hit = state, seconds, error, cache_hit
+
+    def compiles_since_ready(self) -> int:
+        """Graph compiles after warm-up ended: the recompile alarm (should stay 0)."""
+        with self._lock:
+            at_ready = self._graphs_at_ready
+        return 0 if at_ready is None else CompileCounter.graphs() - at_ready
+
+    def eta_until(self, engine: str, shape: str) -> float | None:
+        """Seconds until the task of ``shape`` is expected to end (None when unknown)."""
+        remaining = self._remaining_estimates()
+        total = 0.0
+        for task, estimate in remaining:
+            if estimate is None:
+                return None
+            total += estimate
+            if task.engine == engine and task.shape == shape:
+                return total
+        return 0.0
+
+    def _remaining_estimates(self) -> list[tuple[Task, float | None]]:
+        """Each unfinished task with its expected remaining seconds."""
+        now = time.time()
+        with self._lock:
+            tasks = [asdict(t) for t in self.tasks]
+            known = {}
+            for t in tasks:  # same-kind durations of this run fill gaps in the history
+                if t["state"] == READY and t["seconds"] is not None:
+                    known.setdefault(t["kind"], t["seconds"])
+        out = []
+        for t in tasks:
+            if t["state"] in ENDED:
+                continue
+            expected = t["expected_s"] if t["expected_s"] is not None else known.get(t["kind"])
+            if expected is not None and t["state"] == RUNNING and t["started_at"]:
+                expected = max(0.0, expected - (now - t["started_at"]))
+            out.append((Task(**t), expected))
+        return out
+
+    def snapshot(self) -> dict:
+        """Plain-data status for the UI (JSON-serialisable)."""
+        now = time.time()
+        with self._lock:
+            tasks = [asdict(t) for t in self.tasks]
+        for t in tasks:
+            if t["state"] == RUNNING and t["started_at"]:
+                t["seconds"] = round(now - t["started_at"], 2)
+        done = sum(t["state"] in ENDED for t in tasks)
+        estimates = [e for _, e in self._remaining_estimates()]
+        eta = None if any(e is None for e in estimates) else round(sum(estimates), 1)
+        return {
+            "tasks": tasks,
+            "done": done,
+            "total": len(tasks),
+            "progress": done / len(tasks) if tasks else 1.0,
+            "eta_s": 0.0 if self.ready else eta,
+            "ready": self.ready,
+            "started_at": self.started_at,
+            "ready_at": self.ready_at,
+            "elapsed_s": round((self.ready_at or now) - self.started_at, 2) if self.started_at else 0.0,
+            "failed": [t["name"] for t in tasks if t["state"] == FAILED],
+            "cache_hits": sum(bool(t["cache_hit"]) for t in tasks),
+            "compiles_since_ready": self.compiles_since_ready(),
+        }
