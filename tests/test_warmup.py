@@ -179,14 +179,16 @@ def test_second_start_hits_the_compile_cache(tmp_path):
 def test_compiles_since_ready_alarm(tmp_path):
     from neuron_backend.chat import ChatRequest
 
-    backend = make_backend(tmp_path, "--compile", "on", "--no-image", "--chat-buckets", "16,32",
-                           "--context-length", "48")
+    backend = make_backend(tmp_path, "--compile", "on", "--no-image", "--chat-buckets", "32,64",
+                           "--context-length", "96")
     backend.runner.run()
     assert backend.status()["compiles_since_ready"] == 0
-    for n in (1, 15, 16, 17, 30):  # prompt lengths across both buckets
-        final = list(backend.stream_chat(ChatRequest(message="demo " * max(1, n - 12), max_new_tokens=3,
-                                                     greedy=True)))[-1]
+    buckets = set()
+    for words in (1, 3, 6, 12, 30):  # the demo template takes ~25 tokens: prompts land in both buckets
+        final = list(backend.stream_chat(ChatRequest(message="demo " * words, max_new_tokens=3, greedy=True)))[-1]
         assert final.stats.compiled_graphs == 0
+        buckets.add(final.stats.bucket)
+    assert buckets == {32, 64}
     assert backend.status()["compiles_since_ready"] == 0
     torch.compile(lambda x: x * 2 + 1, backend="inductor")(torch.ones(3))  # an out-of-plan compile
     assert backend.status()["compiles_since_ready"] == 1

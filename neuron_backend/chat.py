@@ -1,0 +1,404 @@
+"""The chat engine: Qwen3 through ``generate()`` with static shapes, streaming, thinking and cancel.
+
+Static shapes (NOTES.md section 2): prompts are LEFT-padded to the smallest configured bucket, so
+the eager prefill only ever sees the bucket lengths; the KV cache is one ``StaticCache`` of exactly
+``settings.context_length`` tokens for every request (``max_cache_len``), so decoding uses exactly
+one graph, which ``generate()`` compiles itself when the placement asks for compiling.
+
+Concurrency: one generation at a time (``SerialJobs``); other callers wait in line. Each reply runs
+``generate()`` in a worker thread feeding a streamer; that thread always ends: on cancel, when the
+consumer closes the stream, and when ``generate()`` raises (re-raised to the consumer).
+"""
+
+from __future__ import annotations
+
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    CompileConfig,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TextIteratorStreamer,
+)
+from transformers.utils import is_accelerate_available
+
+from .chat_text import SAMPLING_DEFAULTS, THINK_OPEN, ChatRequest, ThinkSplitter, normalize_request, strip_reasoning
+from .devices import CompileCounter, Placement, synchronize
+from .engine import SerialJobs, ShapeRegistry
+from .errors import ConfigError, EngineUnavailableError, InvalidRequestError, PromptTooLongError
+from .settings import Settings
+
+__all__ = ["ChatEngine", "ChatRequest", "ChatStats", "ChatUpdate", "PromptInfo", "ThinkSplitter", "strip_reasoning"]
+STREAM_POLL_S = 0.5  # streamer queue timeout: how often a waiting consumer checks the worker is alive
+
+
+@dataclass
+class ChatStats:
+    """What one reply cost; all plain data."""
+
+    prompt_tokens: int  # real prompt tokens, before padding
+    bucket: int  # the padded prompt length the prefill saw
+    new_tokens: int
+    time_to_first_token_s: float | None  # start of generate() to the first new token (includes prefill)
+    tokens_per_s: float  # decode speed after the first token (0.0 with a single token)
+    total_s: float
+    compiled_graphs: int  # graphs compiled while this reply ran (0 once warmed up)
+    dropped_turns: int
+    context_length: int
+    max_new_tokens: int  # after capping to the context
+    stopped: bool  # cancelled by the user
+    finish_reason: str  # "eos" | "length" | "stopped"
+    seed: int | None = None  # the seed used for sampling (None when greedy)
+
+
+@dataclass
+class ChatUpdate:
+    """One streamed step; reasoning and answer are cumulative, delta is the text new in this step."""
+
+    reasoning: str
+    answer: str
+    delta: str
+    done: bool
+    stats: ChatStats | None = None
+    dropped_turns: int = 0
+
+
+@dataclass(frozen=True)
+class PromptInfo:
+    """What the context meter shows before sending."""
+
+    prompt_tokens: int
+    bucket: int | None  # None when the prompt does not fit any bucket
+    dropped_turns: int
+    largest_bucket: int
+    context_length: int
+    max_new_tokens: int  # the most new tokens a reply may have at this bucket
+    fits: bool
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    ids: list[int]  # unpadded token ids
+    bucket: int
+    dropped_turns: int
+    max_new_tokens: int
+    starts_in_reasoning: bool  # the template already opened <think> in the prompt
+
+
+class _CancelCriteria(StoppingCriteria):
+    """Reads a threading.Event after every token: generate() stops within one token once it is set."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        # one flag per sequence: [B]
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class _TimedStreamer(TextIteratorStreamer):
+    """A TextIteratorStreamer that notes when the first new token arrived (text may come later)."""
+
+    first_token_at: float | None = None
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.next_tokens_are_prompt and self.first_token_at is None:  # the first put() is the prompt
+            self.first_token_at = time.perf_counter()
+        super().put(value)
+
+
+class _Worker(threading.Thread):
+    """Runs generate() and keeps its output or its exception; always ends the streamer."""
+
+    def __init__(self, model, kwargs: dict, streamer):
+        super().__init__(name="chat-generate", daemon=True)
+        self.model, self.kwargs, self.streamer = model, kwargs, streamer
+        self.output: torch.Tensor | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.output = self.model.generate(**self.kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer thread, which re-raises it
+            self.error = exc
+            self.streamer.end()  # wake the consumer now rather than at its next poll
+
+
+class ChatEngine:
+    """Chat with a causal LM on one placement. Safe to call from many request threads."""
+
+    name = "chat"
+
+    def __init__(self, settings: Settings, placement: Placement, model_id: str):
+        self.settings, self.placement, self.model_id = settings, placement, model_id
+        self.buckets = tuple(settings.buckets)
+        self.shapes = ShapeRegistry(self.name, [f"prefill-{b}" for b in self.buckets])
+        self.shape_labels = {f"prefill-{b}": f"prompt bucket {b} tokens" for b in self.buckets}
+        first = f"prefill-{self.buckets[0]}"
+        self.shape_labels[first] += f" + the decode graph (cache {settings.context_length} tokens)"
+        self.model = self.tokenizer = None
+        self._jobs = SerialJobs()
+        self._compile_config = None
+        if placement.compile:
+            self._compile_config = CompileConfig(
+                backend=placement.compile_backend, fullgraph=True, dynamic=False, mode="default"
+            )
+            # generate() auto-compiles only on cuda/xpu/neuron/tpu; this private flag (read by
+            # _valid_auto_compile_criteria) lets the same path run on CPU. A no-op elsewhere.
+            self._compile_config._compile_all_devices = True
+
+    # ----- loading and warm-up ---------------------------------------------------------------
+    def load(self, folder: Path) -> None:
+        """Load tokenizer and model from a local folder onto the placement's explicit device."""
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+        if not tokenizer.chat_template:
+            raise EngineUnavailableError(f"The chat model in {folder} has no chat template; use an instruct model.")
+        # device_map needs accelerate; without it, load on CPU and move (same result, more host memory).
+        where = {"device_map": self.placement.device} if is_accelerate_available() else {}
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.placement.dtype, trust_remote_code=False,
+                                                     **where)
+        model = model.to(self.placement.device).eval()
+        positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        if positions is not None and positions < self.settings.context_length:
+            raise ConfigError("--context-length", f"{self.settings.context_length} exceeds what the model supports",
+                              f"at most {positions}")
+        eos = model.generation_config.eos_token_id
+        self._eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
+        self.tokenizer, self.model = tokenizer, model
+
+    def warm_up(self, shape: str) -> None:
+        """Generate two tokens at this bucket (the first call also compiles the decode graph).
+
+        Marks the shape ready, or failed (and re-raises) so requests for it are refused.
+        """
+        if shape not in self.shape_labels:
+            raise InvalidRequestError(f"Unknown chat shape {shape!r}; allowed: {', '.join(self.shape_labels)}.")
+        bucket = int(shape.removeprefix("prefill-"))
+        try:
+            self._require_loaded()
+            ids = self._encode(self._render(None, [], "Hello", thinking=False))[-bucket:]
+            prompt = _Prompt(ids, bucket, 0, 2, False)
+            request = ChatRequest("Hello", greedy=True, max_new_tokens=2)
+            for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
+                pass
+        except Exception as exc:
+            self.shapes.mark_failed(shape, f"{type(exc).__name__}: {exc}")
+            raise
+        self.shapes.mark_ready(shape)
+
+    # ----- requests ------------------------------------------------------------------------------
+    def validate(self, request: ChatRequest | Mapping, allow_empty: bool = False) -> ChatRequest:
+        """Check and normalise a request, filling the sampling defaults of its mode."""
+        return normalize_request(request, self.settings.max_prompt_chars, self.settings.max_new_tokens, allow_empty)
+
+    def stream(self, request: ChatRequest | Mapping) -> Iterator[ChatUpdate]:
+        """Validate, fit the prompt into a bucket, then stream the reply (the last update has stats).
+
+        Raises InvalidRequestError/PromptTooLongError/ShapeNotReadyError at once, before anything
+        runs. Closing the returned iterator early cancels the generation and frees the engine.
+        """
+        request = self.validate(request)
+        self._require_loaded()
+        prompt = self._prepare(request)
+        key = f"prefill-{prompt.bucket}"
+        self.shapes.require(key, self.shape_labels[key])
+        return self._run(request, prompt)
+
+    def reply(self, request: ChatRequest | Mapping) -> ChatUpdate:
+        """Run a whole reply and return its final update."""
+        final = None
+        for final in self.stream(request):  # noqa: B007 - only the last update is kept
+            pass
+        return final
+
+    def cancel(self) -> bool:
+        """Stop the running reply within one token; return whether one was running."""
+        return self._jobs.cancel()
+
+    @property
+    def busy(self) -> bool:
+        return self._jobs.busy
+
+    def count_prompt_tokens(self, request: ChatRequest | Mapping) -> PromptInfo:
+        """Token count, bucket and dropped turns of a draft (the message may be empty)."""
+        request = self.validate(request, allow_empty=True)
+        self._require_loaded()
+        ids, dropped = self._fit(request)
+        largest, context = self.buckets[-1], self.settings.context_length
+        if len(ids) > largest:
+            problem = self._too_long_message(len(ids), request)
+            return PromptInfo(len(ids), None, dropped, largest, context, 0, False, problem)
+        bucket = next(b for b in self.buckets if len(ids) <= b)
+        room = min(self.settings.max_new_tokens, context - bucket)
+        return PromptInfo(len(ids), bucket, dropped, largest, context, room, True)
+
+    def describe(self) -> dict:
+        """Plain data for the UI."""
+        shapes = self.shapes.snapshot()
+        for key, state in shapes.items():
+            state["label"] = self.shape_labels[key]
+        return {
+            "name": self.name, "model_id": self.model_id, "placement": self.placement.label(),
+            "loaded": self.model is not None, "busy": self.busy, "buckets": list(self.buckets),
+            "context_length": self.settings.context_length, "max_new_tokens": self.settings.max_new_tokens,
+            "max_prompt_chars": self.settings.max_prompt_chars, "shapes": shapes,
+            "defaults": {mode: dict(values) for mode, values in SAMPLING_DEFAULTS.items()},
+        }
+
+    # ----- prompt -----------------------------------------------------------------------------------
+    def _require_loaded(self) -> None:
+        if self.model is None:
+            raise EngineUnavailableError("The chat model is not loaded yet; try again shortly.")
+
+    def _render(self, system: str | None, turns: list[list[dict]], message: str, thinking: bool) -> str:
+        messages = [{"role": "system", "content": system}] if system else []
+        messages += [m for turn in turns for m in turn] + [{"role": "user", "content": message}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                  enable_thinking=thinking)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]  # the template holds every marker
+
+    def _fit(self, request: ChatRequest) -> tuple[list[int], int]:
+        """Token ids with the fewest oldest turns dropped to fit the largest bucket, and how many were."""
+        turns: list[list[dict]] = []
+        for m in request.history:  # a turn: a user message and the replies after it
+            if m["role"] == "user" or not turns:
+                turns.append([])
+            turns[-1].append(m)
+
+        def ids_without(dropped: int) -> list[int]:
+            return self._encode(self._render(request.system_prompt, turns[dropped:], request.message,
+                                             request.thinking))
+
+        largest = self.buckets[-1]
+        ids = ids_without(0)
+        if len(ids) <= largest or not turns:
+            return ids, 0
+        low, high = 0, len(turns)  # binary search: dropping more turns never makes the prompt longer
+        best = ids_without(high)
+        if len(best) > largest:
+            return best, high
+        while high - low > 1:
+            middle = (low + high) // 2
+            candidate = ids_without(middle)
+            if len(candidate) <= largest:
+                high, best = middle, candidate
+            else:
+                low = middle
+        return best, high
+
+    def _too_long_message(self, tokens: int, request: ChatRequest) -> str:
+        what, fix = ("The message and the system prompt take", "the message or the system prompt") \
+            if request.system_prompt else ("The message takes", "the message")
+        return (f"{what} {tokens} tokens with the chat template; the longest prompt this server accepts is "
+                f"{self.buckets[-1]} tokens. Shorten {fix}.")
+
+    def _prepare(self, request: ChatRequest) -> _Prompt:
+        ids, dropped = self._fit(request)
+        if len(ids) > self.buckets[-1]:
+            raise PromptTooLongError(self._too_long_message(len(ids), request))
+        bucket = next(b for b in self.buckets if len(ids) <= b)
+        # One static cache of context_length tokens holds the padded prompt and every new token.
+        max_new = min(request.max_new_tokens, self.settings.context_length - bucket)
+        opened = self.tokenizer.decode(ids[-4:]).rstrip().endswith(THINK_OPEN)
+        return _Prompt(ids, bucket, dropped, max_new, opened)
+
+    # ----- generation -------------------------------------------------------------------------------
+    def _generate_kwargs(self, request: ChatRequest, prompt: _Prompt, cancelled, streamer, min_new: int) -> dict:
+        pad = prompt.bucket - len(prompt.ids)
+        # input_ids, attention_mask: [1, bucket], left-padded (mask 0 on padding)
+        ids = torch.tensor([[self._pad_id] * pad + prompt.ids], device=self.placement.input_device)
+        mask = torch.tensor([[0] * pad + [1] * len(prompt.ids)], device=self.placement.input_device)
+        kwargs = dict(
+            input_ids=ids, attention_mask=mask, streamer=streamer, pad_token_id=self._pad_id,
+            stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancelled)]),
+            max_new_tokens=prompt.max_new_tokens, min_new_tokens=min_new or None,
+            cache_implementation="static", max_cache_len=self.settings.context_length,
+            do_sample=not request.greedy,
+        )
+        if not request.greedy:  # passed only when sampling: generate() warns about unused flags
+            kwargs.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k)
+        if self._compile_config is not None:
+            kwargs["compile_config"] = self._compile_config
+        else:
+            kwargs["disable_compile"] = True
+        return kwargs
+
+    def _run(self, request: ChatRequest, prompt: _Prompt, min_new_tokens: int = 0) -> Iterator[ChatUpdate]:
+        """Generate under the job lock, streaming updates; the final update is yielded after the lock is freed."""
+        splitter = ThinkSplitter(prompt.starts_in_reasoning)
+        with self._jobs.job() as cancelled:
+            graphs_before = CompileCounter.graphs()
+            seed = None if request.greedy else (request.seed if request.seed is not None else secrets.randbits(32))
+            if seed is not None:
+                torch.manual_seed(seed)  # inside the lock: no other reply draws from the generator meanwhile
+            streamer = _TimedStreamer(self.tokenizer, skip_prompt=True, timeout=STREAM_POLL_S,
+                                      skip_special_tokens=True)
+            worker = _Worker(self.model, self._generate_kwargs(request, prompt, cancelled, streamer, min_new_tokens),
+                             streamer)
+            started = time.perf_counter()
+            worker.start()
+            finished = False
+            try:
+                for chunk in _chunks(streamer, worker):
+                    delta = splitter.feed(chunk)
+                    if delta:
+                        yield ChatUpdate(splitter.reasoning, splitter.answer, delta, False, None, prompt.dropped_turns)
+                finished = True
+            finally:
+                if not finished:  # the consumer closed the stream early: stop generating, within one token
+                    cancelled.set()
+                worker.join()
+            if worker.error is not None:
+                raise worker.error
+            synchronize(self.placement)
+            ended = time.perf_counter()
+            stats = self._stats(prompt, worker.output, cancelled.is_set(), started, streamer.first_token_at, ended,
+                                CompileCounter.graphs() - graphs_before, seed)
+        delta = splitter.finish()
+        yield ChatUpdate(splitter.reasoning, splitter.answer, delta, True, stats, prompt.dropped_turns)
+
+    def _stats(self, prompt, output, cancelled, started, first, ended, graphs, seed) -> ChatStats:
+        new_ids = output[0, prompt.bucket :].tolist()
+        decode_s = ended - first if first is not None else 0.0
+        # A natural end wins over a cancel that arrived just after it.
+        if new_ids and new_ids[-1] in self._eos_ids:
+            reason = "eos"
+        elif len(new_ids) >= prompt.max_new_tokens or not cancelled:
+            reason = "length"
+        else:
+            reason = "stopped"
+        return ChatStats(
+            prompt_tokens=len(prompt.ids), bucket=prompt.bucket, new_tokens=len(new_ids),
+            time_to_first_token_s=None if first is None else first - started,
+            tokens_per_s=(len(new_ids) - 1) / decode_s if len(new_ids) > 1 and decode_s > 0 else 0.0,
+            total_s=ended - started, compiled_graphs=graphs, dropped_turns=prompt.dropped_turns,
+            context_length=self.settings.context_length, max_new_tokens=prompt.max_new_tokens,
+            stopped=reason == "stopped", finish_reason=reason, seed=seed,
+        )
+
+
+def _chunks(streamer, worker: _Worker) -> Iterator[str]:
+    """Text from the streamer until it ends; its timeout only makes us check the worker is alive."""
+    while True:
+        try:
+            yield next(streamer)
+        except StopIteration:
+            return
+        except queue.Empty:
+            if not worker.is_alive() and streamer.text_queue.empty():
+                return
+
+
