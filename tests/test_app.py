@@ -1,0 +1,140 @@
+"""The Gradio app in-process on the tiny models, driven through its public API (gradio_client)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from PIL import Image
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client  # noqa: E402
+
+import app  # noqa: E402
+from neuron_backend.runtime import Backend  # noqa: E402
+from neuron_backend.settings import parse_settings  # noqa: E402
+
+SIZES = "64x64,96x64"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(root, *extra, warm=True):
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
+                               "--port", str(free_port()), "--max-new-tokens", "200", *extra], env={})
+    backend = Backend(settings)
+    if warm:
+        backend.runner.run()
+    else:  # warm everything but the last image size: it stays queued (not ready)
+        for step in backend.runner._steps[:-1]:
+            backend.runner._run_step(step)
+        backend.runner._steps[-1].task.expected_s = 30.0
+    demo = app.create_demo(backend)
+    demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
+    _, url, _ = demo.launch(server_name=settings.host, server_port=settings.port, auth=settings.auth,
+                            prevent_thread_lock=True, show_error=True, quiet=True)
+    return demo, backend, url
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("app"))
+    yield backend, Client(url, verbose=False)
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """An app with --auth whose last image size has not warmed up yet."""
+    demo, backend, url = start_app(tmp_path_factory.mktemp("guarded"), "--auth", "ada:lovelace", warm=False)
+    yield backend, url
+    demo.close()
+
+
+def test_named_endpoints_only(served):
+    _, client = served
+    api = client.view_api(print_info=False, return_format="dict")
+    assert set(api["named_endpoints"]) == {"/chat", "/generate_image", "/status"}
+    assert not api["unnamed_endpoints"]
+
+
+def test_status_json(served):
+    backend, client = served
+    status = client.predict(api_name="/status")
+    for key in ("tasks", "progress", "eta_s", "ready", "compiles_since_ready", "banner", "device", "models",
+                "engines", "cache_dir"):
+        assert key in status
+    assert status["ready"] and status["compiles_since_ready"] == 0
+    assert "demo models with random weights" in status["banner"] and "CPU" in status["banner"]
+    assert {t["state"] for t in status["tasks"]} == {"ready"}
+
+
+def test_chat_streams_with_history_and_controls(served):
+    _, client = served
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>x</think>hello"}]
+    job = client.submit(message="tell me more", history=history, system_prompt="Be brief.", thinking=False,
+                        temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=24, greedy=False, seed=5,
+                        api_name="/chat")
+    updates = list(job)
+    assert len(updates) > 1 and updates[-1]["done"]
+    final = updates[-1]
+    assert final["answer"].strip() and final["stats"]["new_tokens"] >= 1
+    assert final["stats"]["compiled_graphs"] == 0 and final["stats"]["bucket"] in (32, 64, 128)
+    assert final["answer"] in "".join(u["delta"] for u in updates)
+    again = client.predict(message="tell me more", history=history, system_prompt="Be brief.", top_k=20,
+                           max_new_tokens=24, seed=5, api_name="/chat")
+    assert again["answer"] == final["answer"]  # same seed, same reply
+
+
+def test_chat_cancel_frees_the_engine(served):
+    backend, client = served
+    job = client.submit(message="go on", max_new_tokens=200, temperature=1.0, api_name="/chat")
+    deadline = time.time() + 30
+    while not job.outputs() and time.time() < deadline:  # wait until the reply is streaming
+        time.sleep(0.02)
+    assert job.outputs() and not job.outputs()[-1]["done"]
+    job.cancel()
+    deadline = time.time() + 5
+    while backend.engine("chat").busy and time.time() < deadline:
+        time.sleep(0.02)
+    assert not backend.engine("chat").busy
+    assert client.predict(message="next user", max_new_tokens=4, api_name="/chat")["done"]
+
+
+def test_generate_image_returns_png_with_parameters(served):
+    _, client = served
+    path, params = client.predict(prompt="a lighthouse", size="96x64", steps=2, seed=11, guidance=None,
+                                  api_name="/generate_image")
+    with Image.open(path) as image:
+        assert image.size == (96, 64) and image.format == "PNG"
+        assert "Seed: 11" in image.text["parameters"] and "a lighthouse" in image.text["parameters"]
+    assert params["seed"] == 11 and params["size"] == "96x64" and params["steps"] == 2
+
+
+def test_unsupported_size_refused_with_allowed_list(served):
+    _, client = served
+    with pytest.raises(Exception, match=r"64x64.*96x64") as info:
+        client.predict(prompt="x", size="512x512", steps=1, seed=1, guidance=None, api_name="/generate_image")
+    assert "512x512" in str(info.value)
+
+
+def test_wrong_password_rejected(guarded):
+    _, url = guarded
+    with pytest.raises(Exception):  # noqa: B017 - gradio_client raises a plain ValueError/AppError here
+        Client(url, auth=("ada", "wrong"), verbose=False)
+
+
+def test_not_ready_size_refused_with_eta(guarded):
+    backend, url = guarded
+    client = Client(url, auth=("ada", "lovelace"), verbose=False)
+    with pytest.raises(Exception, match=r"96x64 is still warming up.*about 30 s"):
+        client.predict(prompt="x", size="96x64", steps=1, seed=1, guidance=None, api_name="/generate_image")
+    path, _ = client.predict(prompt="x", size="64x64", steps=1, seed=1, guidance=None, api_name="/generate_image")
+    assert Image.open(path).size == (64, 64)
+    status = client.predict(api_name="/status")
+    assert not status["ready"] and status["done"] == status["total"] - 1
