@@ -19,7 +19,7 @@ import gradio as gr
 
 from neuron_backend.chat import ChatRequest
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.image import ImageRequest
+from neuron_backend.image import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.presentation import (
     chat_stats_text,
     context_meter_text,
@@ -204,7 +204,7 @@ def create_demo(backend: Backend) -> gr.Blocks:
                         seed = gr.Number(label="Seed", value=0, precision=0, minimum=0, maximum=SEED_MAX)
                         randomize = gr.Checkbox(label="Randomize seed", value=True)
                         reuse = gr.Button("Reuse last seed", size="sm")
-                    guidance = gr.Slider(0.0, 10.0, value=4.0, step=0.5, label="Guidance",
+                    guidance = gr.Slider(GUIDANCE_MIN, GUIDANCE_MAX, value=DEFAULT_GUIDANCE, step=0.5, label="Guidance",
                                          visible=not image_distilled)
                     with gr.Row():
                         generate_btn = gr.Button("Generate", variant="primary", elem_id="generate")
@@ -228,7 +228,7 @@ def create_demo(backend: Backend) -> gr.Blocks:
                     progress((step, total), desc=f"step {step}/{total} · ~{eta:.1f} s left", unit="steps")
 
                 result = backend.generate_image(
-                    ImageRequest(prompt=text, size=size_label, steps=n_steps, seed=chosen,
+                    ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=int(chosen),
                                  guidance=None if image_distilled else guidance_value), on_step)
                 params = dict(result.params, wall_s=round(time.perf_counter() - started, 3))
                 path = str(result.path) if result.path else _save_temp_png(result.image)

@@ -1,0 +1,401 @@
+"""The image engine: FLUX.2-klein through diffusers' Flux2KleinPipeline, at declared sizes only.
+
+Pipeline quirks handled here (NOTES.md sections 3 and 5):
+- the pipeline silently rounds a size down to a multiple of 16, and every new size is a new
+  compiled graph; so a request must name one of ``settings.sizes`` exactly, or it is refused;
+- steps, seed and guidance change no tensor shape: they never recompile;
+- every prompt is padded or truncated to ``MAX_SEQUENCE_LENGTH`` tokens (fixed text shapes); a
+  truncation is counted with the pipeline's own tokenizer and reported, never silent;
+- ``prompt=`` is always passed by name: the pipeline's first positional argument is ``image``;
+- stopping: ``callback_on_step_end`` sets ``pipe._interrupt``; the pipeline then skips the
+  remaining steps but still decodes the latents, so a stopped request returns a (noisy) image.
+
+Guidance on distilled models (FLUX.2-klein 4B/9B): they run without classifier-free guidance.
+A guidance value sent for one is ignored, not refused (a UI may keep its slider), and the
+result's params say so in ``guidance_note``; ``params["guidance"]`` is then None.
+
+Concurrency: one request or warm-up runs at a time (``engine.SerialJobs``); callers arriving
+meanwhile wait in line, none is dropped. ``cancel()`` stops only the running one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import threading
+import time
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from numbers import Integral, Real
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from .devices import CompileCounter, Placement, synchronize
+from .engine import SerialJobs, ShapeRegistry
+from .errors import EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
+from .png_info import OutputFolder, read_png_parameters
+from .settings import Settings
+from .shapes import ImageSize, parse_size
+
+__all__ = ["ImageEngine", "ImageRequest", "ImageResult", "read_png_parameters"]
+
+log = logging.getLogger("showcase.image")
+
+MAX_SEQUENCE_LENGTH = 512  # tokens the pipeline pads/truncates every prompt to (its default)
+SEED_MAX = 2**32 - 1  # seeds are 0 .. SEED_MAX
+GUIDANCE_MIN, GUIDANCE_MAX = 1.0, 20.0  # 1.0 means no classifier-free guidance
+DEFAULT_GUIDANCE = 4.0  # Flux2KleinPipeline's default, for the non-distilled (base) models
+SAMPLER = "FlowMatchEuler"
+WARMUP_PROMPT = "a warm-up image"
+ProgressFn = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """One image request. ``steps`` None: the default; ``seed`` None: random; ``guidance`` None: default."""
+
+    prompt: str
+    size: str | ImageSize
+    steps: int | None = None
+    seed: int | None = None
+    guidance: float | None = None
+
+
+@dataclass
+class ImageResult:
+    """A generated image, where it was saved (None if it could not be) and everything that made it."""
+
+    image: Image.Image
+    path: Path | None
+    params: dict
+    seed: int
+    stopped: bool
+    prompt_truncated: bool
+    seconds: float
+    compiled_graphs: int  # graph compiles during this request: 0 once its size is warm
+
+
+@dataclass
+class _Run:
+    image: Image.Image
+    steps_done: int
+    stopped: bool
+    seconds: float
+    graphs: int
+
+
+def clean_prompt(prompt: object, max_chars: int) -> str:
+    """The prompt without control characters (newline and tab kept), stripped; refuse empty or long."""
+    if not isinstance(prompt, str):
+        raise InvalidRequestError(f"The prompt must be text, not {type(prompt).__name__}.")
+    text = prompt.replace("\r\n", "\n").replace("\r", "\n")
+    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc").strip()
+    if not text:
+        raise InvalidRequestError("The prompt is empty: describe the image you want.")
+    if len(text) > max_chars:
+        raise InvalidRequestError(f"The prompt is {len(text)} characters; the limit is {max_chars}. Shorten it.")
+    return text
+
+
+def _whole_number(name: str, value: object, low: int, high: int) -> int:
+    """``value`` as an int in low..high; bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise InvalidRequestError(f"{name} must be a whole number from {low} to {high}, not {value!r}.")
+    if not low <= int(value) <= high:
+        raise InvalidRequestError(f"{name} {value} is out of range: use a whole number from {low} to {high}.")
+    return int(value)
+
+
+def _guidance_value(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise InvalidRequestError(f"Guidance must be a number from {GUIDANCE_MIN} to {GUIDANCE_MAX}, not {value!r}.")
+    if not GUIDANCE_MIN <= float(value) <= GUIDANCE_MAX:
+        raise InvalidRequestError(f"Guidance {value} is out of range: use {GUIDANCE_MIN} to {GUIDANCE_MAX}.")
+    return float(value)
+
+
+class ImageEngine:
+    """Text-to-image with a Flux2KleinPipeline on one device; see the module docstring."""
+
+    name = "image"
+
+    def __init__(self, settings: Settings, placement: Placement, model_id: str):
+        self.settings = settings
+        self.placement = placement
+        self.model_id = model_id
+        self.shapes = ShapeRegistry(self.name, [size.label for size in settings.sizes])
+        self.outputs = OutputFolder(Path(settings.cache_dir) / "outputs", settings.max_saved_images)
+        self.load_seconds: float | None = None
+        self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
+        self._jobs = SerialJobs()
+        self._pipe = None
+        self._versions: dict[str, str] = {"torch": torch.__version__}
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def load(self, folder: Path) -> None:
+        """Load the pipeline from a local folder onto the placement's device; compile if asked."""
+        import diffusers  # imported here: it is slow to import and only this engine needs it
+        import transformers
+
+        start = time.perf_counter()
+        try:
+            pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype)
+            # Always an explicit device: device_map="auto" does not see Neuron (NOTES.md 1).
+            pipe.to(self.placement.device)
+        except Exception as exc:  # noqa: BLE001 - any load failure makes the engine unavailable
+            raise EngineUnavailableError(
+                f"Could not load the image model {self.model_id} from {folder}: {exc}"
+            ) from exc
+        pipe.set_progress_bar_config(disable=True)
+        if self.placement.compile:
+            # dynamic=False: one graph per declared size, reused for any steps, seed or prompt.
+            options = {"backend": self.placement.compile_backend, "fullgraph": True, "dynamic": False}
+            # Dynamo keeps at most recompile_limit (default 8) graphs per code object and each size
+            # is one: make room for every declared size (process-wide, and only ever raised).
+            wanted = len(self.settings.sizes) + 8
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
+            if self.settings.compile_repeated_blocks:
+                pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
+            else:
+                pipe.transformer.compile(**options)
+        with self._jobs.job():  # never swap the pipeline under a running request
+            self._pipe = pipe
+        self._versions = {
+            "torch": torch.__version__,
+            "diffusers": diffusers.__version__,
+            "transformers": transformers.__version__,
+        }
+        self.load_seconds = time.perf_counter() - start
+
+    @property
+    def loaded(self) -> bool:
+        return self._pipe is not None
+
+    @property
+    def distilled(self) -> bool:
+        """Whether the loaded model is step-distilled (no classifier-free guidance)."""
+        return bool(self._loaded_pipe().config.get("is_distilled", False))
+
+    def warm_up(self, shape: str) -> None:
+        """Run size ``shape`` ("WxH") once with 1 step so it compiles; mark it ready or failed.
+
+        A failure marks only that size failed, with the reason, and is re-raised; the other sizes
+        stay usable. Timing and graph count are kept in ``self.warmups[label]``.
+        """
+        pipe = self._loaded_pipe()
+        size = self._configured_size(shape)
+        request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance())
+        with self._jobs.job() as cancelled:
+            try:
+                run = self._run(pipe, request, 0, cancelled, None)
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                self.shapes.mark_failed(size.label, reason)
+                log.warning("image size %s failed to warm up: %s", size.label, reason)
+                raise
+        self.shapes.mark_ready(size.label)
+        self.warmups[size.label] = {"seconds": round(run.seconds, 3), "compiled_graphs": run.graphs}
+
+    def cancel(self) -> bool:
+        """Stop the running request after its current step; return whether one was running."""
+        return self._jobs.cancel()
+
+    # -- requests --------------------------------------------------------------------------
+
+    def validate(self, request: ImageRequest) -> ImageRequest:
+        """Check a request and return it normalised: clean prompt, ImageSize, steps and guidance filled in.
+
+        Guidance is resolved only once the model is loaded (None for distilled models).
+        Raises InvalidRequestError (UnsupportedSizeError for sizes) whose message says what is allowed.
+        """
+        if not isinstance(request, ImageRequest):
+            raise InvalidRequestError(f"Expected an ImageRequest, got {type(request).__name__}.")
+        prompt = clean_prompt(request.prompt, self.settings.max_prompt_chars)
+        size = self._configured_size(request.size)
+        steps = self.settings.default_steps
+        if request.steps is not None:
+            steps = _whole_number("Steps", request.steps, 1, self.settings.max_steps)
+        seed = None if request.seed is None else _whole_number("Seed", request.seed, 0, SEED_MAX)
+        guidance = None if request.guidance is None else _guidance_value(request.guidance)
+        if self.loaded:
+            guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
+        return ImageRequest(prompt, size, steps, seed, guidance)
+
+    def generate(self, request: ImageRequest, progress: ProgressFn | None = None) -> ImageResult:
+        """Make one image; blocks while another request runs (see the module docstring).
+
+        ``progress(step, total, elapsed_s)`` is called once per denoising step, from this thread.
+        Raises InvalidRequestError/UnsupportedSizeError for bad input, ShapeNotReadyError or
+        ShapeFailedError for a size that cannot serve now, EngineUnavailableError before load().
+        """
+        pipe = self._loaded_pipe()
+        normal = self.validate(request)
+        label = normal.size.label
+        self.shapes.require(label)
+        seed = secrets.randbelow(SEED_MAX + 1) if normal.seed is None else normal.seed
+        with self._jobs.job() as cancelled:
+            self.shapes.require(label)  # its state may have changed while this request waited
+            tokens = self._prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
+            run = self._run(pipe, normal, seed, cancelled, progress)
+        params = self._params(request, normal, seed, tokens, run)
+        saved = self.outputs.save(run.image, params, stem=f"{label}-s{seed}")
+        if saved.problem:
+            params["save_note"] = saved.problem  # only in the returned params: the PNG does not exist
+        return ImageResult(
+            image=run.image,
+            path=saved.path,
+            params=params,
+            seed=seed,
+            stopped=run.stopped,
+            prompt_truncated=params["prompt_truncated"],
+            seconds=run.seconds,
+            compiled_graphs=run.graphs,
+        )
+
+    def describe(self) -> dict:
+        """Plain data about the engine for the UI: model, placement, sizes and their state, limits."""
+        distilled = self.distilled if self.loaded else None
+        return {
+            "name": self.name,
+            "model": self.model_id,
+            "loaded": self.loaded,
+            "distilled": distilled,
+            "placement": self.placement.label(),
+            "device": self.placement.device,
+            "dtype": self.placement.dtype_name,
+            "mode": self._mode(),
+            "sizes": self.shapes.keys(),
+            "shapes": self.shapes.snapshot(),
+            "steps": {"default": self.settings.default_steps, "max": self.settings.max_steps},
+            "guidance": {
+                "used": None if distilled is None else not distilled,
+                "default": DEFAULT_GUIDANCE,
+                "min": GUIDANCE_MIN,
+                "max": GUIDANCE_MAX,
+            },
+            "max_prompt_chars": self.settings.max_prompt_chars,
+            "max_sequence_length": MAX_SEQUENCE_LENGTH,
+            "load_seconds": None if self.load_seconds is None else round(self.load_seconds, 3),
+            "warmups": dict(self.warmups),  # copying a dict is atomic under the GIL
+            "busy": self._jobs.busy,
+            "outputs": {"folder": str(self.outputs.folder), "max_saved_images": self.outputs.limit},
+            "versions": dict(self._versions),
+        }
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _loaded_pipe(self):
+        pipe = self._pipe
+        if pipe is None:
+            raise EngineUnavailableError("The image model is not loaded yet; wait for the warm-up to load it.")
+        return pipe
+
+    def _configured_size(self, value: object) -> ImageSize:
+        allowed = ", ".join(size.label for size in self.settings.sizes)
+        try:
+            size = parse_size(value)
+        except InvalidRequestError as exc:
+            raise UnsupportedSizeError(f"{exc} Allowed sizes: {allowed}.") from None
+        if size not in self.settings.sizes:
+            raise UnsupportedSizeError(
+                f"Image size {size.label} is not served here (each size is compiled ahead of time). "
+                f"Allowed sizes: {allowed}."
+            )
+        return ImageSize(*size)
+
+    def _default_guidance(self) -> float | None:
+        return None if self.distilled else DEFAULT_GUIDANCE
+
+    def _mode(self) -> str:
+        if not self.placement.compile:
+            return "eager"
+        blocks = ", repeated blocks" if self.settings.compile_repeated_blocks else ""
+        return f"compiled ({self.placement.compile_backend}{blocks})"
+
+    @staticmethod
+    def _prompt_tokens(pipe, prompt: str) -> int:
+        """Tokens the text encoder would see, counted exactly as the pipeline builds its input."""
+        messages = [{"role": "user", "content": prompt}]
+        text = pipe.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
+        return len(pipe.tokenizer(text, verbose=False)["input_ids"])
+
+    def _run(
+        self, pipe, request: ImageRequest, seed: int, cancelled: threading.Event, progress: ProgressFn | None
+    ) -> _Run:
+        """One pipeline call; the caller holds the job. ``request`` is validated and normalised."""
+        total = request.steps
+        start = time.perf_counter()
+        state = {"done": 0, "stopped": False}
+
+        def on_step_end(pipeline, step: int, timestep, tensors: dict) -> dict:
+            state["done"] = step + 1
+            if progress is not None:
+                progress(step + 1, total, time.perf_counter() - start)
+            if cancelled.is_set() and step + 1 < total:
+                pipeline._interrupt = True  # the pipeline skips the remaining steps, then decodes
+                state["stopped"] = True
+            return tensors
+
+        # The noise is drawn on a CPU generator on every device. On Neuron a device-side random op
+        # would be one more thing to compile, and its generator need not match any other device's;
+        # on the CPU a seed gives the same starting noise on neuron, cuda and cpu alike.
+        # diffusers' randn_tensor draws on the generator's device and moves the noise to the model.
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        graphs_before = CompileCounter.graphs()
+        output = pipe(
+            prompt=request.prompt,
+            height=request.size.height,
+            width=request.size.width,
+            num_inference_steps=total,
+            # 1.0 disables classifier-free guidance (and the pipeline's warning on distilled models).
+            guidance_scale=1.0 if request.guidance is None else request.guidance,
+            generator=generator,
+            max_sequence_length=MAX_SEQUENCE_LENGTH,
+            callback_on_step_end=on_step_end,
+            output_type="pil",
+        )
+        synchronize(self.placement)
+        seconds = time.perf_counter() - start
+        return _Run(output.images[0], state["done"], state["stopped"], seconds, CompileCounter.graphs() - graphs_before)
+
+    def _params(self, request: ImageRequest, normal: ImageRequest, seed: int, tokens: int, run: _Run) -> dict:
+        """Everything needed to reproduce and explain the image; JSON-serialisable."""
+        params = {
+            "prompt": normal.prompt,
+            "seed": seed,
+            "steps": normal.steps,
+            "steps_done": run.steps_done,
+            "stopped": run.stopped,
+            "size": normal.size.label,
+            "width": normal.size.width,
+            "height": normal.size.height,
+            "guidance": normal.guidance,
+            "distilled": self.distilled,
+            "sampler": SAMPLER,
+            "model": self.model_id,
+            "device": self.placement.device,
+            "dtype": self.placement.dtype_name,
+            "mode": self._mode(),
+            "compiled": self.placement.compile,
+            "versions": dict(self._versions),
+            "seconds": round(run.seconds, 3),
+            "compiled_graphs": run.graphs,
+            "prompt_tokens": tokens,
+            "max_sequence_length": MAX_SEQUENCE_LENGTH,
+            "prompt_truncated": tokens > MAX_SEQUENCE_LENGTH,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        if request.guidance is not None and normal.guidance is None:
+            params["guidance_note"] = (
+                f"guidance {request.guidance} ignored: {self.model_id} is step-distilled and runs "
+                "without classifier-free guidance"
+            )
+        return params

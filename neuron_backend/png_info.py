@@ -1,0 +1,172 @@
+"""Generated PNGs with their parameters embedded, and the bounded folder they are saved in.
+
+Each PNG carries two text chunks:
+- ``parameters``: A1111-style infotext (prompt, then ``Steps: 4, Sampler: ..., Seed: 42, ...``),
+  which other tools already know how to read;
+- ``showcase``: the full parameters dict as JSON, what ``read_png_parameters`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+from PIL.PngImagePlugin import PngInfo
+
+log = logging.getLogger("showcase.image")
+
+INFOTEXT_KEY = "parameters"
+JSON_KEY = "showcase"
+# Saved files are named "<date>-<time>-<ms>-<stem>.png"; only names like that are ever pruned.
+_SAVED_NAME = re.compile(r"^\d{8}-\d{6}-\d{3}-[\w.-]+\.png$")
+# One "Key: value" pair of the infotext line; values with , : or newlines are JSON-quoted.
+_PAIR = re.compile(r'\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)')
+
+
+def _quote(value: object) -> str:
+    text = str(value)
+    return json.dumps(text, ensure_ascii=False) if any(c in text for c in ',:\n"') else text
+
+
+def infotext(params: dict) -> str:
+    """A1111-style text: the prompt, then one line of ``Key: value`` pairs."""
+    pairs = [("Steps", params.get("steps")), ("Sampler", params.get("sampler"))]
+    if params.get("guidance") is not None:
+        pairs.append(("CFG scale", params["guidance"]))
+    pairs += [
+        ("Seed", params.get("seed")),
+        ("Size", params.get("size")),
+        ("Model", params.get("model")),
+        ("Device", params.get("device")),
+        ("Dtype", params.get("dtype")),
+        ("Mode", params.get("mode")),
+        ("Seconds", params.get("seconds")),
+    ]
+    if params.get("prompt_truncated"):
+        pairs.append(("Prompt truncated", f"to {params.get('max_sequence_length')} tokens"))
+    if params.get("stopped"):
+        pairs.append(("Stopped at step", f"{params.get('steps_done')}/{params.get('steps')}"))
+    pairs += [(name.capitalize(), version) for name, version in params.get("versions", {}).items()]
+    line = ", ".join(f"{key}: {_quote(value)}" for key, value in pairs if value is not None)
+    return f"{params.get('prompt', '')}\n{line}"
+
+
+def parse_infotext(text: str) -> dict:
+    """Best-effort inverse of ``infotext``: {"prompt": ..., "<Key>": "<value>", ...}, values as text."""
+    prompt, _, line = text.rpartition("\n")
+    if not line.startswith("Steps:"):
+        return {"prompt": text}
+    result: dict[str, str] = {"prompt": prompt}
+    for key, value in _PAIR.findall(line):
+        result[key.strip()] = json.loads(value) if value.startswith('"') else value.strip()
+    return result
+
+
+def png_metadata(params: dict) -> PngInfo:
+    """The two text chunks (infotext and JSON) for ``Image.save(..., pnginfo=...)``."""
+    info = PngInfo()
+    info.add_text(INFOTEXT_KEY, infotext(params))  # tEXt, or iTXt when the prompt is not latin-1
+    info.add_text(JSON_KEY, json.dumps(params, ensure_ascii=True, default=str), zip=True)
+    return info
+
+
+def read_png_parameters(path: str | Path) -> dict:
+    """The parameters saved in a PNG: the JSON chunk, else the parsed infotext, else {}."""
+    with Image.open(path) as image:
+        chunks = dict(getattr(image, "text", {}) or {})
+    if JSON_KEY in chunks:
+        return json.loads(chunks[JSON_KEY])
+    if INFOTEXT_KEY in chunks:
+        return parse_infotext(chunks[INFOTEXT_KEY])
+    return {}
+
+
+@dataclass(frozen=True)
+class SaveOutcome:
+    """Where the PNG went, or why it was not saved (the image itself is never lost)."""
+
+    path: Path | None
+    problem: str | None = None
+
+
+class OutputFolder:
+    """A folder of generated PNGs holding at most ``limit`` of them; the oldest go first.
+
+    Concurrency: ``save`` may be called from several threads; one lock covers naming, writing and
+    pruning. Files are written under a temporary name and renamed, so a full disk never leaves a
+    truncated PNG behind. A failure to write is returned as ``SaveOutcome(None, problem)``, never
+    raised: the caller still has the image in memory. ``limit`` 0 disables saving.
+    """
+
+    def __init__(self, folder: Path, limit: int):
+        self.folder = Path(folder)
+        self.limit = limit
+        self._lock = threading.Lock()
+
+    def save(self, image: Image.Image, params: dict, stem: str) -> SaveOutcome:
+        """Write ``image`` with ``params`` embedded; prune the folder down to ``limit`` files."""
+        if self.limit <= 0:
+            return SaveOutcome(None, "not saved: --max-saved-images is 0")
+        with self._lock:
+            tmp = None
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                path = self._new_path(stem)
+                tmp = self.folder / f".tmp-{uuid.uuid4().hex}.png"
+                image.save(tmp, format="PNG", pnginfo=png_metadata(params))
+                os.replace(tmp, path)
+            except OSError as exc:
+                _remove_quietly(tmp)
+                log.warning("could not save the image under %s: %s", self.folder, exc)
+                return SaveOutcome(None, f"not saved: could not write to {self.folder} ({exc})")
+            self._prune()
+            return SaveOutcome(path)
+
+    def saved_files(self) -> list[Path]:
+        """Saved PNGs, oldest first."""
+        try:
+            files = [p for p in self.folder.iterdir() if _SAVED_NAME.match(p.name)]
+        except OSError:
+            return []
+        return sorted(files, key=lambda p: (_mtime_ns(p), p.name))
+
+    def _new_path(self, stem: str) -> Path:
+        now = time.time()
+        base = f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{int(now * 1000) % 1000:03d}-{stem}"
+        path, n = self.folder / f"{base}.png", 1
+        while path.exists():
+            path, n = self.folder / f"{base}.{n}.png", n + 1
+        return path
+
+    def _prune(self) -> None:
+        files = self.saved_files()
+        for old in files[: max(0, len(files) - self.limit)]:
+            try:
+                old.unlink()
+            except OSError as exc:  # the new image is saved; an undeletable old one is only logged
+                log.warning("could not remove old image %s: %s", old, exc)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _remove_quietly(path: Path | None) -> None:
+    """Remove a half-written temporary file; the original write error is what gets reported."""
+    if path is None:
+        return
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
