@@ -119,7 +119,6 @@ def create_demo(backend: Backend) -> gr.Blocks:
     chat_on, image_on = "chat" in backend.placements, "image" in backend.placements
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
-    image_distilled = True  # FLUX.2-klein is distilled; refined once the engine has loaded
 
     with gr.Blocks(title="Hugging Face on Trainium") as demo:
         status_bar = gr.HTML(status_bar_html(backend.status()), elem_id="status-bar")
@@ -142,7 +141,8 @@ def create_demo(backend: Backend) -> gr.Blocks:
             max_new = gr.Slider(1, settings.max_new_tokens, value=settings.max_new_tokens, step=1,
                                 label="Max new tokens", render=False)
             greedy = gr.Checkbox(label="Greedy (no sampling)", value=False, render=False)
-            chat_seed = gr.Number(label="Seed (empty = random)", value=None, precision=0, render=False)
+            # Gradio 6.31 shows a Number of value None as 0 and sends 0 until it is cleared: -1 means random.
+            chat_seed = gr.Number(label="Seed (-1 = random)", value=-1, minimum=-1, precision=0, render=False)
 
             @user_errors
             def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed):
@@ -150,7 +150,7 @@ def create_demo(backend: Backend) -> gr.Blocks:
                     message=_text(message), history=tuple(history_for_engine(history)),
                     system_prompt=system or None, thinking=bool(think), temperature=temp, top_p=p,
                     top_k=int(k), max_new_tokens=int(max_tokens), greedy=bool(is_greedy),
-                    seed=None if seed is None else int(seed),
+                    seed=None if seed is None or seed < 0 else int(seed),
                 )
                 update = None
                 for update in backend.stream_chat(request):
@@ -205,7 +205,7 @@ def create_demo(backend: Backend) -> gr.Blocks:
                         randomize = gr.Checkbox(label="Randomize seed", value=True)
                         reuse = gr.Button("Reuse last seed", size="sm")
                     guidance = gr.Slider(GUIDANCE_MIN, GUIDANCE_MAX, value=DEFAULT_GUIDANCE, step=0.5, label="Guidance",
-                                         visible=not image_distilled)
+                                         visible=not backend.image_distilled())
                     with gr.Row():
                         generate_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                         stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-image")
@@ -217,32 +217,47 @@ def create_demo(backend: Backend) -> gr.Blocks:
                     snippet = gr.Code(label="Use from Python", language="python", elem_id="python-snippet")
             gallery = gr.Gallery(label="This session's images", columns=4, height=220, elem_id="gallery")
 
+            active_calls: dict[str, object] = {}  # session -> its running ImageCall, for Stop
+
             @user_errors
             def press_generate(text, size_label, n_steps, seed_value, randomize_seed, guidance_value, past,
                                request: gr.Request, progress=gr.Progress()):
                 chosen = random.randint(0, SEED_MAX) if randomize_seed else seed_value
                 started = time.perf_counter()
-
-                def on_step(step: int, total: int, elapsed: float) -> None:
-                    eta = elapsed / max(step, 1) * (total - step)
-                    progress((step, total), desc=f"step {step}/{total} · ~{eta:.1f} s left", unit="steps")
-
-                result = backend.generate_image(
+                call = backend.start_image(
                     ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=int(chosen),
-                                 guidance=None if image_distilled else guidance_value), on_step)
+                                 guidance=None if backend.image_distilled() else guidance_value))
+                session = getattr(request, "session_hash", None) or "anonymous"
+                active_calls[session] = call
+                try:
+                    for state in follow(call):
+                        if state is None:
+                            progress(0.0, desc="waiting for the image engine")
+                        else:
+                            step, total, elapsed = state
+                            eta = elapsed / max(step, 1) * (total - step)
+                            progress((step, total), desc=f"step {step}/{total} · ~{eta:.1f} s left", unit="steps")
+                        yield (gr.skip(),) * 7
+                finally:
+                    active_calls.pop(session, None)
+                result = call.result()
                 params = dict(result.params, wall_s=round(time.perf_counter() - started, 3))
                 path = str(result.path) if result.path else _save_temp_png(result.image)
                 gallery_items = [*past, (path, f"seed {result.seed} · {params['size']}")]
                 url = str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
-                return (path, path, params, python_snippet(url, params), result.seed, gallery_items,
-                        gallery_items)
+                yield (path, path, params, python_snippet(url, params), result.seed, gallery_items, gallery_items)
+
+            def press_stop(request: gr.Request):
+                call = active_calls.get(getattr(request, "session_hash", None) or "anonymous")
+                if call is not None:
+                    call.cancel()
 
             generate_btn.click(
                 press_generate, [prompt, size, steps, seed, randomize, guidance, session_gallery],
                 [image_out, png_file, params_out, snippet, last_seed, session_gallery, gallery],
                 concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private",
             )
-            stop_btn.click(lambda: backend.cancel("image"), None, None, queue=False, api_visibility="private")
+            stop_btn.click(press_stop, None, None, queue=False, api_visibility="private")
             reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                         api_visibility="private")
 
@@ -252,14 +267,14 @@ def create_demo(backend: Backend) -> gr.Blocks:
             size_update = gr.update(choices=choices) if choices != previous_choices else gr.skip()
             timer_update = gr.Timer(active=True, value=1.0 if not status["ready"] else 5.0)
             return (status_bar_html(status), task_rows(status), _details_markdown(status), size_update, choices,
-                    timer_update)
+                    timer_update, gr.update(visible=not backend.image_distilled()))
 
         size_choices_state = gr.State(_size_choices(backend))
         timer.tick(refresh_status, size_choices_state,
-                   [status_bar, tasks_table, details, size, size_choices_state, timer],
+                   [status_bar, tasks_table, details, size, size_choices_state, timer, guidance],
                    queue=False, api_visibility="private")
         demo.load(refresh_status, size_choices_state,
-                  [status_bar, tasks_table, details, size, size_choices_state, timer],
+                  [status_bar, tasks_table, details, size, size_choices_state, timer, guidance],
                   queue=False, api_visibility="private")
 
         _public_api(backend, concurrency)
@@ -297,16 +312,41 @@ def _public_api(backend: Backend, concurrency: dict[str, str]) -> None:
 
     @user_errors
     def generate_image_api(prompt, size, steps, seed, guidance):
-        """Generate one image; returns the PNG (parameters embedded) and its parameters."""
+        """Generate one image; returns the PNG (parameters embedded) and its parameters.
+
+        With submit(), progress dicts {"status", "step", "total", "elapsed_s"} stream first.
+        """
         request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
                                guidance=guidance)
-        result = backend.generate_image(request)
+        call = backend.start_image(request)
+        started = time.perf_counter()
+        for state in follow(call):
+            # Progress updates stream to clients that submit(); each one also lets the server
+            # notice a client that went away (and then stop the image within a step).
+            step, total, _ = state or (0, None, 0.0)
+            yield gr.skip(), {"status": "running" if state else "waiting", "step": step, "total": total,
+                              "elapsed_s": round(time.perf_counter() - started, 2)}
+        result = call.result()
         path = str(result.path) if result.path else _save_temp_png(result.image)
-        return path, result.params
+        yield path, result.params
 
     api_trigger.click(generate_image_api, [api_prompt, api_size, api_steps, api_seed, api_guidance],
                       [api_png, api_params], api_name="generate_image", concurrency_limit=1,
                       concurrency_id=concurrency.get("image"))
+
+
+def follow(call, interval: float = 0.25) -> Iterator[tuple[int, int, float] | None]:
+    """Yield an image call's progress until it ends; cancel it if the consumer goes away.
+
+    Gradio closes a generator handler when the client disconnects or cancels: the ``finally``
+    then stops the engine after its current step, so the next user is not kept waiting.
+    """
+    try:
+        while not call.wait(interval):
+            yield call.progress  # None while the request waits for the engine
+    finally:
+        if not call.wait(0):
+            call.cancel()
 
 
 def _size_choices(backend: Backend) -> list[tuple[str, str]]:

@@ -161,7 +161,7 @@ def _clean_history(history: object, limit: int) -> tuple[dict, ...]:
     for i, item in enumerate(history):
         if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
             raise InvalidRequestError(f"History item {i} is not valid: it must be {allowed}.")
-        content = _clean_text(f"History item {i}", item.get("content"), limit)
+        content = _clean_text(f"The content of history item {i}", item.get("content"), limit)
         if item["role"] == "assistant":
             content = strip_reasoning(content)
         cleaned.append({"role": item["role"], "content": content})

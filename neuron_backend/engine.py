@@ -88,8 +88,9 @@ class SerialJobs:
         self._lock = threading.Lock()
         self._current: threading.Event | None = None
 
-    def job(self):
-        return _Job(self)
+    def job(self, cancel: threading.Event | None = None):
+        """Context manager for one job; ``cancel`` lets the caller stop just its own request."""
+        return _Job(self, cancel)
 
     def cancel(self) -> bool:
         """Ask the running job to stop; return whether one was running."""
@@ -105,9 +106,9 @@ class SerialJobs:
 
 
 class _Job:
-    def __init__(self, owner: SerialJobs):
+    def __init__(self, owner: SerialJobs, cancel: threading.Event | None):
         self._owner = owner
-        self.cancelled = threading.Event()
+        self.cancelled = cancel if cancel is not None else threading.Event()
 
     def __enter__(self) -> threading.Event:
         self._owner._lock.acquire()

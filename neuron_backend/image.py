@@ -206,6 +206,11 @@ class ImageEngine:
         """Stop the running request after its current step; return whether one was running."""
         return self._jobs.cancel()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request (or warm-up) is running now."""
+        return self._jobs.busy
+
     # -- requests --------------------------------------------------------------------------
 
     def validate(self, request: ImageRequest) -> ImageRequest:
@@ -227,10 +232,12 @@ class ImageEngine:
             guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
         return ImageRequest(prompt, size, steps, seed, guidance)
 
-    def generate(self, request: ImageRequest, progress: ProgressFn | None = None) -> ImageResult:
+    def generate(self, request: ImageRequest, progress: ProgressFn | None = None,
+                 cancel: threading.Event | None = None) -> ImageResult:
         """Make one image; blocks while another request runs (see the module docstring).
 
         ``progress(step, total, elapsed_s)`` is called once per denoising step, from this thread.
+        Setting ``cancel`` stops this request (and no other) after its current step.
         Raises InvalidRequestError/UnsupportedSizeError for bad input, ShapeNotReadyError or
         ShapeFailedError for a size that cannot serve now, EngineUnavailableError before load().
         """
@@ -239,7 +246,7 @@ class ImageEngine:
         label = normal.size.label
         self.shapes.require(label)
         seed = secrets.randbelow(SEED_MAX + 1) if normal.seed is None else normal.seed
-        with self._jobs.job() as cancelled:
+        with self._jobs.job(cancel) as cancelled:
             self.shapes.require(label)  # its state may have changed while this request waited
             tokens = self._prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
             run = self._run(pipe, normal, seed, cancelled, progress)

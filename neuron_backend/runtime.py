@@ -168,13 +168,24 @@ class Backend:
         except ShapeNotReadyError as exc:
             raise self.explain_not_ready("chat", exc) from None
 
-    def generate_image(self, request, progress: Callable[[int, int, float], None] | None = None):
+    def generate_image(self, request, progress: Callable[[int, int, float], None] | None = None,
+                       cancel: threading.Event | None = None):
         """Generate one image (see ImageEngine.generate)."""
         engine = self.engine("image")
         try:
-            return engine.generate(request, progress)
+            return engine.generate(request, progress, cancel)
         except ShapeNotReadyError as exc:
             raise self.explain_not_ready("image", exc) from None
+
+    def start_image(self, request) -> ImageCall:
+        """Generate an image on a worker thread so the caller can poll progress and cancel it."""
+        return ImageCall(self, request)
+
+    def image_distilled(self) -> bool:
+        """Whether the image model ignores guidance (FLUX.2-klein is distilled; True until loaded)."""
+        with self._lock:
+            engine = self._engines.get("image")
+        return engine.distilled if engine is not None else True
 
     def cancel(self, name: str) -> bool:
         with self._lock:
@@ -212,3 +223,42 @@ class Backend:
             state = "disabled" if name not in self.placements else "failed" if "failed" in str(exc) else "loading"
             return {"state": state, "reason": str(exc)}
         return {"state": "ready", "reason": None, "placement": self.placements[name].label()}
+
+
+class ImageCall:
+    """One image request running on its own thread.
+
+    The web handler polls ``wait()`` and reads ``progress``; when the client goes away it calls
+    ``cancel()``, which stops this request (not another user's) after its current step.
+    """
+
+    def __init__(self, backend: Backend, request):
+        self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s)
+        self._cancel = threading.Event()
+        self._result = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(backend, request), name="image-call", daemon=True)
+        self._thread.start()
+
+    def _run(self, backend: Backend, request) -> None:
+        def on_step(step: int, total: int, elapsed: float) -> None:
+            self.progress = (step, total, elapsed)
+
+        try:
+            self._result = backend.generate_image(request, on_step, self._cancel)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            self._error = exc
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; return whether the call has ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def result(self):
+        """The ImageResult, or the exception the request raised."""
+        if self._error is not None:
+            raise self._error
+        return self._result

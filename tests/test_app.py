@@ -2,43 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 from PIL import Image
 
 gradio_client = pytest.importorskip("gradio_client")
+from app_helpers import start_app  # noqa: E402
 from gradio_client import Client  # noqa: E402
-
-import app  # noqa: E402
-from neuron_backend.runtime import Backend  # noqa: E402
-from neuron_backend.settings import parse_settings  # noqa: E402
-
-SIZES = "64x64,96x64"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_app(root, *extra, warm=True):
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
-                               "--port", str(free_port()), "--max-new-tokens", "200", *extra], env={})
-    backend = Backend(settings)
-    if warm:
-        backend.runner.run()
-    else:  # warm everything but the last image size: it stays queued (not ready)
-        for step in backend.runner._steps[:-1]:
-            backend.runner._run_step(step)
-        backend.runner._steps[-1].task.expected_s = 30.0
-    demo = app.create_demo(backend)
-    demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
-    _, url, _ = demo.launch(server_name=settings.host, server_port=settings.port, auth=settings.auth,
-                            prevent_thread_lock=True, show_error=True, quiet=True)
-    return demo, backend, url
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,291 @@
+"""QA bench input: a prompt set (pasted lines, .jsonl or .csv) and named settings variants.
+
+Everything here is user-supplied text, so every problem becomes an ``InvalidRequestError`` (or
+``UnsupportedSizeError``) whose message names the row, column or variant and what is allowed.
+Values are checked against the server's Settings (sizes, step and token limits) up front, so a bad
+set fails before anything runs instead of as a grid of failed cells.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import numbers
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InvalidRequestError, UnsupportedSizeError
+from .image import GUIDANCE_MAX, GUIDANCE_MIN
+from .settings import Settings
+from .shapes import parse_size
+
+MAX_PROMPTS = 100  # prompts in one set; a parameter of parse_prompt_set for servers that want another limit
+MAX_VARIANTS = 6  # e.g. seeds 1..3 x thinking on/off
+MAX_FILE_BYTES = 5_000_000
+MAX_NAME_CHARS = 40
+SEED_MAX = 2**32 - 1
+FILE_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".txt": "lines"}
+
+# setting -> (cell kind it applies to: chat, image or both, value type)
+SETTINGS: dict[str, tuple[str, str]] = {
+    "seed": ("both", "int"),
+    "system_prompt": ("chat", "text"),
+    "thinking": ("chat", "bool"),
+    "greedy": ("chat", "bool"),
+    "temperature": ("chat", "float"),
+    "top_p": ("chat", "float"),
+    "top_k": ("chat", "int"),
+    "max_new_tokens": ("chat", "int"),
+    "size": ("image", "size"),
+    "steps": ("image", "int"),
+    "guidance": ("image", "float"),
+}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_NAME = re.compile(r"^\s*(?:(?P<name>[^=:]+?)\s*:)?\s*(?P<body>.*?)\s*$")
+# key=value, where value is a JSON string ("a, b") or runs to the next comma
+_PAIR = re.compile(r'\s*(?P<key>\w+)\s*=\s*(?P<value>"(?:\\.|[^"\\])*"|[^,]*?)\s*(?:,|$)')
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+@dataclass
+class PromptRow:
+    """One prompt of the set with the settings its file row gave (only those set)."""
+
+    prompt: str
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass
+class Variant:
+    """A named set of settings; every prompt runs once per variant."""
+
+    name: str
+    settings: dict = field(default_factory=dict)
+
+
+def allowed_columns() -> str:
+    return "prompt (required), " + ", ".join(SETTINGS)
+
+
+def parse_prompt_set(text: str | None = None, file: str | Path | None = None, *, settings: Settings,
+                     max_prompts: int = MAX_PROMPTS) -> list[PromptRow]:
+    """Prompts pasted one per line, or read from a .jsonl/.csv (``prompt`` column plus settings) or .txt file."""
+    has_text = bool(text and text.strip())
+    if has_text and file:
+        raise InvalidRequestError("Give either pasted prompts or a file, not both: clear one of them.")
+    if file:
+        rows = _read_file(Path(file), settings)
+    else:
+        rows = [PromptRow(line.strip()) for line in (text or "").splitlines() if line.strip()]
+    if not rows:
+        raise InvalidRequestError("The prompt set is empty: paste one prompt per line, or upload a .jsonl or "
+                                  "a .csv file with a 'prompt' column.")
+    if len(rows) > max_prompts:
+        raise InvalidRequestError(f"The prompt set has {len(rows)} prompts; at most {max_prompts} are allowed in "
+                                  "one run. Split it into smaller sets.")
+    for number, row in enumerate(rows, 1):
+        if len(row.prompt) > settings.max_prompt_chars:
+            raise InvalidRequestError(f"Prompt {number} is {len(row.prompt)} characters; at most "
+                                      f"{settings.max_prompt_chars} are allowed.")
+    return rows
+
+
+def _read_file(path: Path, settings: Settings) -> list[PromptRow]:
+    kind = FILE_KINDS.get(path.suffix.lower())
+    if kind is None:
+        raise InvalidRequestError(f"{path.name}: unsupported file type; upload a .jsonl, .csv or .txt file.")
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise InvalidRequestError(f"{path.name} is larger than {MAX_FILE_BYTES // 1_000_000} MB; upload a "
+                                      "smaller prompt set.")
+        text = path.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"Could not read {path.name} ({exc}); upload a UTF-8 text file.") from None
+    if kind == "lines":
+        return [PromptRow(line.strip()) for line in text.splitlines() if line.strip()]
+    records = _jsonl_records(path.name, text) if kind == "jsonl" else _csv_records(path.name, text)
+    return [_row_from_record(f"{path.name} {where}", record, settings) for where, record in records]
+
+
+def _jsonl_records(name: str, text: str) -> list[tuple[str, dict]]:
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequestError(f"{name} line {number} is not valid JSON ({exc.msg}); each line must be "
+                                      'an object like {"prompt": "..."}.') from None
+        if not isinstance(record, dict):
+            raise InvalidRequestError(f'{name} line {number} must be a JSON object like {{"prompt": "..."}}.')
+        records.append((f"line {number}", {str(k).strip().lower(): v for k, v in record.items() if v is not None}))
+    return records
+
+
+def _csv_records(name: str, text: str) -> list[tuple[str, dict]]:
+    try:
+        reader = csv.DictReader(io.StringIO(text))
+        header = [str(h).strip().lower() for h in reader.fieldnames or []]
+        _check_columns(name, header)
+        records = []
+        for row in reader:
+            if None in row:
+                raise InvalidRequestError(f"{name} row {reader.line_num} has more values than the header has "
+                                          "columns; quote values that contain commas.")
+            values = {h: v for h, v in zip(header, row.values(), strict=True) if v is not None and v.strip()}
+            records.append((f"row {reader.line_num}", values))
+    except csv.Error as exc:
+        raise InvalidRequestError(f"Could not read {name} as CSV ({exc}).") from None
+    return records
+
+
+def _check_columns(name: str, columns: list[str], need_prompt: bool = True) -> None:
+    unknown = [c for c in columns if c != "prompt" and c not in SETTINGS]
+    if unknown:
+        raise InvalidRequestError(f"{name}: unknown column(s) {', '.join(map(repr, unknown))}; "
+                                  f"allowed: {allowed_columns()}.")
+    if need_prompt and "prompt" not in columns:
+        raise InvalidRequestError(f"{name} has no 'prompt' column; allowed: {allowed_columns()}.")
+
+
+def _row_from_record(where: str, record: dict, settings: Settings) -> PromptRow:
+    _check_columns(where, list(record), need_prompt=False)
+    prompt = record.pop("prompt", None)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidRequestError(f"{where}: the prompt must be non-empty text.")
+    values = {key: coerce_setting(key, value, settings, where) for key, value in record.items()}
+    return PromptRow(prompt.strip(), values)
+
+
+def coerce_setting(key: str, value: object, settings: Settings, where: str) -> object:
+    """Turn a JSON or text value into the setting's type and check its range against ``settings``."""
+    if key not in SETTINGS:
+        raise InvalidRequestError(f"{where}: unknown setting {key!r}; allowed: {', '.join(SETTINGS)}.")
+    kind = SETTINGS[key][1]
+    text = value.strip() if isinstance(value, str) else None
+    if text == "" and kind != "text":
+        raise InvalidRequestError(f"{where}: {key} has no value.")
+    if kind == "size":
+        try:
+            size = parse_size(value)
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(f"{where}: {exc}") from None
+        if size not in settings.sizes:
+            allowed = ", ".join(s.label for s in settings.sizes)
+            raise UnsupportedSizeError(f"{where}: size {size.label} is not one of this server's precompiled "
+                                       f"sizes; allowed: {allowed}.")
+        return size.label
+    if kind == "text":
+        if not isinstance(value, str):
+            raise InvalidRequestError(f"{where}: {key} must be text, got {value!r}.")
+        return _CONTROL.sub("", value)
+    if kind == "bool":
+        return _as_bool(key, value, text, where)
+    number = _as_number(key, value, text, kind, where)
+    low, high = _range(key, settings)
+    if not low <= number <= high or (key in ("temperature", "top_p") and number <= 0):
+        shown = f"above 0 and at most {high:g}" if key in ("temperature", "top_p") else f"from {low} to {high:g}"
+        raise InvalidRequestError(f"{where}: {key} must be {shown}, got {value!r}.")
+    return number
+
+
+def _as_bool(key: str, value: object, text: str | None, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if text is not None and text.lower() in _TRUE + _FALSE:
+        return text.lower() in _TRUE
+    raise InvalidRequestError(f"{where}: {key} must be true or false, got {value!r}.")
+
+
+def _as_number(key: str, value: object, text: str | None, kind: str, where: str) -> int | float:
+    wanted = "a whole number" if kind == "int" else "a number"
+    try:
+        if text is not None:
+            return int(text) if kind == "int" else float(text)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError
+        if kind == "int":
+            if not isinstance(value, numbers.Integral):
+                raise ValueError
+            return int(value)
+        return float(value)
+    except (ValueError, OverflowError):
+        raise InvalidRequestError(f"{where}: {key} must be {wanted}, got {value!r}.") from None
+
+
+def _range(key: str, settings: Settings) -> tuple[float, float]:
+    return {
+        "seed": (0, SEED_MAX), "temperature": (0, 2.0), "top_p": (0, 1.0), "top_k": (0, 10_000),
+        "max_new_tokens": (1, settings.max_new_tokens), "steps": (1, settings.max_steps),
+        "guidance": (GUIDANCE_MIN, GUIDANCE_MAX),
+    }[key]
+
+
+def parse_variants(spec: str | list | dict | None, *, settings: Settings,
+                   max_variants: int = MAX_VARIANTS) -> list[Variant]:
+    """Named settings variants from text (one ``name: key=value, ...`` per line), JSON, or a list of dicts.
+
+    No variants at all gives one variant named ``default`` with the server's defaults.
+    """
+    if isinstance(spec, str) and spec.strip()[:1] in ("[", "{"):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequestError(f"The variants are not valid JSON ({exc.msg} at line {exc.lineno}).") from None
+    if isinstance(spec, Mapping):
+        spec = [{"name": name, **(values if isinstance(values, Mapping) else {"(settings)": values})}
+                for name, values in spec.items()]
+    if spec is None or isinstance(spec, str):
+        raw = _variants_from_text(spec or "")
+    elif isinstance(spec, list) and all(isinstance(item, Mapping) for item in spec):
+        raw = [(str(item.get("name") or f"v{i}"), {k: v for k, v in item.items() if k != "name" and v is not None})
+               for i, item in enumerate(spec, 1)]
+    else:
+        raise InvalidRequestError("Variants must be text (one 'name: key=value, ...' per line), a JSON list "
+                                  'of objects like {"name": "cold", "temperature": 0.2}, or an object of name -> '
+                                  "settings.")
+    if not raw:
+        return [Variant("default")]
+    if len(raw) > max_variants:
+        raise InvalidRequestError(f"{len(raw)} variants given; at most {max_variants} run side by side.")
+    variants = []
+    for name, values in raw:
+        name = _CONTROL.sub("", name).strip()
+        if not name or len(name) > MAX_NAME_CHARS:
+            raise InvalidRequestError(f"Variant name {name!r} must be 1 to {MAX_NAME_CHARS} characters.")
+        if any(v.name == name for v in variants):
+            raise InvalidRequestError(f"Two variants are named {name!r}; give each a different name.")
+        where = f"variant {name!r}"
+        variants.append(Variant(name, {k: coerce_setting(str(k), v, settings, where) for k, v in values.items()}))
+    return variants
+
+
+def _variants_from_text(text: str) -> list[tuple[str, dict]]:
+    raw = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _NAME.match(line)
+        body, values, pos = match["body"], {}, 0
+        while pos < len(body):
+            pair = _PAIR.match(body, pos)
+            if pair is None or pair.end() == pos:
+                raise InvalidRequestError(f"Variant line {number} is not 'name: key=value, key=value' near "
+                                          f"{body[pos:pos + 30]!r}; quote values with commas: key=\"a, b\".")
+            values[pair["key"].lower()] = _unquote(number, pair["value"])
+            pos = pair.end()
+        raw.append((match["name"] or body or f"v{number}", values))
+    return raw
+
+
+def _unquote(number: int, value: str) -> str:
+    if not value.startswith('"'):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        raise InvalidRequestError(f"Variant line {number}: {value} is not a valid quoted string.") from None
