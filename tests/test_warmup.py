@@ -100,9 +100,8 @@ def test_failing_shape_is_isolated(tmp_path, monkeypatch):
 
 
 def test_failed_engine_load_leaves_the_other_serving(tmp_path, monkeypatch):
-    from neuron_backend.image import ImageRequest
-
     from neuron_backend.chat import ChatEngine, ChatRequest
+    from neuron_backend.image import ImageRequest
 
     def broken(self, folder):
         raise OSError("model.safetensors is truncated")
