@@ -17,6 +17,7 @@ from functools import wraps
 
 import gradio as gr
 
+from app_qa import build_qa_tab
 from neuron_backend.chat import ChatRequest
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.image import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
@@ -260,6 +261,9 @@ def create_demo(backend: Backend) -> gr.Blocks:
             stop_btn.click(press_stop, None, None, queue=False, api_visibility="private")
             reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                         api_visibility="private")
+
+        with gr.Tab("QA bench", elem_id="qa-tab"):
+            build_qa_tab(backend)
 
         def refresh_status(previous_choices):
             status = backend.status()

@@ -109,3 +109,4 @@ def test_not_ready_size_refused_with_eta(guarded):
     assert Image.open(path).size == (64, 64)
     status = client.predict(api_name="/status")
     assert not status["ready"] and status["done"] == status["total"] - 1
+
