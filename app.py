@@ -18,7 +18,9 @@ from functools import wraps
 import gradio as gr
 
 from app_qa import build_qa_tab
-from neuron_backend.chat import ChatRequest
+from neuron_backend import parallel
+from neuron_backend.chat_text import ChatRequest  # not .chat: that imports transformers, slowing the start
+from neuron_backend.devices import configure_compile_cache, resolve_placements
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.image import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.presentation import (
@@ -30,7 +32,7 @@ from neuron_backend.presentation import (
     status_bar_html,
     task_rows,
 )
-from neuron_backend.runtime import Backend
+from neuron_backend.runtime import Backend, model_folder
 from neuron_backend.settings import parse_settings
 
 log = logging.getLogger("showcase.app")
@@ -174,7 +176,7 @@ def create_demo(backend: Backend) -> gr.Blocks:
             with gr.Row():
                 export_json_btn = gr.Button("Export JSON", size="sm", elem_id="export-json")
                 export_md_btn = gr.Button("Export Markdown", size="sm", elem_id="export-md")
-            export_file = gr.File(label="Conversation export", visible=True, elem_id="export-file")
+            export_file = gr.File(label="Conversation export", height=90, elem_id="export-file")
 
             def export_conversation_json(history):
                 return _write_export(json.dumps(history or [], ensure_ascii=False, indent=1, default=str), ".json")
@@ -216,7 +218,8 @@ def create_demo(backend: Backend) -> gr.Blocks:
                     png_file = gr.File(label="PNG with embedded parameters", elem_id="png-file")
                     params_out = gr.JSON(label="Parameters", elem_id="image-params")
                     snippet = gr.Code(label="Use from Python", language="python", elem_id="python-snippet")
-            gallery = gr.Gallery(label="This session's images", columns=4, height=220, elem_id="gallery")
+            gallery = gr.Gallery(label="This session's images", columns=6, height=220, object_fit="contain",
+                                 elem_id="gallery")
 
             active_calls: dict[str, object] = {}  # session -> its running ImageCall, for Stop
 
@@ -399,12 +402,24 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = parse_settings(argv)
+        if settings.tp > 1:  # under torchrun
+            placement = resolve_placements(settings)["chat"]
+            # Weights first: saving (the demo build) under a process group writes only on rank 0.
+            folder = model_folder(settings, "chat")
+            parallel.init(settings, placement)
+            if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
+                configure_compile_cache(settings.cache_dir)
+                parallel.run_follower(settings, placement, folder)
+                return
         backend = Backend(settings)
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     backend.log_startup()
-    launch(backend)
+    try:
+        launch(backend)
+    finally:
+        parallel.shutdown()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ one graph, which ``generate()`` compiles itself when the placement asks for comp
 Concurrency: one generation at a time (``SerialJobs``); other callers wait in line. Each reply runs
 ``generate()`` in a worker thread feeding a streamer; that thread always ends: on cancel, when the
 consumer closes the stream, and when ``generate()`` raises (re-raised to the consumer).
+With ``--chat-batch N`` > 1, requests go to ``chat_batch.BatchScheduler`` instead: up to N replies
+share one ``generate()`` over a fixed batch of N rows (warm-up then uses batch N too).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -25,12 +27,15 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     CompileConfig,
+    DistributedConfig,
     StoppingCriteria,
     StoppingCriteriaList,
     TextIteratorStreamer,
 )
 from transformers.utils import is_accelerate_available
 
+from . import parallel
+from .chat_batch import BatchModel, BatchRow, BatchScheduler, Sampling
 from .chat_text import SAMPLING_DEFAULTS, THINK_OPEN, ChatRequest, ThinkSplitter, normalize_request, strip_reasoning
 from .devices import CompileCounter, Placement, synchronize
 from .engine import SerialJobs, ShapeRegistry
@@ -57,7 +62,9 @@ class ChatStats:
     max_new_tokens: int  # after capping to the context
     stopped: bool  # cancelled by the user
     finish_reason: str  # "eos" | "length" | "stopped"
-    seed: int | None = None  # the seed used for sampling (None when greedy)
+    seed: int | None = None  # the seed used for sampling (None when greedy, or sampled in a shared batch)
+    batch_size: int = 1  # rows of the generate() call (--chat-batch), padding rows included
+    queued_s: float | None = None  # batched path: waiting for a batch to start (None on the single path)
 
 
 @dataclass
@@ -102,8 +109,11 @@ class _CancelCriteria(StoppingCriteria):
         self.event = event
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        stop = self.event.is_set()
+        if parallel.active():  # tensor parallel: every rank stops at rank 0's token
+            stop = parallel.stop_flag(stop)
         # one flag per sequence: [B]
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
 class _TimedStreamer(TextIteratorStreamer):
@@ -148,6 +158,14 @@ class ChatEngine:
         self.shape_labels[first] += f" + the decode graph (cache {settings.context_length} tokens)"
         self.model = self.tokenizer = None
         self._jobs = SerialJobs()
+        # --chat-batch N > 1: every shape is warmed up and served at batch N (chat_batch.py)
+        self._batches: BatchScheduler | None = None  # made on first use, after load()
+        self._batches_lock = threading.Lock()
+        if settings.chat_batch > 1:
+            self.shape_labels = {k: f"{v}, batch {settings.chat_batch}" for k, v in self.shape_labels.items()}
+        # Called under the job lock right before generate() with (request, prompt, min_new_tokens, seed);
+        # rank 0 of a tensor-parallel group sets it to parallel.announce.
+        self.on_generate = None
         self._compile_config = None
         if placement.compile:
             self._compile_config = CompileConfig(
@@ -163,11 +181,15 @@ class ChatEngine:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         if not tokenizer.chat_template:
             raise EngineUnavailableError(f"The chat model in {folder} has no chat template; use an instruct model.")
-        # device_map needs accelerate; without it, load on CPU and move (same result, more host memory).
-        where = {"device_map": self.placement.device} if is_accelerate_available() else {}
+        if self.placement.tp > 1:  # one shard per torchrun rank, on this rank's device (see parallel.py)
+            where = {"distributed_config": DistributedConfig(tp_size=self.placement.tp)}
+        else:  # device_map needs accelerate; without it, load on CPU and move (same result, more host memory)
+            where = {"device_map": self.placement.device} if is_accelerate_available() else {}
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.placement.dtype, trust_remote_code=False,
                                                      **where)
-        model = model.to(self.placement.device).eval()
+        if self.placement.tp == 1:
+            model = model.to(self.placement.device)
+        model = model.eval()
         positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         if positions is not None and positions < self.settings.context_length:
             raise ConfigError("--context-length", f"{self.settings.context_length} exceeds what the model supports",
@@ -188,6 +210,10 @@ class ChatEngine:
         try:
             self._require_loaded()
             ids = self._encode(self._render(None, [], "Hello", thinking=False))[-bucket:]
+            if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graph
+                self._warm_up_batch(ids, bucket)
+                self.shapes.mark_ready(shape)
+                return
             prompt = _Prompt(ids, bucket, 0, 2, False)
             request = ChatRequest("Hello", greedy=True, max_new_tokens=2)
             for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
@@ -213,6 +239,8 @@ class ChatEngine:
         prompt = self._prepare(request)
         key = f"prefill-{prompt.bucket}"
         self.shapes.require(key, self.shape_labels[key])
+        if self.settings.chat_batch > 1:
+            return self._run_batched(request, prompt)
         return self._run(request, prompt)
 
     def reply(self, request: ChatRequest | Mapping) -> ChatUpdate:
@@ -223,7 +251,7 @@ class ChatEngine:
         return final
 
     def cancel(self) -> bool:
-        """Stop the running reply within one token; return whether one was running."""
+        """Stop the running reply (with --chat-batch: every reply of the running batch) within one token."""
         return self._jobs.cancel()
 
     @property
@@ -251,6 +279,7 @@ class ChatEngine:
         return {
             "name": self.name, "model_id": self.model_id, "placement": self.placement.label(),
             "loaded": self.model is not None, "busy": self.busy, "buckets": list(self.buckets),
+            "chat_batch": self.settings.chat_batch,
             "context_length": self.settings.context_length, "max_new_tokens": self.settings.max_new_tokens,
             "max_prompt_chars": self.settings.max_prompt_chars, "shapes": shapes,
             "defaults": {mode: dict(values) for mode, values in SAMPLING_DEFAULTS.items()},
@@ -336,12 +365,15 @@ class ChatEngine:
             kwargs["disable_compile"] = True
         return kwargs
 
-    def _run(self, request: ChatRequest, prompt: _Prompt, min_new_tokens: int = 0) -> Iterator[ChatUpdate]:
+    def _run(self, request: ChatRequest, prompt: _Prompt, min_new_tokens: int = 0,
+             follower: bool = False) -> Iterator[ChatUpdate]:
         """Generate under the job lock, streaming updates; the final update is yielded after the lock is freed."""
         splitter = ThinkSplitter(prompt.starts_in_reasoning)
         with self._jobs.job() as cancelled:
             graphs_before = CompileCounter.graphs()
             seed = None if request.greedy else (request.seed if request.seed is not None else secrets.randbits(32))
+            if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
+                self.on_generate((request, prompt, min_new_tokens, seed))
             if seed is not None:
                 torch.manual_seed(seed)  # inside the lock: no other reply draws from the generator meanwhile
             streamer = _TimedStreamer(self.tokenizer, skip_prompt=True, timeout=STREAM_POLL_S,
@@ -365,13 +397,13 @@ class ChatEngine:
                 raise worker.error
             synchronize(self.placement)
             ended = time.perf_counter()
-            stats = self._stats(prompt, worker.output, cancelled.is_set(), started, streamer.first_token_at, ended,
+            new_ids = worker.output[0, prompt.bucket :].tolist()
+            stats = self._stats(prompt, new_ids, cancelled.is_set(), started, streamer.first_token_at, ended,
                                 CompileCounter.graphs() - graphs_before, seed)
         delta = splitter.finish()
         yield ChatUpdate(splitter.reasoning, splitter.answer, delta, True, stats, prompt.dropped_turns)
 
-    def _stats(self, prompt, output, cancelled, started, first, ended, graphs, seed) -> ChatStats:
-        new_ids = output[0, prompt.bucket :].tolist()
+    def _stats(self, prompt, new_ids, cancelled, started, first, ended, graphs, seed) -> ChatStats:
         decode_s = ended - first if first is not None else 0.0
         # A natural end wins over a cancel that arrived just after it.
         if new_ids and new_ids[-1] in self._eos_ids:
@@ -388,6 +420,55 @@ class ChatEngine:
             context_length=self.settings.context_length, max_new_tokens=prompt.max_new_tokens,
             stopped=reason == "stopped", finish_reason=reason, seed=seed,
         )
+
+    # ----- many users: --chat-batch N > 1 (chat_batch.py) ------------------------------------------------
+    def _scheduler(self) -> BatchScheduler:
+        """The batch scheduler, made on first use (it needs the loaded tokenizer and model)."""
+        with self._batches_lock:
+            if self._batches is None:
+                model = BatchModel(self._generate_batch, self.tokenizer, self._pad_id, frozenset(self._eos_ids),
+                                   self.placement.input_device, lambda: synchronize(self.placement))
+                self._batches = BatchScheduler(model, self.settings.chat_batch, self.settings.context_length,
+                                               self._jobs)
+            return self._batches
+
+    def _generate_batch(self, **kwargs) -> torch.Tensor:
+        """model.generate with what every call shares: the fixed static cache and the compile choice."""
+        kwargs.update(pad_token_id=self._pad_id, cache_implementation="static",
+                      max_cache_len=self.settings.context_length)
+        if self._compile_config is not None:
+            kwargs["compile_config"] = self._compile_config
+        else:
+            kwargs["disable_compile"] = True
+        return self.model.generate(**kwargs)
+
+    def _warm_up_batch(self, ids: list[int], bucket: int) -> None:
+        """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""
+        scheduler = self._scheduler()
+        row = BatchRow(ids, bucket, 2, Sampling(greedy=True))
+        scheduler.run([row], min_new_tokens=2)
+        for _ in scheduler.follow(row):  # raises the error of a failed generate()
+            pass
+
+    def _run_batched(self, request: ChatRequest, prompt: _Prompt) -> Iterator[ChatUpdate]:
+        """Stream one reply from a slot of a shared batch; closing this stops only this reply."""
+        scheduler, splitter = self._scheduler(), ThinkSplitter(prompt.starts_in_reasoning)
+        row = BatchRow(prompt.ids, prompt.bucket, prompt.max_new_tokens, Sampling.of(request),
+                       None if request.greedy else request.seed)
+        scheduler.submit(row)
+        chunks = scheduler.follow(row)
+        try:
+            for chunk in chunks:
+                delta = splitter.feed(chunk)
+                if delta:
+                    yield ChatUpdate(splitter.reasoning, splitter.answer, delta, False, None, prompt.dropped_turns)
+        finally:
+            chunks.close()  # early close: sets the row's own cancel event
+        r = row.result
+        stats = self._stats(replace(prompt, bucket=r.bucket), r.new_ids, r.finish_reason == "stopped", r.started,
+                            r.first_token_at, r.ended, r.compiled_graphs, r.seed)
+        stats = replace(stats, batch_size=r.batch_size, queued_s=r.queued_s)
+        yield ChatUpdate(splitter.reasoning, splitter.answer, splitter.finish(), True, stats, prompt.dropped_turns)
 
 
 def _chunks(streamer, worker: _Worker) -> Iterator[str]:

@@ -225,6 +225,8 @@ def build_tiny_chat_model(folder: Path) -> Path:
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    if not (folder / "config.json").is_file():  # e.g. save_pretrained on a non-zero rank writes nothing
+        raise RuntimeError(f"saving the demo chat model into {folder} wrote no config.json")
     _write_marker(folder)
     return folder
 

@@ -13,6 +13,7 @@ Neuron quirks handled here (NOTES.md section 1-2):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import tempfile
@@ -50,6 +51,7 @@ class Placement:
     compile: bool
     compile_backend: str  # "neuron" on Neuron, "inductor" elsewhere
     inputs_on_cpu: bool  # generate() inputs stay on CPU (Neuron)
+    tp: int = 1  # tensor-parallel degree: >1 means this process holds one shard (torchrun)
 
     @property
     def dtype_name(self) -> str:
@@ -60,9 +62,15 @@ class Placement:
         """Where generate() inputs live."""
         return "cpu" if self.inputs_on_cpu else self.device
 
+    @property
+    def process_group_backend(self) -> str:
+        """torch.distributed backend for this device kind."""
+        return {"neuron": "neuron", "cuda": "nccl"}.get(self.kind, "gloo")
+
     def label(self) -> str:
         mode = f"compiled ({self.compile_backend})" if self.compile else "eager"
-        return f"{self.device} · {self.dtype_name} · {mode}"
+        shards = f" · tensor parallel ×{self.tp}" if self.tp > 1 else ""
+        return f"{self.device} · {self.dtype_name} · {mode}{shards}"
 
 
 def _neuron_module():
@@ -130,6 +138,11 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)
         kind, device = _explicit(flag, requested, host, default_index=index)
+        if engine == "chat" and settings.tp > 1:
+            # One shard per process: the core (or GPU) of this torchrun rank.
+            kind, device = _explicit(flag, f"{kind}:{settings.local_rank}" if kind != "cpu" else "cpu", host, 0)
+            placements[engine] = dataclasses.replace(_placement(settings, kind, device), tp=settings.tp)
+            continue
         placements[engine] = _placement(settings, kind, device)
     return placements
 

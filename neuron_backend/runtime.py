@@ -28,11 +28,23 @@ def shape_keys(settings: Settings, engine: str) -> list[str]:
     return [s.label for s in settings.sizes]
 
 
-def shape_title(engine: str, key: str, first: bool) -> str:
+def shape_title(engine: str, key: str, first: bool, batch: int = 1) -> str:
     if engine == "chat":
-        title = f"prompt bucket {key.removeprefix('prefill-')} tokens"
+        title = f"prompt bucket {key.removeprefix('prefill-')} tokens" + (f" × batch {batch}" if batch > 1 else "")
         return title + " + decode graph" if first else title
     return f"size {key}"
+
+
+def model_folder(settings: Settings, engine: str, progress=None) -> Path:
+    """A local folder with the engine's model: the demo models (built if needed) or the real ones."""
+    if settings.demo:
+        from .demo_models import ensure_demo_models
+
+        demo = ensure_demo_models(settings.cache_dir)
+        return demo.chat if engine == "chat" else demo.image
+    from .model_sources import obtain
+
+    return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress)
 
 
 class Backend:
@@ -93,9 +105,11 @@ class Backend:
 
             head.append(Step(Task(f"{engine} · obtain weights", engine, "weights"), self._obtain, key("weights")))
             head.append(Step(Task(f"{engine} · load on {p.device}", engine, "load"), self._load, key("load")))
+            batch = self.settings.chat_batch if engine == "chat" else 1
             for i, shape in enumerate(shape_keys(self.settings, engine)):
-                task = Task(f"{engine} · {shape_title(engine, shape, i == 0)}", engine, "compile", shape)
-                (head if i == 0 else tail).append(Step(task, self._warm_up, key("compile", shape)))
+                task = Task(f"{engine} · {shape_title(engine, shape, i == 0, batch)}", engine, "compile", shape)
+                timed = shape if batch == 1 else f"{shape}@batch{batch}"  # batch N warms up other graphs
+                (head if i == 0 else tail).append(Step(task, self._warm_up, key("compile", timed)))
         return head + tail
 
     def start(self) -> threading.Thread:
@@ -103,20 +117,10 @@ class Backend:
         return self.runner.start()
 
     def _obtain(self, task: Task) -> None:
-        if self.settings.demo:
-            from .demo_models import ensure_demo_models
-
-            demo = ensure_demo_models(self.settings.cache_dir)
-            self._folders[task.engine] = demo.chat if task.engine == "chat" else demo.image
-            task.detail = f"demo model built in {self._folders[task.engine]}"
-            return
-        from .model_sources import obtain
-
         def progress(fraction: float, text: str) -> None:
             task.progress, task.detail = fraction, text
 
-        model = self.settings.chat_model if task.engine == "chat" else self.settings.image_model
-        self._folders[task.engine] = obtain(model, progress)
+        self._folders[task.engine] = model_folder(self.settings, task.engine, progress)
         task.detail = str(self._folders[task.engine])
 
     def _load(self, task: Task) -> None:
@@ -132,6 +136,10 @@ class Backend:
         else:
             from .image import ImageEngine as cls
         engine = cls(self.settings, placement, self.model_id(name))
+        if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generate()
+            from .parallel import announce
+
+            engine.on_generate = announce
         engine.shapes.gated = True  # from now on only warmed-up shapes serve requests
         return engine
 

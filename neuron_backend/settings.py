@@ -73,6 +73,7 @@ class Settings:
     buckets: tuple[int, ...] = TINY_PRESET.buckets
     context_length: int = TINY_PRESET.context_length
     max_new_tokens: int = TINY_PRESET.max_new_tokens
+    chat_batch: int = 1  # chat batch slots: replies generated together (1: one at a time)
     default_steps: int = TINY_PRESET.default_steps
     max_steps: int = 50
     compile: str = "auto"
@@ -89,6 +90,10 @@ class Settings:
     max_prompt_chars: int = 20_000
     max_saved_images: int = 200
     hub_timeout: float = 5.0
+    tp: int = 1  # tensor-parallel degree of the chat engine (under torchrun)
+    rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
+    local_rank: int = 0
+    world_size: int = 1
 
     @property
     def demo(self) -> bool:
@@ -112,6 +117,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("chat-buckets", "str", "comma-separated prompt length buckets in tokens"),
     ("context-length", "int", "fixed KV-cache length in tokens (one decode graph)"),
     ("max-new-tokens", "int", "most tokens one reply may generate"),
+    ("chat-batch", "int", "chat replies generated together in one fixed batch of N slots (1: one at a time)"),
     ("default-steps", "int", "default denoising steps"),
     ("max-steps", "int", "most denoising steps one request may ask for"),
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
@@ -128,6 +134,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("max-prompt-chars", "int", "longest accepted prompt in characters"),
     ("max-saved-images", "int", "images kept under the cache root; the oldest are removed"),
     ("hub-timeout", "float", "seconds to wait for the Hugging Face Hub when --models auto"),
+    ("tp", "int", "shard the chat model over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
 )
 
 
@@ -261,6 +268,7 @@ def parse_settings(
         buckets=_parse_buckets(raw["chat_buckets"]) if "chat_buckets" in raw else preset.buckets,
         context_length=_as_int("context-length", raw.get("context_length", preset.context_length)),
         max_new_tokens=_as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
+        chat_batch=_as_int("chat-batch", raw.get("chat_batch", 1)),
         default_steps=_as_int("default-steps", raw.get("default_steps", preset.default_steps)),
         max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
@@ -277,6 +285,11 @@ def parse_settings(
         max_prompt_chars=_as_int("max-prompt-chars", raw.get("max_prompt_chars", 20_000)),
         max_saved_images=_as_int("max-saved-images", raw.get("max_saved_images", 200)),
         hub_timeout=_as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
+        tp=_as_int("tp", raw.get("tp", 1)),
+        # torchrun sets these for each process it starts.
+        rank=_as_int("tp", env.get("RANK", 0)),
+        local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
+        world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
     )
     return validate(settings)
 
@@ -328,6 +341,11 @@ def validate(s: Settings) -> Settings:
         )
     if s.max_new_tokens < 1:
         raise ConfigError("--max-new-tokens", f"{s.max_new_tokens} is not positive", "1 or more")
+    if not 1 <= s.chat_batch <= 16:
+        raise ConfigError("--chat-batch", f"{s.chat_batch} is out of range", "1 to 16")
+    if s.chat_batch > 1 and s.tp > 1:  # followers mirror only the single path (parallel.py)
+        raise ConfigError("--chat-batch", f"batching {s.chat_batch} replies is not supported with --tp {s.tp} yet",
+                          "--chat-batch 1 with --tp, or --tp 1 with --chat-batch")
     if not 1 <= s.max_steps <= 1000:
         raise ConfigError("--max-steps", f"{s.max_steps} is out of range", "1 to 1000")
     if not 1 <= s.default_steps <= s.max_steps:
@@ -347,6 +365,13 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--warmup-order", f"invalid order {','.join(s.warmup_order)!r}", "chat,image or image,chat")
     if s.compile_repeated_blocks and s.compile == "off":
         raise ConfigError("--compile-repeated-blocks", "needs compiling, but --compile is off", "--compile on|auto")
+    if s.tp < 1:
+        raise ConfigError("--tp", f"{s.tp} is not positive", "1 or more")
+    if s.tp > 1 and s.world_size != s.tp:
+        raise ConfigError("--tp", f"--tp {s.tp} needs {s.tp} processes, this is one of {s.world_size}",
+                          f"launch with: torchrun --nproc_per_node={s.tp} app.py --tp {s.tp}")
+    if s.tp > 1 and not s.chat:
+        raise ConfigError("--tp", "shards the chat engine, which --no-chat disables", "--tp 1 with --no-chat")
     if not s.chat and not s.image:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
     return s

@@ -204,14 +204,14 @@ class WarmupRunner:
         with self._lock:
             tasks = [asdict(t) for t in self.tasks]
             known = {}
-            for t in tasks:  # same-kind durations of this run fill gaps in the history
+            for t in tasks:  # this run's durations of the same engine and kind fill gaps in the history
                 if t["state"] == READY and t["seconds"] is not None:
-                    known.setdefault(t["kind"], t["seconds"])
+                    known.setdefault((t["engine"], t["kind"]), t["seconds"])
         out = []
         for t in tasks:
             if t["state"] in ENDED:
                 continue
-            expected = t["expected_s"] if t["expected_s"] is not None else known.get(t["kind"])
+            expected = t["expected_s"] if t["expected_s"] is not None else known.get((t["engine"], t["kind"]))
             if expected is not None and t["state"] == RUNNING and t["started_at"]:
                 expected = max(0.0, expected - (now - t["started_at"]))
             out.append((Task(**t), expected))
