@@ -66,8 +66,8 @@ def build_qa_tab(backend: Backend) -> None:
     grid = gr.Dataframe(label="Results (prompt × variant)", interactive=False, wrap=True, elem_id="qa-grid")
     gallery = gr.Gallery(label="Images", columns=6, height=200, elem_id="qa-gallery")
     with gr.Row():
-        cell_index = gr.Number(label="Cell # (click the grid)", precision=0, value=None, elem_id="qa-cell")
-        mark = gr.Radio(["pass", "fail", ""], label="Mark", value="", elem_id="qa-mark")
+        cell_index = gr.Number(label="Cell # (click the grid; -1 = none)", precision=0, value=-1, elem_id="qa-cell")
+        mark = gr.Radio(["pass", "fail", "unmarked"], label="Mark", value="unmarked", elem_id="qa-mark")
         comment = gr.Textbox(label="Comment", elem_id="qa-comment")
         save_mark_btn = gr.Button("Save mark", elem_id="qa-save-mark")
         rerun_btn = gr.Button("Re-run cell", elem_id="qa-rerun")
@@ -76,8 +76,9 @@ def build_qa_tab(backend: Backend) -> None:
         export_jsonl_btn = gr.Button("Export JSONL", elem_id="qa-export-jsonl")
         import_file = gr.File(label="Import a JSONL run", file_types=[".jsonl"], elem_id="qa-import")
         compare_btn = gr.Button("Run it again and compare", elem_id="qa-compare")
-    export_file = gr.File(label="Export", elem_id="qa-export-file")
-    compare_grid = gr.Dataframe(label="What changed", interactive=False, wrap=True, elem_id="qa-compare-grid")
+    export_file = gr.File(label="Export", height=90, elem_id="qa-export-file")
+    compare_grid = gr.Dataframe(label="What changed (after 'Run it again and compare')", interactive=False, wrap=True,
+                                headers=["cell", "change"], elem_id="qa-compare-grid")
 
     def press_run(text, upload_value, kind_value, variants_text, seed, request: gr.Request,
                   progress=gr.Progress()):
@@ -115,21 +116,21 @@ def build_qa_tab(backend: Backend) -> None:
         row, column = evt.index
         index = qa.grid_cell(run, row, column)
         if index is None:
-            return None, "", ""
+            return -1, "unmarked", ""
         cell = run.cells[index]
-        return index, cell.mark or "", cell.comment or ""
+        return index, cell.mark or "unmarked", cell.comment or ""
 
     def press_save_mark(run, index, mark_value, comment_value):
-        if run is None or index is None:
+        if run is None or index is None or index < 0:
             raise gr.Error("Run a set (or import one) and pick a cell first.")
         try:
-            qa.set_mark(run, int(index), mark_value or None, comment_value)
+            qa.set_mark(run, int(index), None if mark_value in (None, "", "unmarked") else mark_value, comment_value)
         except ShowcaseError as exc:
             _fail(exc)
         return run, *_view(run)
 
     def press_rerun(run, index):
-        if run is None or index is None:
+        if run is None or index is None or index < 0:
             raise gr.Error("Run a set (or import one) and pick a cell first.")
         try:
             qa.rerun_cell(backend, run, int(index))

@@ -46,7 +46,8 @@ demo.launch(server_name="127.0.0.1", server_port=int(sys.argv[1]))
 
 # ----- command line -------------------------------------------------------------------------------
 def parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the flags every benchmark has."""
+    """An argument parser with the flags every benchmark has; also notes the machine's state at start."""
+    machine()
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="fewer repeats and smaller shapes (a smoke run)")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=f"benchmark cache root (default {DEFAULT_ROOT})")
@@ -62,8 +63,13 @@ def set_threads(threads: int) -> None:
 
 
 # ----- reporting ----------------------------------------------------------------------------------
+_MACHINE: dict[str, str] = {}
+
+
 def machine() -> dict[str, str]:
-    """Where and with what the numbers were measured."""
+    """Where and with what the numbers were measured (taken once, at the first call)."""
+    if _MACHINE:
+        return dict(_MACHINE)
     import importlib.metadata as md
 
     cpu = platform.processor() or platform.machine()
@@ -81,13 +87,14 @@ def machine() -> dict[str, str]:
         except md.PackageNotFoundError:
             pass
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    return {
+    _MACHINE.update({
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{cpu}, {os.cpu_count()} cores, {_memory_gb():.0f} GB RAM, {platform.system()}",
         "python": platform.python_version(),
         "software": ", ".join(versions),
         "load average at start": f"{load} (other pytest processes: {busy_processes()})",
-    }
+    })
+    return dict(_MACHINE)
 
 
 def _memory_gb() -> float:

@@ -37,10 +37,12 @@ while closing one ``follow`` iterator stops only that row.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -214,6 +216,18 @@ class BatchScheduler:
         self._waiting: list[BatchRow] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        _SCHEDULERS.add(self)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Drop the waiting requests, stop the running batch within one token, wait for the thread to end."""
+        with self._cond:
+            for row in self._waiting:
+                row.cancel.set()
+            thread = self._thread
+            self._cond.notify_all()
+        self.jobs.cancel()
+        if thread is not None:
+            thread.join(timeout)
 
     # ----- request threads ------------------------------------------------------------------------
     def submit(self, row: BatchRow) -> None:
@@ -239,9 +253,12 @@ class BatchScheduler:
                 try:
                     kind, value = row._events.get(timeout=POLL_S)
                 except queue.Empty:
-                    if row.result is None and not self._alive():
+                    if row.result is not None or self._alive():
+                        continue
+                    try:  # the thread may have sent its last event and ended just after our timeout
+                        kind, value = row._events.get_nowait()
+                    except queue.Empty:
                         raise EngineUnavailableError("The chat batch scheduler stopped; restart the app.") from None
-                    continue
                 if kind == _TEXT:
                     yield value
                     continue
@@ -252,11 +269,6 @@ class BatchScheduler:
         finally:
             if not ended:
                 row.cancel.set()
-
-    @property
-    def waiting(self) -> int:
-        with self._cond:
-            return len(self._waiting)
 
     def _alive(self) -> bool:
         thread = self._thread
@@ -371,3 +383,15 @@ class BatchScheduler:
             compiled_graphs=CompileCounter.graphs() - batch.graphs_before, seed=batch.seed,
         )
         row._events.put((_DONE, row.result))
+
+
+_SCHEDULERS: weakref.WeakSet[BatchScheduler] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """At interpreter exit, end every scheduler thread: one that ran torch and is still alive when
+    the process ends aborts it ("terminate called without an active exception"). A reply's final
+    update can reach its caller just before its generate() returns, so a script may end right then."""
+    for scheduler in list(_SCHEDULERS):
+        scheduler.close()

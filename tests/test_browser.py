@@ -523,3 +523,35 @@ def test_two_tabs_at_once_both_get_answers(page, context):
     finally:
         for tab in tabs:
             tab.close()
+
+
+def test_qa_bench_runs_a_set_marks_a_cell_and_exports(page):
+    """Issue 11's browser test: the QA tab as a reviewer uses it."""
+    _wait_ready(page)
+    page.get_by_role("tab", name="QA bench").click()
+    page.locator("#qa-prompts textarea").fill("first prompt\nsecond prompt\n<b>third</b> prompt")
+    page.locator("#qa-variants textarea").fill("short: max_new_tokens=4, seed=1\nlonger: max_new_tokens=8, seed=2")
+    page.locator("#qa-run").click()
+    page.locator("#qa-status", has_text="Finished: 6/6 cells done").wait_for(timeout=REPLY_TIMEOUT_MS)
+    grid = page.locator("#qa-grid")
+    for text in ("first prompt", "second prompt", "<b>third</b> prompt"):  # hostile text stays text
+        assert grid.get_by_text(text, exact=False).count() >= 1
+    assert grid.locator("th", has_text="short").count() and grid.locator("th", has_text="longer").count()
+    # Pick the "longer" cell of the first prompt, mark it failed with a comment.
+    # (Gradio keeps a hidden copy of the table for measuring: click the visible cell.)
+    grid.get_by_text(re.compile(r"seed 2")).filter(visible=True).first.click()
+    page.wait_for_function("() => document.querySelector('#qa-cell input').value === '1'")
+    page.locator("#qa-mark").get_by_text("fail", exact=True).click()
+    page.locator("#qa-comment textarea").fill("too short")
+    page.locator("#qa-save-mark").click()
+    grid.get_by_text("fail", exact=False).filter(visible=True).first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    _shot(page, "qa-bench")
+    page.locator("#qa-export-html").click()
+    page.wait_for_function("() => (document.querySelector('#qa-export-file a.download-link') || {}).download"
+                           "?.endsWith('.html')")
+    with page.expect_download() as download:
+        page.locator("#qa-export-file a.download-link").click()
+    report = Path(download.value.path()).read_text(encoding="utf-8")
+    assert "too short" in report and "fail" in report and "&lt;b&gt;third&lt;/b&gt;" in report
+    assert "<b>third</b>" not in report
+    page.get_by_role("tab", name="Chat").click()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -222,6 +225,25 @@ def test_seeded_request_runs_alone_and_is_reproducible(batched):
     assert batched.reply(ChatRequest("hello", seed=43, max_new_tokens=24)).answer != again[0]
     alone = batched.reply(ChatRequest("hello", max_new_tokens=24))  # sampled and alone: its seed reproduces it
     assert batched.reply(ChatRequest("hello", seed=alone.stats.seed, max_new_tokens=24)).answer == alone.answer
+
+
+def test_a_script_may_exit_right_after_a_batched_reply(demo_models, tmp_path):
+    """A thread that ran torch and outlives the interpreter aborts the process; the scheduler's must not."""
+    script = (
+        "import torch; torch.set_num_threads(1)\n"
+        "from neuron_backend.chat import ChatEngine\n"
+        "from neuron_backend.devices import HostDevices, resolve_placements\n"
+        "from neuron_backend.settings import parse_settings\n"
+        f"s = parse_settings(['--models', 'tiny', '--device', 'cpu', '--chat-batch', '2', '--cache-dir', "
+        f"{str(tmp_path)!r}], env={{}})\n"
+        "engine = ChatEngine(s, resolve_placements(s, HostDevices(0, 0))['chat'], 'demo')\n"
+        f"engine.load({str(demo_models.chat)!r})\n"
+        "print(engine.reply({'message': 'hello', 'greedy': True, 'max_new_tokens': 3}).stats.batch_size)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
 
 
 # ----- settings ------------------------------------------------------------------------------------------------
