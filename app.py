@@ -122,6 +122,8 @@ def create_demo(backend: Backend) -> gr.Blocks:
     chat_on, image_on = "chat" in backend.placements, "image" in backend.placements
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
+    if settings.chat_batch > 1:  # N batch slots: N chat replies at once, in a group of their own
+        concurrency["chat"] = "chat-batch"
 
     with gr.Blocks(title="Hugging Face on Trainium") as demo:
         status_bar = gr.HTML(status_bar_html(backend.status()), elem_id="status-bar")
@@ -169,7 +171,7 @@ def create_demo(backend: Backend) -> gr.Blocks:
                                                                  top_k, max_new, greedy, chat_seed],
                 additional_inputs_accordion=gr.Accordion("Sampling and system prompt", open=False, render=False),
                 additional_outputs=[chat_stats, context_meter], examples=[[e] for e in EXAMPLE_PROMPTS],
-                run_examples_on_click=False, editable=True, concurrency_limit=1,
+                run_examples_on_click=False, editable=True, concurrency_limit=settings.chat_batch,
                 api_visibility="private", fill_height=False,
             )
             # Queue bookkeeping for the shared device slot happens on the chat event itself.
@@ -308,7 +310,8 @@ def _public_api(backend: Backend, concurrency: dict[str, str]) -> None:
         """The warm-up status snapshot (JSON)."""
         return backend.status()
 
-    gr.api(chat, api_name="chat", concurrency_limit=1, concurrency_id=concurrency.get("chat"))
+    gr.api(chat, api_name="chat", concurrency_limit=backend.settings.chat_batch,
+           concurrency_id=concurrency.get("chat"))
     gr.api(status, api_name="status", queue=False)
 
     with gr.Column(visible=False):
