@@ -238,7 +238,7 @@ def create_demo(backend: Backend) -> gr.Blocks:
                 try:
                     for state in follow(call):
                         if state is None:
-                            progress(0.0, desc="waiting for the image engine")
+                            progress(0.0, desc="starting (or waiting for the image engine)")
                         else:
                             step, total, elapsed = state
                             eta = elapsed / max(step, 1) * (total - step)
@@ -345,7 +345,7 @@ def _public_api(backend: Backend, concurrency: dict[str, str]) -> None:
                       concurrency_id=concurrency.get("image"))
 
 
-def follow(call, interval: float = 0.25) -> Iterator[tuple[int, int, float] | None]:
+def follow(call, interval: float = 0.1) -> Iterator[tuple[int, int, float] | None]:
     """Yield an image call's progress until it ends; cancel it if the consumer goes away.
 
     Gradio closes a generator handler when the client disconnects or cancels: the ``finally``

@@ -47,8 +47,8 @@ SLOW_SIZE = "1024x1024"
 # through the "Max new tokens" slider, as a user would.
 MAX_NEW_TOKENS = 160
 SHORT_REPLY = 24
-# Enough denoising steps (~2 s) for the page to show the progress bar (the app reports every 0.25 s).
-PROGRESS_STEPS = 16
+# Enough denoising steps (~1-4 s) for the page to show the progress bar (the app reports every 0.1 s).
+PROGRESS_STEPS = 40
 HOSTILE = 'look <script>window.__pwned=1</script> and <img src=x onerror="window.__pwned=1"> end'
 READY_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 60_000
