@@ -5,7 +5,8 @@ Each configuration is a fresh ``python app.py`` process: it warms up, then serve
 read from /proc. A bare Gradio app is measured the same way as the reference.
 
 - bare gradio: imports gradio, one Markdown, launches;
-- demo app: ``--models tiny --device cpu`` (tiny Qwen3 + tiny FLUX.2-klein, float32, eager);
+- demo app: ``--models tiny --device cpu`` (tiny Qwen3 + tiny FLUX.2-klein, float32, eager), and the
+  same with ``--compile on`` from an empty compile cache (inductor compiles in the app process);
 - full-size chat: ``--models full --chat-model <Qwen3-0.6B architecture, random bf16 weights>
   --no-image --dtype bfloat16 --chat-buckets 256 --context-length 4096`` (the full preset's
   context: a 4096-token static KV cache).
@@ -15,6 +16,7 @@ Usage: ``python bench/memory.py [--quick]``.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -60,6 +62,16 @@ def main() -> None:
     configs.append(("demo app", common.app_command("--models", "tiny", "--device", "cpu", "--cache-dir", str(cache),
                                                    "--port", str(port)), port, [chat, image], True,
                     "--models tiny: tiny Qwen3 + tiny FLUX.2-klein, float32, eager; 1 chat reply + 1 image 256x256"))
+    if not args.quick:
+        compiled = args.root / "memory-compiled"
+        shutil.rmtree(compiled / "compile-cache", ignore_errors=True)  # a cold start: the most memory
+        compiled.mkdir(parents=True, exist_ok=True)
+        if not (compiled / "demo-models").exists():
+            os.symlink(demo.chat.parent, compiled / "demo-models")
+        port = common.free_port()
+        configs.append(("demo app, compile on", common.app_command(
+            "--models", "tiny", "--device", "cpu", "--compile", "on", "--cache-dir", str(compiled), "--port",
+            str(port)), port, [chat, image], True, "the same with --compile on (inductor), empty compile cache"))
     if not args.skip_full:
         folder = common.ensure_full_size_chat(args.root)
         port = common.free_port()
@@ -72,7 +84,7 @@ def main() -> None:
     for name, argv, port, requests, app, what in configs:
         r = measure(argv, port, requests, app)
         print(f"  {name}: peak {r['peak']:.0f} MiB", file=sys.stderr)
-        target = common.verdict(r["peak"], DEMO_LIMIT_MIB, False) if name == "demo app" else "-"
+        target = common.verdict(r["peak"], DEMO_LIMIT_MIB, False) if name.startswith("demo app") else "-"
         rows.append([name, what, f"{r['after_warmup']:.0f}", f"{r['rss']:.0f}", f"{r['peak']:.0f}", target])
     settings = {
         "measure": "VmRSS after warm-up, VmRSS and VmHWM (peak) after the requests, of the app process",

@@ -74,8 +74,8 @@ def main() -> None:
         "repeats": f"{repeats} cold/warm pairs, alternating; medians",
     }
     common.report("Warm restart", settings, [
-        ("Start to warm-up ready:", common.table(["cache", "seconds (median)", "range", "compile cache hits per run"],
-                                                 rows)),
+        ("Start to warm-up ready:", common.table(
+            ["cache", "seconds (median)", "range", "shape tasks with a compile cache hit, per run"], rows)),
         ("Ratio (same run):", common.table(["ratio", "value", "median of per-pair ratios", "target"],
                                            [["warm / cold", f"{ratio:.3f}", f"{common.median(pairs):.3f}",
                                              common.verdict(ratio, 0.3, False)]])),

@@ -6,8 +6,9 @@ the eager prefill only ever sees the bucket lengths; the KV cache is one ``Stati
 one graph, which ``generate()`` compiles itself when the placement asks for compiling.
 
 Concurrency: one generation at a time (``SerialJobs``); other callers wait in line. Each reply runs
-``generate()`` in a worker thread feeding a streamer; that thread always ends: on cancel, when the
-consumer closes the stream, and when ``generate()`` raises (re-raised to the consumer).
+``generate()`` on the engine's one long-lived generate thread, feeding a streamer; that call always
+ends: on cancel, when the consumer closes the stream, and when ``generate()`` raises (re-raised to
+the consumer).
 With ``--chat-batch N`` > 1, requests go to ``chat_batch.BatchScheduler`` instead: up to N replies
 share one ``generate()`` over a fixed batch of N rows (warm-up then uses batch N too).
 """
@@ -18,7 +19,8 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -127,21 +129,64 @@ class _TimedStreamer(TextIteratorStreamer):
         super().put(value)
 
 
-class _Worker(threading.Thread):
-    """Runs generate() and keeps its output or its exception; always ends the streamer."""
+class _GenerateThread:
+    """One long-lived daemon thread that runs an engine's generate() calls, one after another.
+
+    Not a new thread per reply: glibc gives each new thread a fresh malloc arena, so every reply's
+    prefill page-faulted its large temporaries in again (+0.3 s, 18%, to the first token of the
+    Qwen3-0.6B architecture on CPU; bench/chat_overhead.py). The thread ends with its engine. It is
+    named "chat-generate" only while a generate() runs (``IDLE_NAME`` otherwise), so a look at the
+    thread names still tells whether a generation is running.
+    """
+
+    BUSY_NAME, IDLE_NAME = "chat-generate", "chat-generate (idle)"
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, args=(self._jobs,), name=self.IDLE_NAME, daemon=True).start()
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue) -> None:
+        while (job := jobs.get()) is not None:
+            job()
+            del job  # keep no finished reply alive while idle
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+
+class _Worker:
+    """One generate() call on the generate thread; keeps its output or its exception; always ends the streamer."""
 
     def __init__(self, model, kwargs: dict, streamer):
-        super().__init__(name="chat-generate", daemon=True)
         self.model, self.kwargs, self.streamer = model, kwargs, streamer
         self.output: torch.Tensor | None = None
         self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def start(self, thread: _GenerateThread) -> None:
+        thread.submit(self.run)
 
     def run(self) -> None:
+        thread = threading.current_thread()
+        thread.name = _GenerateThread.BUSY_NAME
         try:
             self.output = self.model.generate(**self.kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer thread, which re-raises it
             self.error = exc
             self.streamer.end()  # wake the consumer now rather than at its next poll
+        finally:
+            thread.name = _GenerateThread.IDLE_NAME  # before done: whoever waited sees it idle
+            self._done.set()
+
+    def is_alive(self) -> bool:
+        return not self._done.is_set()
+
+    def join(self) -> None:
+        self._done.wait()
 
 
 class ChatEngine:
@@ -158,6 +203,7 @@ class ChatEngine:
         self.shape_labels[first] += f" + the decode graph (cache {settings.context_length} tokens)"
         self.model = self.tokenizer = None
         self._jobs = SerialJobs()
+        self._thread: _GenerateThread | None = None  # made by load() (or on first use, under the job lock)
         # --chat-batch N > 1: every shape is warmed up and served at batch N (chat_batch.py)
         self._batches: BatchScheduler | None = None  # made on first use, after load()
         self._batches_lock = threading.Lock()
@@ -198,6 +244,7 @@ class ChatEngine:
         self._eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
         self.tokenizer, self.model = tokenizer, model
+        self._generate_thread()  # now, not in the first reply: it is a thread for the engine's lifetime
 
     def warm_up(self, shape: str) -> None:
         """Generate two tokens at this bucket (the first call also compiles the decode graph).
@@ -365,6 +412,12 @@ class ChatEngine:
             kwargs["disable_compile"] = True
         return kwargs
 
+    def _generate_thread(self) -> _GenerateThread:
+        if self._thread is None:
+            self._thread = _GenerateThread()
+            weakref.finalize(self, self._thread.stop)  # the thread ends when the engine is collected
+        return self._thread
+
     def _run(self, request: ChatRequest, prompt: _Prompt, min_new_tokens: int = 0,
              follower: bool = False) -> Iterator[ChatUpdate]:
         """Generate under the job lock, streaming updates; the final update is yielded after the lock is freed."""
@@ -381,7 +434,7 @@ class ChatEngine:
             worker = _Worker(self.model, self._generate_kwargs(request, prompt, cancelled, streamer, min_new_tokens),
                              streamer)
             started = time.perf_counter()
-            worker.start()
+            worker.start(self._generate_thread())
             finished = False
             try:
                 for chunk in _chunks(streamer, worker):
