@@ -113,38 +113,31 @@ def test_not_ready_size_refused_with_eta(guarded):
 
 
 def test_chat_batch_serves_concurrent_api_users_together(tmp_path):
-    """--chat-batch 2: two /chat callers at once share one generate() (the app gives chat 2 slots)."""
-    demo, backend, url = start_app(tmp_path, "--chat-batch", "2", "--no-image")
-    model = backend.engine("chat").model
-    calls, generate = [], model.generate
+    """--chat-batch 3: users who wait together ride in one generate() (the app gives chat 3 slots)."""
+    demo, backend, url = start_app(tmp_path, "--chat-batch", "3", "--no-image", "--context-length", "1024",
+                                   "--max-new-tokens", "900")
+    engine = backend.engine("chat")
+    calls, generate = [], engine.model.generate
 
-    def counting_generate(*args, **kwargs):  # observe how many generate() calls serve the two users
+    def counting_generate(*args, **kwargs):  # observe which generate() calls serve the users
         calls.append(kwargs["input_ids"].shape[0])
         return generate(*args, **kwargs)
 
-    model.generate = counting_generate
+    engine.model.generate = counting_generate
     try:
-        clients = [Client(url, verbose=False) for _ in range(2)]
-        barrier = __import__("threading").Barrier(2)
-
-        def ask(i):
-            barrier.wait()
-            return clients[i].predict(message=f"user {i}", greedy=True, max_new_tokens=40, api_name="/chat")
-
-        from concurrent.futures import ThreadPoolExecutor
-
-        shared = False
-        for _ in range(3):  # the batch gathers for 20 ms: on a loaded box a request may miss it, so retry
-            calls.clear()
-            with ThreadPoolExecutor(2) as pool:
-                finals = list(pool.map(ask, range(2)))
-            assert all(f["done"] and f["stats"]["batch_size"] == 2 for f in finals)
-            if calls == [2]:  # one generate() of 2 rows served both users
-                shared = True
-                break
-        assert shared, calls
+        clients = [Client(url, verbose=False) for _ in range(3)]
+        # A long reply occupies the device; two users who arrive meanwhile wait for the next batch.
+        first = clients[0].submit(message="long", greedy=True, max_new_tokens=900, api_name="/chat")
+        deadline = time.time() + 30
+        while not engine.busy and time.time() < deadline:
+            time.sleep(0.01)
+        later = [c.submit(message=f"user {i}", greedy=True, max_new_tokens=8, api_name="/chat")
+                 for i, c in enumerate(clients[1:])]
+        finals = [job.result(timeout=300) for job in (first, *later)]
+        assert all(f["done"] and f["stats"]["batch_size"] == 3 for f in finals)
+        assert calls == [3, 3], calls  # the long reply's batch, then one batch for both later users
     finally:
-        model.generate = generate
+        engine.model.generate = generate
         demo.close()
 
 
