@@ -2,8 +2,8 @@
 
 Benchmarks are not tests (STYLE.md principle 9): each script is run by hand,
 ``python bench/<name>.py [--quick]``, and prints its settings next to its numbers as Markdown tables
-that can be pasted into the README. Ratios are always measured in the same run, with the two sides
-interleaved (ABAB..., the order flipped on every repeat), and quoted as medians.
+that can be pasted into the README. Ratios are always measured in the same run, with the sides
+interleaved (the order rotated and reversed from repeat to repeat), and quoted as medians.
 """
 
 from __future__ import annotations
@@ -154,12 +154,15 @@ def spread(values: Sequence[float]) -> str:
     return f"{min(values):.3g}-{max(values):.3g}" if values else "-"
 
 
-def interleaved(sides: dict[str, Callable[[], dict]], repeats: int, warmups: int = 1,
+def interleaved(sides: dict[str, Callable[[], dict]], repeats: int, warmups: int = 1, settle_s: float = 0.0,
                 on_result: Callable[[str, int, dict], None] | None = None) -> dict[str, list[dict]]:
-    """Run every side ``warmups`` untimed times, then ``repeats`` times each, alternating.
+    """Run every side ``warmups`` untimed times, then ``repeats`` times each, interleaved.
 
-    The order is reversed on every other repeat (A B C, C B A, ...) so a slow drift of the machine
-    hits both sides alike. Each side returns a dict of measurements; the lists keep repeat order.
+    The order rotates on every repeat and is reversed every other round of rotations (A B C, B C A,
+    C A B, C B A, ...), so each side follows each other side as often and a slow drift of the machine
+    hits all sides alike. ``settle_s``: a pause before each timed run, so the leftover work of one
+    side (e.g. a server finishing a request) does not land in the next side's time. Each side returns
+    a dict of measurements; the lists keep repeat order.
     """
     names = list(sides)
     for _ in range(warmups):
@@ -167,7 +170,10 @@ def interleaved(sides: dict[str, Callable[[], dict]], repeats: int, warmups: int
             sides[name]()
     results: dict[str, list[dict]] = {name: [] for name in names}
     for i in range(repeats):
-        for name in names if i % 2 == 0 else names[::-1]:
+        shift = i % len(names)
+        order = names[shift:] + names[:shift]
+        for name in order[::-1] if (i // len(names)) % 2 else order:
+            time.sleep(settle_s)
             result = sides[name]()
             results[name].append(result)
             if on_result is not None:

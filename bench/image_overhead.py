@@ -104,7 +104,7 @@ def main() -> None:
         "request": f"{size.label}, {steps} steps, seed {SEED}, prompt {PROMPT!r}, max_sequence_length "
                    f"{MAX_SEQUENCE_LENGTH}",
         "engine extras": "progress callback per step, PNG with parameters saved (outputs/, max 200 kept)",
-        "repeats": f"{repeats} timed per side after 1 untimed, interleaved, order flipped each repeat; medians",
+        "repeats": f"{repeats} timed per side after 1 untimed, interleaved (order reversed every repeat); medians",
         "threads": args.threads,
         "check": "engine image == raw image (pixel-identical)",
     }

@@ -67,7 +67,7 @@ def main() -> None:
         "app": "python app.py --models tiny --device cpu --cache-dir <bench root>/startup (demo models prebuilt)",
         "bare": "import gradio; gr.Blocks() with one Markdown; launch()",
         "measure": "spawn to the first HTTP 200 on / (polled every 20 ms)",
-        "repeats": f"{repeats} per side after 1 untimed each, interleaved, order flipped each repeat; medians",
+        "repeats": f"{repeats} per side after 1 untimed each, interleaved (order reversed every repeat); medians",
     }
     common.report("Start-up", settings, [
         ("Page served:", common.table(["side", "seconds (median)", "range", "CPU s of the process by then (median)"],
