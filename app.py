@@ -125,7 +125,8 @@ def create_demo(backend: Backend) -> gr.Blocks:
     if settings.chat_batch > 1:  # N batch slots: N chat replies at once, in a group of their own
         concurrency["chat"] = "chat-batch"
 
-    with gr.Blocks(title="Hugging Face on Trainium") as demo:
+    # delete_cache: Gradio copies every served file into its cache; drop copies older than an hour, hourly.
+    with gr.Blocks(title="Hugging Face on Trainium", delete_cache=(3600, 3600)) as demo:
         status_bar = gr.HTML(status_bar_html(backend.status()), elem_id="status-bar")
         with gr.Accordion("Warm-up details", open=False, elem_id="warmup-details"):
             tasks_table = gr.Dataframe(headers=TASK_HEADERS, value=task_rows(backend.status()),
