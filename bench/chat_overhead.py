@@ -19,11 +19,14 @@ measured where each caller sees it; decode tokens/s is (N - 1) / (done - first t
 
 Then the same three sides run on the tiny demo model, where a token costs ~2 ms of compute, so
 the time each layer adds per token (and to the first token) stands out of the machine's noise.
+On CPU the prefill's speed depends on the malloc arena of the thread that runs generate() (see the
+note in bench/RESULTS.md); ``MALLOC_ARENA_MAX=1 python bench/chat_overhead.py`` takes that out.
 Usage: ``python bench/chat_overhead.py [--quick] [--new-tokens 32] [--repeats 7] [--no-tiny]`` (~6 min).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
@@ -171,8 +174,6 @@ def medians(results: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
 
 def tiny_breakdown(root: Path, repeats: int) -> str:
     """The same three sides on the tiny demo model (~2 ms of compute per token): the overhead in ms."""
-    import os
-
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
 
@@ -236,6 +237,7 @@ def main() -> None:
         "repeats": f"{repeats} timed per side after 1 untimed, interleaved (order rotated and reversed), "
                    f"{SETTLE_S:g} s pause before each; medians",
         "threads": args.threads,
+        "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "unset (glibc default: up to 8 arenas per core)"),
         "warm-up (load + bucket)": f"{warm_s:.1f} s",
         "http client": "gradio_client in this process (its iterator polls every 1 ms); CPU s counts both ends",
     }
