@@ -53,12 +53,7 @@ def load_backend(root: Path, batch: int, new_tokens: int, compile_mode: str):
                                "--context-length", str(CONTEXT), "--max-new-tokens", str(max(new_tokens, 64)),
                                "--chat-batch", str(batch), "--cache-dir", str(root / "chat-batch")], env={})
     backend = Backend(settings)
-    started = time.perf_counter()
-    backend.runner.run()
-    failed = [f"{t.name}: {t.error}" for t in backend.runner.tasks if t.state != "ready"]
-    if failed:
-        raise SystemExit(f"warm-up failed: {failed}")
-    return backend, time.perf_counter() - started
+    return backend, common.run_warm_up(backend)
 
 
 def timed_reply(engine, message: str, new_tokens: int, start: float) -> dict:

@@ -54,12 +54,7 @@ def load_backend(root: Path, new_tokens: int):
                                "--cache-dir", str(root / "chat-overhead"), "--port", str(common.free_port())],
                               env={})
     backend = Backend(settings)
-    started = time.perf_counter()
-    backend.runner.run()
-    failed = [f"{t.name}: {t.error}" for t in backend.runner.tasks if t.state != "ready"]
-    if failed:
-        raise SystemExit(f"warm-up failed: {failed}")
-    return backend, time.perf_counter() - started
+    return backend, common.run_warm_up(backend)
 
 
 def launch_app(backend):

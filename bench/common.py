@@ -344,3 +344,13 @@ def ensure_demo_models(root: Path):
     from neuron_backend.demo_models import ensure_demo_models as build
 
     return build(Path(root))
+
+
+def run_warm_up(backend) -> float:
+    """Run a Backend's warm-up plan in this thread; return its seconds, or exit if a task failed."""
+    started = time.perf_counter()
+    backend.runner.run()
+    failed = [f"{t.name}: {t.error}" for t in backend.runner.tasks if t.state != "ready"]
+    if failed:
+        raise SystemExit(f"warm-up failed: {failed}")
+    return time.perf_counter() - started
