@@ -9,10 +9,17 @@ Neuron quirks handled here (NOTES.md section 1-2):
   folder wiped on reboot; we point it (and inductor's cache) at the persistent cache root.
 - the PyPI ``torch-neuronx`` is a placeholder whose import raises; detection survives it and
   says what to install.
+
+A CPU quirk, also here: glibc gives each new thread its own malloc arena, and the speed of a
+prefill's large temporaries depends on the state of the arena of the thread that runs
+``generate()`` (README "Performance", chat overhead). On CPU we limit glibc to one arena, as
+``MALLOC_ARENA_MAX=1`` would, unless that variable is set.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import os
 import platform
@@ -138,7 +145,7 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)
         kind, device = _explicit(flag, requested, host, default_index=index)
-        if engine == "chat" and settings.tp > 1:
+        if engine == settings.tp_engine and settings.tp > 1:
             # One shard per process: the core (or GPU) of this torchrun rank.
             kind, device = _explicit(flag, f"{kind}:{settings.local_rank}" if kind != "cpu" else "cpu", host, 0)
             placements[engine] = dataclasses.replace(_placement(settings, kind, device), tp=settings.tp)
@@ -191,6 +198,28 @@ def configure_compile_cache(cache_root: Path) -> CacheSetup:
     os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(folder / "neff")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
     return CacheSetup(folder)
+
+
+M_ARENA_MAX = -8  # glibc's mallopt() parameter number (malloc.h)
+
+
+def limit_malloc_arenas(placements: dict[str, Placement]) -> str | None:
+    """On CPU, ask glibc for one malloc arena shared by all threads; return what was done, or None.
+
+    Threads that already own an arena keep it; threads started later (the chat engine's generate
+    thread, Gradio's workers) share the main one. Skipped when ``MALLOC_ARENA_MAX`` is set (glibc
+    read it at start), when no engine runs on CPU, and off glibc.
+    """
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return f"malloc arenas: MALLOC_ARENA_MAX={os.environ['MALLOC_ARENA_MAX']} (from the environment)"
+    if not any(p.kind == "cpu" for p in placements.values()) or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        done = libc.mallopt(M_ARENA_MAX, 1) == 1
+    except (OSError, AttributeError):
+        done = False
+    return "malloc arenas: 1 (as MALLOC_ARENA_MAX=1)" if done else None
 
 
 class CompileCounter:

@@ -58,6 +58,7 @@ class Backend:
         self.host = devices.detect() if host is None else host
         self.placements = devices.resolve_placements(settings, self.host)
         self.description = devices.describe(self.placements, self.host)
+        self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
         self._lock = threading.Lock()
@@ -81,6 +82,8 @@ class Backend:
 
     def log_startup(self) -> None:
         log.info("device: %s", self.description["accelerator"])
+        if self.description["allocator"]:
+            log.info("host %s", self.description["allocator"])
         if self.host.neuron_problem:
             log.warning("Neuron: %s", self.host.neuron_problem)
         for name, p in self.placements.items():

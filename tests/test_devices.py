@@ -138,3 +138,48 @@ def test_backend_does_not_import_gradio():
                          cwd=Path(__file__).parents[1])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+ARENA_PROBE = """
+import ctypes, ctypes.util, json, sys, threading
+import torch
+from neuron_backend import devices
+from neuron_backend.devices import Placement
+if sys.argv[1] == "limit":
+    cpu = devices.resolve_placements(__import__("neuron_backend.settings", fromlist=["x"]).parse_settings(
+        ["--models", "tiny", "--device", "cpu"], env={}))
+    print("NOTE", devices.limit_malloc_arenas(cpu))
+def work():
+    for _ in range(20):
+        torch.ones(64, 1024).sum()  # small allocations: served by the thread's arena, not mmap
+        bytearray(200_000)
+threads = [threading.Thread(target=work) for _ in range(4)]
+[t.start() for t in threads]; [t.join() for t in threads]
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.fopen.restype = ctypes.c_void_p
+fp = libc.fopen(sys.argv[2].encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(fp)); libc.fclose(ctypes.c_void_p(fp))
+print("HEAPS", open(sys.argv[2]).read().count("<heap nr="))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc arenas")
+@pytest.mark.parametrize("mode", ["default", "limit"])
+def test_cpu_runs_share_one_malloc_arena(tmp_path, mode):
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run([sys.executable, "-c", ARENA_PROBE, mode, str(tmp_path / "info.xml")], env=env,
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    heaps = int(out.stdout.split("HEAPS ")[1])
+    if mode == "limit":
+        assert "NOTE malloc arenas: 1" in out.stdout and heaps == 1
+    else:
+        assert heaps > 1  # without the limit, the four threads got arenas of their own
+
+
+def test_malloc_arena_limit_respects_the_environment_and_skips_neuron(fake_neuron, monkeypatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    placements = devices.resolve_placements(settings("--device", "cpu"))
+    assert devices.limit_malloc_arenas(placements) == "malloc arenas: MALLOC_ARENA_MAX=4 (from the environment)"
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    assert devices.limit_malloc_arenas(devices.resolve_placements(settings())) is None  # both on neuron cores
