@@ -1,9 +1,11 @@
 """The chat engine: Qwen3 through ``generate()`` with static shapes, streaming, thinking and cancel.
 
 Static shapes (NOTES.md section 2): prompts are LEFT-padded to the smallest configured bucket, so
-the eager prefill only ever sees the bucket lengths; the KV cache is one ``StaticCache`` of exactly
-``settings.context_length`` tokens for every request (``max_cache_len``), so decoding uses exactly
-one graph, which ``generate()`` compiles itself when the placement asks for compiling.
+the eager prefill only ever sees the bucket lengths; the KV cache is one static cache of exactly
+``settings.context_length`` tokens, passed to every ``generate()``, attended through a few declared
+windows (``kv_windows.py``: a short conversation's decode reads only the first 512 of 4096 cache
+positions), so decoding uses one graph per window, which ``generate()`` compiles itself when the
+placement asks for compiling. The first bucket's warm-up compiles every window's decode graph.
 
 Concurrency: one generation at a time (``SerialJobs``); other callers wait in line. Each reply runs
 ``generate()`` on the engine's one long-lived generate thread, feeding a streamer; that call always
@@ -42,6 +44,7 @@ from .chat_text import SAMPLING_DEFAULTS, THINK_OPEN, ChatRequest, ThinkSplitter
 from .devices import CompileCounter, Placement, synchronize
 from .engine import SerialJobs, ShapeRegistry
 from .errors import ConfigError, EngineUnavailableError, InvalidRequestError, PromptTooLongError
+from .kv_windows import WindowedStaticCache, attach, declared, window_for
 from .settings import Settings
 
 __all__ = ["ChatEngine", "ChatRequest", "ChatStats", "ChatUpdate", "PromptInfo", "ThinkSplitter", "strip_reasoning"]
@@ -102,6 +105,7 @@ class _Prompt:
     dropped_turns: int
     max_new_tokens: int
     starts_in_reasoning: bool  # the template already opened <think> in the prompt
+    window_floor: int = 0  # warm-up: decode over at least this cache window (compiles its graph)
 
 
 class _CancelCriteria(StoppingCriteria):
@@ -200,7 +204,9 @@ class ChatEngine:
         self.shapes = ShapeRegistry(self.name, [f"prefill-{b}" for b in self.buckets])
         self.shape_labels = {f"prefill-{b}": f"prompt bucket {b} tokens" for b in self.buckets}
         first = f"prefill-{self.buckets[0]}"
-        self.shape_labels[first] += f" + the decode graph (cache {settings.context_length} tokens)"
+        windows = ", ".join(str(w) for w in declared(settings.cache_windows, settings.context_length))
+        self.shape_labels[first] += f" + the decode graphs (cache {settings.context_length} tokens, windows {windows})"
+        self._caches: dict[int, WindowedStaticCache] = {}  # by batch size: one per engine in practice
         self.model = self.tokenizer = None
         self._jobs = SerialJobs()
         self._thread: _GenerateThread | None = None  # made by load() (or on first use, under the job lock)
@@ -243,6 +249,7 @@ class ChatEngine:
         eos = model.generation_config.eos_token_id
         self._eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
+        attach(model)  # generate() picks the cache window before every forward (kv_windows.py)
         self.tokenizer, self.model = tokenizer, model
         self._generate_thread()  # now, not in the first reply: it is a thread for the engine's lifetime
 
@@ -257,14 +264,19 @@ class ChatEngine:
         try:
             self._require_loaded()
             ids = self._encode(self._render(None, [], "Hello", thinking=False))[-bucket:]
-            if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graph
-                self._warm_up_batch(ids, bucket)
-                self.shapes.mark_ready(shape)
-                return
-            prompt = _Prompt(ids, bucket, 0, 2, False)
-            request = ChatRequest("Hello", greedy=True, max_new_tokens=2)
-            for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
-                pass
+            # The first bucket also compiles the decode graph of every cache window (a floor makes
+            # the second token decode over it), so no reply of any length compiles later.
+            windows = self._windows()
+            floors = [0] + [w for w in windows if w > window_for(windows, bucket + 1)] \
+                if bucket == self.buckets[0] else [0]
+            for floor in floors:
+                if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graphs
+                    self._warm_up_batch(ids, bucket, floor)
+                    continue
+                prompt = _Prompt(ids, bucket, 0, 2, False, floor)
+                request = ChatRequest("Hello", greedy=True, max_new_tokens=2)
+                for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
+                    pass
         except Exception as exc:
             self.shapes.mark_failed(shape, f"{type(exc).__name__}: {exc}")
             raise
@@ -327,7 +339,8 @@ class ChatEngine:
             "name": self.name, "model_id": self.model_id, "placement": self.placement.label(),
             "loaded": self.model is not None, "busy": self.busy, "buckets": list(self.buckets),
             "chat_batch": self.settings.chat_batch,
-            "context_length": self.settings.context_length, "max_new_tokens": self.settings.max_new_tokens,
+            "context_length": self.settings.context_length, "cache_windows": list(self._windows()),
+            "max_new_tokens": self.settings.max_new_tokens,
             "max_prompt_chars": self.settings.max_prompt_chars, "shapes": shapes,
             "defaults": {mode: dict(values) for mode, values in SAMPLING_DEFAULTS.items()},
         }
@@ -401,8 +414,7 @@ class ChatEngine:
             input_ids=ids, attention_mask=mask, streamer=streamer, pad_token_id=self._pad_id,
             stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancelled)]),
             max_new_tokens=prompt.max_new_tokens, min_new_tokens=min_new or None,
-            cache_implementation="static", max_cache_len=self.settings.context_length,
-            do_sample=not request.greedy,
+            cache=self._cache(1, prompt.window_floor), do_sample=not request.greedy,
         )
         if not request.greedy:  # passed only when sampling: generate() warns about unused flags
             kwargs.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k)
@@ -411,6 +423,19 @@ class ChatEngine:
         else:
             kwargs["disable_compile"] = True
         return kwargs
+
+    def _windows(self) -> tuple[int, ...]:
+        return declared(self.settings.cache_windows, self.settings.context_length)
+
+    def _cache(self, batch: int, floor: int = 0) -> WindowedStaticCache:
+        """The engine's static cache for this batch size, emptied for the next generate() (under the job lock)."""
+        cache = self._caches.get(batch)
+        if cache is None:
+            cache = self._caches[batch] = WindowedStaticCache(self.model.config, self.settings.context_length,
+                                                              self.settings.cache_windows)
+        cache.reset()
+        cache.floor = floor
+        return cache
 
     def _generate_thread(self) -> _GenerateThread:
         if self._thread is None:
@@ -485,21 +510,21 @@ class ChatEngine:
                                                self._jobs)
             return self._batches
 
-    def _generate_batch(self, **kwargs) -> torch.Tensor:
+    def _generate_batch(self, window_floor: int = 0, **kwargs) -> torch.Tensor:
         """model.generate with what every call shares: the fixed static cache and the compile choice."""
-        kwargs.update(pad_token_id=self._pad_id, cache_implementation="static",
-                      max_cache_len=self.settings.context_length)
+        batch = kwargs["input_ids"].shape[0]
+        kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor))
         if self._compile_config is not None:
             kwargs["compile_config"] = self._compile_config
         else:
             kwargs["disable_compile"] = True
         return self.model.generate(**kwargs)
 
-    def _warm_up_batch(self, ids: list[int], bucket: int) -> None:
+    def _warm_up_batch(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:
         """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""
         scheduler = self._scheduler()
         row = BatchRow(ids, bucket, 2, Sampling(greedy=True))
-        scheduler.run([row], min_new_tokens=2)
+        scheduler.run([row], min_new_tokens=2, window_floor=window_floor)
         for _ in scheduler.follow(row):  # raises the error of a failed generate()
             pass
 

@@ -313,11 +313,12 @@ class BatchScheduler:
         return rows
 
     # ----- one batch ----------------------------------------------------------------------------------
-    def run(self, rows: list[BatchRow], min_new_tokens: int = 0) -> None:
+    def run(self, rows: list[BatchRow], min_new_tokens: int = 0, window_floor: int = 0) -> None:
         """Run one generate() over these rows (1..N) plus padding rows, in the calling thread.
 
         Never raises: every row ends with its result or with the error (see ``follow``).
-        Warm-up calls this directly with ``min_new_tokens=2`` so the decode graph runs.
+        Warm-up calls this directly with ``min_new_tokens=2`` so the decode graph runs, and a
+        ``window_floor`` to compile the decode graph of a larger cache window (kv_windows.py).
         """
         bucket = max(r.bucket for r in rows)
         slots: list[BatchRow | None] = [*rows, *[None] * (self.slots - len(rows))]
@@ -332,6 +333,7 @@ class BatchScheduler:
                     input_ids=ids, attention_mask=mask, streamer=streamer,
                     stopping_criteria=StoppingCriteriaList([criteria]),
                     max_new_tokens=max(r.max_new_tokens for r in rows), min_new_tokens=min_new_tokens or None,
+                    window_floor=window_floor,
                     **rows[0].sampling.generate_kwargs(),
                 )
                 self.model.synchronize()

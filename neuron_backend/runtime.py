@@ -31,7 +31,7 @@ def shape_keys(settings: Settings, engine: str) -> list[str]:
 def shape_title(engine: str, key: str, first: bool, batch: int = 1) -> str:
     if engine == "chat":
         title = f"prompt bucket {key.removeprefix('prefill-')} tokens" + (f" × batch {batch}" if batch > 1 else "")
-        return title + " + decode graph" if first else title
+        return title + " + decode graphs" if first else title
     return f"size {key}"
 
 

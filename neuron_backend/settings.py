@@ -33,6 +33,7 @@ class Preset:
     sizes: tuple[ImageSize, ...]
     buckets: tuple[int, ...]
     context_length: int
+    cache_windows: tuple[int, ...]
     max_new_tokens: int
     default_steps: int
 
@@ -43,6 +44,7 @@ FULL_PRESET = Preset(
     sizes=(ImageSize(1024, 1024), ImageSize(1344, 768), ImageSize(768, 1344)),
     buckets=(256, 1024, 3072),
     context_length=4096,
+    cache_windows=(512, 1024, 2048),  # + 4096: a short chat's decode reads 512 cache positions, not 4096
     max_new_tokens=1024,
     default_steps=4,
 )
@@ -51,6 +53,7 @@ TINY_PRESET = Preset(
     sizes=(ImageSize(256, 256), ImageSize(336, 192), ImageSize(192, 336)),
     buckets=(32, 64, 128),
     context_length=256,
+    cache_windows=(128,),
     max_new_tokens=64,
     default_steps=4,
 )
@@ -72,6 +75,7 @@ class Settings:
     sizes: tuple[ImageSize, ...] = TINY_PRESET.sizes
     buckets: tuple[int, ...] = TINY_PRESET.buckets
     context_length: int = TINY_PRESET.context_length
+    cache_windows: tuple[int, ...] = TINY_PRESET.cache_windows  # context_length is always the last window
     max_new_tokens: int = TINY_PRESET.max_new_tokens
     chat_batch: int = 1  # chat batch slots: replies generated together (1: one at a time)
     default_steps: int = TINY_PRESET.default_steps
@@ -115,7 +119,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("dtype", "str", "auto|bfloat16|float16|float32 (auto: bfloat16 on accelerators, float32 on CPU)"),
     ("sizes", "str", "comma-separated precompiled image sizes WxH"),
     ("chat-buckets", "str", "comma-separated prompt length buckets in tokens"),
-    ("context-length", "int", "fixed KV-cache length in tokens (one decode graph)"),
+    ("context-length", "int", "fixed KV-cache length in tokens"),
+    ("cache-windows", "str", "comma-separated KV-cache windows in tokens (one decode graph each; 'none': only "
+                             "the whole cache); a step attends over the smallest window that holds the text so far"),
     ("max-new-tokens", "int", "most tokens one reply may generate"),
     ("chat-batch", "int", "chat replies generated together in one fixed batch of N slots (1: one at a time)"),
     ("default-steps", "int", "default denoising steps"),
@@ -220,6 +226,12 @@ def _parse_sizes(value: object) -> tuple[ImageSize, ...]:
     return tuple(dict.fromkeys(sizes))
 
 
+def _parse_windows(value: object) -> tuple[int, ...]:
+    if str(value).strip().lower() in ("", "none"):
+        return ()
+    return tuple(sorted({_as_int("cache-windows", p) for p in str(value).split(",") if p.strip()}))
+
+
 def _parse_buckets(value: object) -> tuple[int, ...]:
     parts = [p for p in str(value).split(",") if p.strip()]
     buckets = sorted({_as_int("chat-buckets", p) for p in parts})
@@ -267,6 +279,9 @@ def parse_settings(
         sizes=_parse_sizes(raw["sizes"]) if "sizes" in raw else preset.sizes,
         buckets=_parse_buckets(raw["chat_buckets"]) if "chat_buckets" in raw else preset.buckets,
         context_length=_as_int("context-length", raw.get("context_length", preset.context_length)),
+        cache_windows=_parse_windows(raw["cache_windows"]) if "cache_windows" in raw else tuple(
+            w for w in preset.cache_windows  # the preset's, within the context length actually chosen
+            if w < _as_int("context-length", raw.get("context_length", preset.context_length))),
         max_new_tokens=_as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
         chat_batch=_as_int("chat-batch", raw.get("chat_batch", 1)),
         default_steps=_as_int("default-steps", raw.get("default_steps", preset.default_steps)),
@@ -339,6 +354,10 @@ def validate(s: Settings) -> Settings:
             f"bucket {s.buckets[-1]} leaves no room for new tokens in --context-length {s.context_length}",
             f"buckets smaller than {s.context_length}",
         )
+    for window in s.cache_windows:
+        if not 1 <= window <= s.context_length:
+            raise ConfigError("--cache-windows", f"window {window} is outside 1..{s.context_length}",
+                              f"token counts up to --context-length {s.context_length}, or 'none'")
     if s.max_new_tokens < 1:
         raise ConfigError("--max-new-tokens", f"{s.max_new_tokens} is not positive", "1 or more")
     if not 1 <= s.chat_batch <= 16:

@@ -336,12 +336,13 @@ def test_gating_refuses_buckets_not_yet_warmed(engine):
     with pytest.raises(ShapeNotReadyError) as info:
         engine.stream(ChatRequest(LONG))
     assert info.value.shape == "prefill-128"
-    assert "decode graph" in engine.describe()["shapes"]["prefill-32"]["label"]
+    assert "decode graphs" in engine.describe()["shapes"]["prefill-32"]["label"]
 
 
 # ----- compile -------------------------------------------------------------------------------------------
 def test_compiled_decode_never_recompiles_after_warm_up(tiny_settings, demo_models):
-    """One decode graph for every prompt length and max_new_tokens, compiled during the first warm-up."""
+    """One decode graph per cache window (128, 256) for every prompt length and max_new_tokens, all
+    compiled during the first warm-up; replies cross from window 128 into 256 without compiling."""
     settings = tiny_settings.replace(compile="on")
     engine = make_engine(settings, demo_models.chat)
     assert engine.placement.compile and engine.placement.compile_backend == "inductor"
@@ -351,7 +352,8 @@ def test_compiled_decode_never_recompiles_after_warm_up(tiny_settings, demo_mode
         before = CompileCounter.graphs()
         engine.warm_up(key)
         counts.append(CompileCounter.graphs() - before)
-    assert counts == [1, 0, 0]  # the decode graph; prefill is eager
+    assert engine._windows() == (128, 256)
+    assert counts == [2, 0, 0]  # a decode graph per window; prefill is eager
     before = CompileCounter.graphs()
     lengths = [1, 2, 31, 32, 33, 64, 65, 100, 127, 128]
     with torch.compiler.set_stance("fail_on_recompile"):

@@ -1,0 +1,99 @@
+"""Attention windows over the one static KV cache: decode reads only the part a conversation uses.
+
+A ``StaticCache`` of ``context_length`` tokens keeps every shape fixed, but each step's attention
+then reads all of it: on the full-size Qwen3-0.6B on CPU a decode step over a 4096-token cache
+took 282 ms against 182 ms over 512 tokens, and at batch 4, 569 ms against 235 ms (the cache
+outweighs the weights). So the cache declares a few window lengths (``--cache-windows``, the
+context length always last) and each forward attends over the smallest window that holds the
+sequence so far: keys and values ``[:, :, :window]`` and a mask of ``window`` columns. The cache
+tensors, their addresses and the positions written stay exactly those of the plain static cache.
+
+Shapes stay declared: the window is a Python int on the cache, so a compiled decode graph is
+specialised to it (dynamo guards on its value): one graph per window, all compiled at warm-up,
+reused afterwards. The same idea as NeuronX Distributed Inference's token-generation buckets.
+
+How the window is chosen: ``attach(model)`` wraps ``model.prepare_inputs_for_generation``, which
+``generate()`` calls in Python before every forward with the whole sequence so far (``[B, length]``,
+no device read); ``WindowedStaticCache.select(length)`` sets the window for that forward. The
+first forward after ``reset()`` is the prefill. ``floor`` raises the decode window (warm-up uses
+it to compile a window's graph without generating thousands of tokens).
+Layers other than plain full-attention ``StaticLayer`` (sliding-window ones) keep the full cache.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
+
+
+def declared(windows: Sequence[int], max_cache_len: int) -> tuple[int, ...]:
+    """The windows a cache of ``max_cache_len`` tokens uses: the smaller ones given, then the whole cache."""
+    return tuple(sorted({w for w in windows if w < max_cache_len})) + (max_cache_len,)
+
+
+def window_for(windows: Sequence[int], length: int) -> int:
+    """The smallest window holding ``length`` tokens (the last window is the whole cache)."""
+    return next((w for w in windows if w >= length), windows[-1])
+
+
+class WindowedStaticLayer(StaticLayer):
+    """A ``StaticLayer`` whose attention reads the first ``cache.window`` positions only."""
+
+    def __init__(self, max_cache_len: int, cache: WindowedStaticCache, **kwargs):
+        super().__init__(max_cache_len, **kwargs)
+        self._cache = cache
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        window = self._cache.window
+        return keys[:, :, :window], values[:, :, :window]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._cache.window, 0
+
+
+class WindowedStaticCache(StaticCache):
+    """The static cache of ``max_cache_len`` tokens, attended through declared windows."""
+
+    def __init__(self, config, max_cache_len: int, windows: Sequence[int] = ()):
+        super().__init__(config=config, max_cache_len=max_cache_len)
+        self.windows = declared(windows, max_cache_len)
+        self.window = max_cache_len  # what the next forward attends over
+        self.floor = 0  # warm-up: the smallest window a decode step may use
+        self._forwards = 0  # forwards since reset(): the first one is the prefill
+        self.layers = [WindowedStaticLayer(max_cache_len, self) if type(layer) is StaticLayer else layer
+                       for layer in self.layers]
+
+    def select(self, length: int) -> int:
+        """Set the window for the next forward, which ends with ``length`` tokens in the cache."""
+        window = window_for(self.windows, length)
+        if self._forwards > 0:
+            window = max(window, window_for(self.windows, self.floor))
+        self._forwards += 1
+        self.window = window
+        return window
+
+    def reset(self) -> None:
+        super().reset()
+        self._forwards = 0
+
+
+def attach(model) -> None:
+    """Make ``model.generate()`` pick the window before every forward when its cache is windowed."""
+    original = model.prepare_inputs_for_generation
+    if getattr(original, "_kv_windows", False):
+        return
+
+    @functools.wraps(original)
+    def prepare_inputs_for_generation(input_ids, *args, **kwargs):
+        cache = kwargs.get("cache")
+        if isinstance(cache, WindowedStaticCache):
+            cache.select(input_ids.shape[1])
+        return original(input_ids, *args, **kwargs)
+
+    prepare_inputs_for_generation._kv_windows = True
+    model.prepare_inputs_for_generation = prepare_inputs_for_generation
