@@ -268,7 +268,7 @@ class ChatEngine:
             # the second token decode over it), so no reply of any length compiles later.
             windows = self._windows()
             floors = [0] + [w for w in windows if w > window_for(windows, bucket + 1)] \
-                if bucket == self.buckets[0] else [0]
+                if bucket == self.buckets[0] and self.placement.new_shapes_compile else [0]
             for floor in floors:
                 if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graphs
                     self._warm_up_batch(ids, bucket, floor)

@@ -70,6 +70,11 @@ class Placement:
         return "cpu" if self.inputs_on_cpu else self.device
 
     @property
+    def new_shapes_compile(self) -> bool:
+        """Whether a new input shape costs a compile: compiled graphs, or Neuron's per-op eager compiles."""
+        return self.compile or self.kind == "neuron"
+
+    @property
     def process_group_backend(self) -> str:
         """torch.distributed backend for this device kind."""
         return {"neuron": "neuron", "cuda": "nccl"}.get(self.kind, "gloo")

@@ -99,3 +99,11 @@ def test_the_cache_keeps_its_tensors_and_reads_a_slice(demo_models):
     assert keys.shape[2] == 128 and cache.layers[0].keys.shape[2] == 256
     assert keys.data_ptr() == cache.layers[0].keys.data_ptr()  # a view: the static address is unchanged
     assert torch.equal(keys[:, :, :8], k) and cache.get_mask_sizes(1, 0) == (128, 0)
+
+
+def test_windows_are_warmed_up_only_where_a_new_shape_compiles(tiny_settings, demo_models):
+    engine = make_engine(tiny_settings, demo_models.chat)  # CPU, eager: nothing to compile
+    assert not engine.placement.new_shapes_compile
+    seen = record_windows(engine)
+    engine.warm_up("prefill-32")
+    assert seen == [128, 128]  # one prefill and one decode step, no extra run per window
