@@ -19,8 +19,11 @@ measured where each caller sees it; decode tokens/s is (N - 1) / (done - first t
 
 Then the same three sides run on the tiny demo model, where a token costs ~2 ms of compute, so
 the time each layer adds per token (and to the first token) stands out of the machine's noise.
-On CPU the prefill's speed depends on the malloc arena of the thread that runs generate() (see the
-note in bench/RESULTS.md); ``MALLOC_ARENA_MAX=1 python bench/chat_overhead.py`` takes that out.
+The engine runs with ``--cache-windows none`` so that both sides attend over the whole static cache,
+the same work: this measures what the engine adds. What the cache windows save is measured by
+``bench/cache_windows.py``. On CPU the prefill's speed depends on the malloc arena of the thread that
+runs generate(); the app sets glibc to one arena on CPU (``devices.limit_malloc_arenas``, which
+``Backend`` calls), so both sides here share it.
 Usage: ``python bench/chat_overhead.py [--quick] [--new-tokens 32] [--repeats 7] [--no-tiny]`` (~6 min).
 """
 
@@ -51,6 +54,7 @@ def load_backend(root: Path, new_tokens: int):
     settings = parse_settings(["--models", "full", "--chat-model", str(folder), "--no-image", "--device", "cpu",
                                "--dtype", "bfloat16", "--compile", "off", "--chat-buckets", BUCKETS,
                                "--context-length", str(CONTEXT), "--max-new-tokens", str(max(new_tokens, 64)),
+                               "--cache-windows", "none",  # the raw side's whole static cache (see above)
                                "--cache-dir", str(root / "chat-overhead"), "--port", str(common.free_port())],
                               env={})
     backend = Backend(settings)
@@ -179,7 +183,7 @@ def tiny_breakdown(root: Path, repeats: int) -> str:
         os.symlink(demo.chat.parent, cache / "demo-models")
     settings = parse_settings(["--models", "tiny", "--no-image", "--device", "cpu", "--cache-dir", str(cache),
                                "--chat-buckets", "64", "--context-length", "256", "--max-new-tokens", str(TINY_TOKENS),
-                               "--port", str(common.free_port())], env={})
+                               "--cache-windows", "none", "--port", str(common.free_port())], env={})
     backend = Backend(settings)
     backend.runner.run()
     model = backend.engine("chat").model  # the demo model may end its reply: forbid EOS on every side alike
@@ -227,12 +231,12 @@ def main() -> None:
                  f"loaded by ChatEngine.load from {common.FULL_CHAT_DIR}",
         "device / mode": f"{engine.placement.label()} (eager: --compile off)",
         "prompt": f"{len(prompt.ids)} tokens, left-padded to bucket {prompt.bucket} (buckets {BUCKETS}); "
-                  f"static cache {CONTEXT} tokens",
+                  f"static cache {CONTEXT} tokens, attended whole on every side (--cache-windows none)",
         "generation": f"greedy, {new_tokens} new tokens every run (checked)",
         "repeats": f"{repeats} timed per side after 1 untimed, interleaved (order rotated and reversed), "
                    f"{SETTLE_S:g} s pause before each; medians",
         "threads": args.threads,
-        "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "unset (glibc default: up to 8 arenas per core)"),
+        "malloc arenas": backend.description["allocator"] or "glibc default (up to 8 per core)",
         "warm-up (load + bucket)": f"{warm_s:.1f} s",
         "http client": "gradio_client in this process (its iterator polls every 1 ms); CPU s counts both ends",
     }

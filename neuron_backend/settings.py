@@ -42,7 +42,7 @@ class Preset:
 # 4k cache keeps the decode graph and its memory small.
 FULL_PRESET = Preset(
     sizes=(ImageSize(1024, 1024), ImageSize(1344, 768), ImageSize(768, 1344)),
-    buckets=(256, 1024, 3072),
+    buckets=(64, 256, 1024, 3072),  # 64: a short first turn with the template (a 256-token prefill costs 3x)
     context_length=4096,
     cache_windows=(512, 1024, 2048),  # + 4096: a short chat's decode reads 512 cache positions, not 4096
     max_new_tokens=1024,
