@@ -17,12 +17,11 @@ share one ``generate()`` over a fixed batch of N rows (warm-up then uses batch N
 
 from __future__ import annotations
 
-import queue
 import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,15 +31,23 @@ from transformers import (
     AutoTokenizer,
     CompileConfig,
     DistributedConfig,
-    StoppingCriteria,
     StoppingCriteriaList,
-    TextIteratorStreamer,
 )
 from transformers.utils import is_accelerate_available
 
-from . import parallel
 from .chat_batch import BatchModel, BatchRow, BatchScheduler, Sampling
-from .chat_text import SAMPLING_DEFAULTS, THINK_OPEN, ChatRequest, ThinkSplitter, normalize_request, strip_reasoning
+from .chat_stream import STREAM_POLL_S, CancelCriteria, GenerateThread, TimedStreamer, Worker, chunks
+from .chat_text import (
+    SAMPLING_DEFAULTS,
+    THINK_OPEN,
+    ChatRequest,
+    ChatStats,
+    ChatUpdate,
+    PromptInfo,
+    ThinkSplitter,
+    normalize_request,
+    strip_reasoning,
+)
 from .devices import CompileCounter, Placement, synchronize
 from .engine import SerialJobs, ShapeRegistry
 from .errors import ConfigError, EngineUnavailableError, InvalidRequestError, PromptTooLongError
@@ -48,54 +55,6 @@ from .kv_windows import WindowedStaticCache, attach, declared, window_for
 from .settings import Settings
 
 __all__ = ["ChatEngine", "ChatRequest", "ChatStats", "ChatUpdate", "PromptInfo", "ThinkSplitter", "strip_reasoning"]
-STREAM_POLL_S = 0.5  # streamer queue timeout: how often a waiting consumer checks the worker is alive
-
-
-@dataclass
-class ChatStats:
-    """What one reply cost; all plain data."""
-
-    prompt_tokens: int  # real prompt tokens, before padding
-    bucket: int  # the padded prompt length the prefill saw
-    new_tokens: int
-    time_to_first_token_s: float | None  # start of generate() to the first new token (includes prefill)
-    tokens_per_s: float  # decode speed after the first token (0.0 with a single token)
-    total_s: float
-    compiled_graphs: int  # graphs compiled while this reply ran (0 once warmed up)
-    dropped_turns: int
-    context_length: int
-    max_new_tokens: int  # after capping to the context
-    stopped: bool  # cancelled by the user
-    finish_reason: str  # "eos" | "length" | "stopped"
-    seed: int | None = None  # the seed used for sampling (None when greedy, or sampled in a shared batch)
-    batch_size: int = 1  # rows of the generate() call (--chat-batch), padding rows included
-    queued_s: float | None = None  # batched path: waiting for a batch to start (None on the single path)
-
-
-@dataclass
-class ChatUpdate:
-    """One streamed step; reasoning and answer are cumulative, delta is the text new in this step."""
-
-    reasoning: str
-    answer: str
-    delta: str
-    done: bool
-    stats: ChatStats | None = None
-    dropped_turns: int = 0
-
-
-@dataclass(frozen=True)
-class PromptInfo:
-    """What the context meter shows before sending."""
-
-    prompt_tokens: int
-    bucket: int | None  # None when the prompt does not fit any bucket
-    dropped_turns: int
-    largest_bucket: int
-    context_length: int
-    max_new_tokens: int  # the most new tokens a reply may have at this bucket
-    fits: bool
-    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,91 +65,6 @@ class _Prompt:
     max_new_tokens: int
     starts_in_reasoning: bool  # the template already opened <think> in the prompt
     window_floor: int = 0  # warm-up: decode over at least this cache window (compiles its graph)
-
-
-class _CancelCriteria(StoppingCriteria):
-    """Reads a threading.Event after every token: generate() stops within one token once it is set."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        stop = self.event.is_set()
-        if parallel.active():  # tensor parallel: every rank stops at rank 0's token
-            stop = parallel.stop_flag(stop)
-        # one flag per sequence: [B]
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
-
-
-class _TimedStreamer(TextIteratorStreamer):
-    """A TextIteratorStreamer that notes when the first new token arrived (text may come later)."""
-
-    first_token_at: float | None = None
-
-    def put(self, value: torch.Tensor) -> None:
-        if not self.next_tokens_are_prompt and self.first_token_at is None:  # the first put() is the prompt
-            self.first_token_at = time.perf_counter()
-        super().put(value)
-
-
-class _GenerateThread:
-    """One long-lived daemon thread that runs an engine's generate() calls, one after another.
-
-    Not a new thread per reply: glibc gives each new thread a fresh malloc arena, so every reply's
-    prefill page-faulted its large temporaries in again (+0.3 s, 18%, to the first token of the
-    Qwen3-0.6B architecture on CPU; bench/chat_overhead.py). The thread ends with its engine. It is
-    named "chat-generate" only while a generate() runs (``IDLE_NAME`` otherwise), so a look at the
-    thread names still tells whether a generation is running.
-    """
-
-    BUSY_NAME, IDLE_NAME = "chat-generate", "chat-generate (idle)"
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, args=(self._jobs,), name=self.IDLE_NAME, daemon=True).start()
-
-    @staticmethod
-    def _serve(jobs: queue.SimpleQueue) -> None:
-        while (job := jobs.get()) is not None:
-            job()
-            del job  # keep no finished reply alive while idle
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
-
-    def stop(self) -> None:
-        self._jobs.put(None)
-
-
-class _Worker:
-    """One generate() call on the generate thread; keeps its output or its exception; always ends the streamer."""
-
-    def __init__(self, model, kwargs: dict, streamer):
-        self.model, self.kwargs, self.streamer = model, kwargs, streamer
-        self.output: torch.Tensor | None = None
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-
-    def start(self, thread: _GenerateThread) -> None:
-        thread.submit(self.run)
-
-    def run(self) -> None:
-        thread = threading.current_thread()
-        thread.name = _GenerateThread.BUSY_NAME
-        try:
-            self.output = self.model.generate(**self.kwargs)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer thread, which re-raises it
-            self.error = exc
-            self.streamer.end()  # wake the consumer now rather than at its next poll
-        finally:
-            thread.name = _GenerateThread.IDLE_NAME  # before done: whoever waited sees it idle
-            self._done.set()
-
-    def is_alive(self) -> bool:
-        return not self._done.is_set()
-
-    def join(self) -> None:
-        self._done.wait()
 
 
 class ChatEngine:
@@ -209,7 +83,7 @@ class ChatEngine:
         self._caches: dict[int, WindowedStaticCache] = {}  # by batch size: one per engine in practice
         self.model = self.tokenizer = None
         self._jobs = SerialJobs()
-        self._thread: _GenerateThread | None = None  # made by load() (or on first use, under the job lock)
+        self._thread: GenerateThread | None = None  # made by load() (or on first use, under the job lock)
         # --chat-batch N > 1: every shape is warmed up and served at batch N (chat_batch.py)
         self._batches: BatchScheduler | None = None  # made on first use, after load()
         self._batches_lock = threading.Lock()
@@ -412,7 +286,7 @@ class ChatEngine:
         mask = torch.tensor([[0] * pad + [1] * len(prompt.ids)], device=self.placement.input_device)
         kwargs = dict(
             input_ids=ids, attention_mask=mask, streamer=streamer, pad_token_id=self._pad_id,
-            stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancelled)]),
+            stopping_criteria=StoppingCriteriaList([CancelCriteria(cancelled)]),
             max_new_tokens=prompt.max_new_tokens, min_new_tokens=min_new or None,
             cache=self._cache(1, prompt.window_floor), do_sample=not request.greedy,
         )
@@ -437,9 +311,9 @@ class ChatEngine:
         cache.floor = floor
         return cache
 
-    def _generate_thread(self) -> _GenerateThread:
+    def _generate_thread(self) -> GenerateThread:
         if self._thread is None:
-            self._thread = _GenerateThread()
+            self._thread = GenerateThread()
             weakref.finalize(self, self._thread.stop)  # the thread ends when the engine is collected
         return self._thread
 
@@ -454,15 +328,15 @@ class ChatEngine:
                 self.on_generate((request, prompt, min_new_tokens, seed))
             if seed is not None:
                 torch.manual_seed(seed)  # inside the lock: no other reply draws from the generator meanwhile
-            streamer = _TimedStreamer(self.tokenizer, skip_prompt=True, timeout=STREAM_POLL_S,
+            streamer = TimedStreamer(self.tokenizer, skip_prompt=True, timeout=STREAM_POLL_S,
                                       skip_special_tokens=True)
-            worker = _Worker(self.model, self._generate_kwargs(request, prompt, cancelled, streamer, min_new_tokens),
+            worker = Worker(self.model, self._generate_kwargs(request, prompt, cancelled, streamer, min_new_tokens),
                              streamer)
             started = time.perf_counter()
             worker.start(self._generate_thread())
             finished = False
             try:
-                for chunk in _chunks(streamer, worker):
+                for chunk in chunks(streamer, worker):
                     delta = splitter.feed(chunk)
                     if delta:
                         yield ChatUpdate(splitter.reasoning, splitter.answer, delta, False, None, prompt.dropped_turns)
@@ -534,30 +408,16 @@ class ChatEngine:
         row = BatchRow(prompt.ids, prompt.bucket, prompt.max_new_tokens, Sampling.of(request),
                        None if request.greedy else request.seed)
         scheduler.submit(row)
-        chunks = scheduler.follow(row)
+        texts = scheduler.follow(row)
         try:
-            for chunk in chunks:
+            for chunk in texts:
                 delta = splitter.feed(chunk)
                 if delta:
                     yield ChatUpdate(splitter.reasoning, splitter.answer, delta, False, None, prompt.dropped_turns)
         finally:
-            chunks.close()  # early close: sets the row's own cancel event
+            texts.close()  # early close: sets the row's own cancel event
         r = row.result
         stats = self._stats(replace(prompt, bucket=r.bucket), r.new_ids, r.finish_reason == "stopped", r.started,
                             r.first_token_at, r.ended, r.compiled_graphs, r.seed)
         stats = replace(stats, batch_size=r.batch_size, queued_s=r.queued_s)
         yield ChatUpdate(splitter.reasoning, splitter.answer, splitter.finish(), True, stats, prompt.dropped_turns)
-
-
-def _chunks(streamer, worker: _Worker) -> Iterator[str]:
-    """Text from the streamer until it ends; its timeout only makes us check the worker is alive."""
-    while True:
-        try:
-            yield next(streamer)
-        except StopIteration:
-            return
-        except queue.Empty:
-            if not worker.is_alive() and streamer.text_queue.empty():
-                return
-
-

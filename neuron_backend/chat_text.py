@@ -1,4 +1,5 @@
-"""The text side of the chat engine, no model needed: request checks and the <think> splitter.
+"""The text side of the chat engine, no model needed: request checks, the <think> splitter, and
+the plain-data results (``ChatStats``, ``ChatUpdate``, ``PromptInfo``).
 
 Everything a user types passes ``normalize_request``; streamed model text passes ``ThinkSplitter``.
 """
@@ -195,3 +196,50 @@ def _whole(name: str, value: object, default: int | None, low: int, high: int | 
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass
+class ChatStats:
+    """What one reply cost; all plain data."""
+
+    prompt_tokens: int  # real prompt tokens, before padding
+    bucket: int  # the padded prompt length the prefill saw
+    new_tokens: int
+    time_to_first_token_s: float | None  # start of generate() to the first new token (includes prefill)
+    tokens_per_s: float  # decode speed after the first token (0.0 with a single token)
+    total_s: float
+    compiled_graphs: int  # graphs compiled while this reply ran (0 once warmed up)
+    dropped_turns: int
+    context_length: int
+    max_new_tokens: int  # after capping to the context
+    stopped: bool  # cancelled by the user
+    finish_reason: str  # "eos" | "length" | "stopped"
+    seed: int | None = None  # the seed used for sampling (None when greedy, or sampled in a shared batch)
+    batch_size: int = 1  # rows of the generate() call (--chat-batch), padding rows included
+    queued_s: float | None = None  # batched path: waiting for a batch to start (None on the single path)
+
+
+@dataclass
+class ChatUpdate:
+    """One streamed step; reasoning and answer are cumulative, delta is the text new in this step."""
+
+    reasoning: str
+    answer: str
+    delta: str
+    done: bool
+    stats: ChatStats | None = None
+    dropped_turns: int = 0
+
+
+@dataclass(frozen=True)
+class PromptInfo:
+    """What the context meter shows before sending."""
+
+    prompt_tokens: int
+    bucket: int | None  # None when the prompt does not fit any bucket
+    dropped_turns: int
+    largest_bucket: int
+    context_length: int
+    max_new_tokens: int  # the most new tokens a reply may have at this bucket
+    fits: bool
+    problem: str | None = None
