@@ -406,10 +406,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = parse_settings(argv)
-        if settings.tp > 1:  # under torchrun
-            placement = resolve_placements(settings)["chat"]
+        if settings.tp > 1:  # under torchrun: --tp-engine names the sharded engine
+            placement = resolve_placements(settings)[settings.tp_engine]
             # Weights first: saving (the demo build) under a process group writes only on rank 0.
-            folder = model_folder(settings, "chat")
+            folder = model_folder(settings, settings.tp_engine)
             parallel.init(settings, placement)
             if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
                 configure_compile_cache(settings.cache_dir)

@@ -150,7 +150,7 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)
         kind, device = _explicit(flag, requested, host, default_index=index)
-        if engine == "chat" and settings.tp > 1:
+        if engine == settings.tp_engine and settings.tp > 1:
             # One shard per process: the core (or GPU) of this torchrun rank.
             kind, device = _explicit(flag, f"{kind}:{settings.local_rank}" if kind != "cpu" else "cpu", host, 0)
             placements[engine] = dataclasses.replace(_placement(settings, kind, device), tp=settings.tp)

@@ -16,39 +16,40 @@ result's params say so in ``guidance_note``; ``params["guidance"]`` is then None
 
 Concurrency: one request or warm-up runs at a time (``engine.SerialJobs``); callers arriving
 meanwhile wait in line, none is dropped. ``cancel()`` stops only the running one.
+Tensor parallel (``--tp-engine image``): the transformer is loaded sharded, each pipeline call is
+announced to the other ranks and the stop is decided by rank 0 at every step (parallel.py).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 import threading
 import time
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from numbers import Integral, Real
 from pathlib import Path
 
 import torch
 from PIL import Image
 
+from . import parallel
 from .devices import CompileCounter, Placement, synchronize
 from .engine import SerialJobs, ShapeRegistry
 from .errors import EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
+from .image_input import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
 from .png_info import OutputFolder, read_png_parameters
 from .settings import Settings
 from .shapes import ImageSize, parse_size
 
-__all__ = ["ImageEngine", "ImageRequest", "ImageResult", "read_png_parameters"]
+__all__ = ["GUIDANCE_MAX", "GUIDANCE_MIN", "ImageEngine", "ImageRequest", "ImageResult", "clean_prompt",
+           "read_png_parameters"]
 
 log = logging.getLogger("showcase.image")
 
 MAX_SEQUENCE_LENGTH = 512  # tokens the pipeline pads/truncates every prompt to (its default)
 SEED_MAX = 2**32 - 1  # seeds are 0 .. SEED_MAX
-GUIDANCE_MIN, GUIDANCE_MAX = 1.0, 20.0  # 1.0 means no classifier-free guidance
 DEFAULT_GUIDANCE = 4.0  # Flux2KleinPipeline's default, for the non-distilled (base) models
 SAMPLER = "FlowMatchEuler"
 WARMUP_PROMPT = "a warm-up image"
@@ -89,36 +90,6 @@ class _Run:
     graphs: int
 
 
-def clean_prompt(prompt: object, max_chars: int) -> str:
-    """The prompt without control characters (newline and tab kept), stripped; refuse empty or long."""
-    if not isinstance(prompt, str):
-        raise InvalidRequestError(f"The prompt must be text, not {type(prompt).__name__}.")
-    text = prompt.replace("\r\n", "\n").replace("\r", "\n")
-    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc").strip()
-    if not text:
-        raise InvalidRequestError("The prompt is empty: describe the image you want.")
-    if len(text) > max_chars:
-        raise InvalidRequestError(f"The prompt is {len(text)} characters; the limit is {max_chars}. Shorten it.")
-    return text
-
-
-def _whole_number(name: str, value: object, low: int, high: int) -> int:
-    """``value`` as an int in low..high; bools, floats and strings are refused."""
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise InvalidRequestError(f"{name} must be a whole number from {low} to {high}, not {value!r}.")
-    if not low <= int(value) <= high:
-        raise InvalidRequestError(f"{name} {value} is out of range: use a whole number from {low} to {high}.")
-    return int(value)
-
-
-def _guidance_value(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise InvalidRequestError(f"Guidance must be a number from {GUIDANCE_MIN} to {GUIDANCE_MAX}, not {value!r}.")
-    if not GUIDANCE_MIN <= float(value) <= GUIDANCE_MAX:
-        raise InvalidRequestError(f"Guidance {value} is out of range: use {GUIDANCE_MIN} to {GUIDANCE_MAX}.")
-    return float(value)
-
-
 class ImageEngine:
     """Text-to-image with a Flux2KleinPipeline on one device; see the module docstring."""
 
@@ -134,6 +105,9 @@ class ImageEngine:
         self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
         self._jobs = SerialJobs()
         self._pipe = None
+        # Called under the job lock right before each pipeline call with (request, seed); rank 0
+        # of a tensor-parallel group (--tp-engine image) sets it to announce the call (parallel.py).
+        self.on_generate: Callable[[tuple], None] | None = None
         self._versions: dict[str, str] = {"torch": torch.__version__}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -145,7 +119,12 @@ class ImageEngine:
 
         start = time.perf_counter()
         try:
-            pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype)
+            parts = {}
+            if self.placement.tp > 1:  # this rank's shard of the transformer; the rest whole (parallel.py)
+                config = diffusers.TensorParallelConfig(mesh=parallel.device_mesh(self.placement))
+                parts["transformer"] = diffusers.Flux2Transformer2DModel.from_pretrained(
+                    folder, subfolder="transformer", dtype=self.placement.dtype, parallel_config=config)
+            pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype, **parts)
             # Always an explicit device: device_map="auto" does not see Neuron (NOTES.md 1).
             pipe.to(self.placement.device)
         except Exception as exc:  # noqa: BLE001 - any load failure makes the engine unavailable
@@ -202,6 +181,11 @@ class ImageEngine:
         self.shapes.mark_ready(size.label)
         self.warmups[size.label] = {"seconds": round(run.seconds, 3), "compiled_graphs": run.graphs}
 
+    def follow(self, request: ImageRequest, seed: int) -> _Run:
+        """Tensor-parallel followers: the pipeline call rank 0 announced, stopping where it stops."""
+        with self._jobs.job() as cancelled:
+            return self._run(self._loaded_pipe(), request, seed, cancelled, None, follower=True)
+
     def cancel(self) -> bool:
         """Stop the running request after its current step; return whether one was running."""
         return self._jobs.cancel()
@@ -225,9 +209,9 @@ class ImageEngine:
         size = self._configured_size(request.size)
         steps = self.settings.default_steps
         if request.steps is not None:
-            steps = _whole_number("Steps", request.steps, 1, self.settings.max_steps)
-        seed = None if request.seed is None else _whole_number("Seed", request.seed, 0, SEED_MAX)
-        guidance = None if request.guidance is None else _guidance_value(request.guidance)
+            steps = whole_number("Steps", request.steps, 1, self.settings.max_steps)
+        seed = None if request.seed is None else whole_number("Seed", request.seed, 0, SEED_MAX)
+        guidance = None if request.guidance is None else guidance_value(request.guidance)
         if self.loaded:
             guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
         return ImageRequest(prompt, size, steps, seed, guidance)
@@ -334,19 +318,24 @@ class ImageEngine:
         )
         return len(pipe.tokenizer(text, verbose=False)["input_ids"])
 
-    def _run(
-        self, pipe, request: ImageRequest, seed: int, cancelled: threading.Event, progress: ProgressFn | None
-    ) -> _Run:
+    def _run(self, pipe, request: ImageRequest, seed: int, cancelled: threading.Event, progress: ProgressFn | None,
+             follower: bool = False) -> _Run:
         """One pipeline call; the caller holds the job. ``request`` is validated and normalised."""
         total = request.steps
         start = time.perf_counter()
         state = {"done": 0, "stopped": False}
+        if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
+            self.on_generate((request, seed))
+        sharded = parallel.active(self.name)
 
         def on_step_end(pipeline, step: int, timestep, tensors: dict) -> dict:
             state["done"] = step + 1
             if progress is not None:
                 progress(step + 1, total, time.perf_counter() - start)
-            if cancelled.is_set() and step + 1 < total:
+            stop = cancelled.is_set()
+            if sharded:  # a broadcast every step, on every rank: all stop at rank 0's step
+                stop = parallel.stop_flag(stop)
+            if stop and step + 1 < total:
                 pipeline._interrupt = True  # the pipeline skips the remaining steps, then decodes
                 state["stopped"] = True
             return tensors

@@ -1,30 +1,55 @@
-"""Tensor-parallel chat under torchrun: rank 0 serves the UI, the other ranks follow each request.
+"""Tensor parallel under torchrun: one engine sharded over N ranks; rank 0 serves the UI, the others follow.
 
-    torchrun --nproc_per_node=2 app.py --tp 2
+    torchrun --nproc_per_node=2 app.py --tp 2                     # shards the chat model (default)
+    torchrun --nproc_per_node=2 app.py --tp 2 --tp-engine image   # shards the FLUX.2 transformer
 
-Every rank loads its shard of the chat model through transformers'
-``from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))``. Generation runs in
-lockstep: right before each ``generate()`` (warm-up included) rank 0 broadcasts the prompt, the
-request and the seed it drew; each follower runs the same call and discards the text. The
-cancel check after every token is itself a broadcast from rank 0 (see ``chat._CancelCriteria``),
-so a stop ends every rank at the same token. When rank 0 shuts down it broadcasts ``None`` and
-the followers return.
+Sharding uses the libraries' own tensor parallelism. Chat: transformers'
+``from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))``. Image: diffusers'
+``Flux2Transformer2DModel.from_pretrained(..., parallel_config=TensorParallelConfig(mesh=...))``
+over a ``DeviceMesh`` of the placement's device kind, handed to ``Flux2KleinPipeline``; the text
+encoder and the VAE stay whole on every rank. Each rank holds its shard on its own core
+(``neuron:LOCAL_RANK``); the engine that ``--tp-engine`` does not name runs whole on rank 0 only.
 
-Only the chat engine is sharded. The image engine stays whole on rank 0: diffusers'
-``TensorParallelConfig`` needs the "neuron" process group and does not run on CPU/gloo
-(NOTES.md section 3), so it is not wired up here.
+Lockstep protocol (one process group, collectives in the same order on every rank):
+- right before each generation of the sharded engine (warm-up included), rank 0 broadcasts a
+  command tagged with the engine: ``("chat", (request, prompt, min_new_tokens, seed))`` or
+  ``("image", (request, seed))``; each follower runs the same call and discards the output;
+- the stop decision is a broadcast from rank 0 once per token (chat, ``chat._CancelCriteria``)
+  or per denoising step (image, ``ImageEngine._run``), so a stop ends every rank at the same
+  token or step;
+- when rank 0 shuts down it broadcasts ``None`` and the followers return.
+
+What runs where (diffusers 0.42.1, torch 2.13), as tested in tests/test_parallel.py:
+- chat: runs as shipped on CPU with the gloo backend; replies identical to the unsharded model.
+- image: diffusers ships tensor parallelism for "cuda", "neuron", "tpu" and "xpu" only, and as
+  shipped it stops on CPU before reading a weight: ``ModelMixin._resolve_parallel_config``
+  computes ``rank % torch.accelerator.device_count()``, which raises ``ZeroDivisionError: integer
+  modulo by zero`` on a CPU-only torch (modeling_utils.py:1719); with that lifted,
+  ``apply_tensor_parallel`` raises ``ValueError: Tensor parallelism is not supported on device
+  type 'cpu'`` (hooks/tensor_parallel.py:495). So the app refuses ``--tp-engine image`` on CPU at
+  start (``check_supported``, which reads diffusers' own device list). The test lifts exactly
+  those two guards in its own processes; then this module and diffusers' sharded load
+  (``_load_shard_file_tp``: each rank reads its 1/N slice of every planned weight) and forward
+  run on gloo: images within 1/255 of the unsharded pipeline (the all-reduce sums in another
+  order), identical on both ranks, the stop at rank 0's step, the follower exits 0.
+- Not run anywhere in this project: the Neuron path (the "neuron" process group, shards placed on
+  ``torch.neuron.current_device()``, ``torch.compile`` of a sharded transformer, ``pipe.to`` on
+  a pipeline holding DTensors on a device), and CUDA. Followers also decode the latents with the
+  (unsharded) VAE and discard the image: redundant work, kept so every rank runs the same call.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from .devices import Placement
+from .errors import ConfigError
 from .settings import Settings
 
 log = logging.getLogger("showcase.parallel")
@@ -33,22 +58,53 @@ log = logging.getLogger("showcase.parallel")
 # an idle server. torchrun tears the group down when rank 0 exits.
 IDLE_TIMEOUT = timedelta(days=7)
 
+_sharded: str | None = None  # the engine this process group shards (set by init)
 
-def active() -> bool:
-    """Whether this process is one of several ranks."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+def active(engine: str = "chat") -> bool:
+    """Whether ``engine`` is sharded over several ranks in this process (its collectives must run).
+
+    The default is "chat" because chat.py asks without naming itself; with ``--tp-engine image``
+    the chat engine runs whole on rank 0 and must not broadcast.
+    """
+    return _sharded == engine and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def check_supported(settings: Settings, placement: Placement) -> None:
+    """Refuse, before any collective, a sharded engine the library cannot shard on this device."""
+    if settings.tp <= 1 or settings.tp_engine != "image":
+        return
+    # Read at call time: the list is diffusers' own (hooks/tensor_parallel.py), not a copy of ours.
+    from diffusers.hooks import tensor_parallel
+
+    supported = tensor_parallel._SUPPORTED_TP_DEVICES
+    if placement.kind not in supported:
+        raise ConfigError("--tp-engine", f"diffusers' TensorParallelConfig cannot shard the image transformer on "
+                          f"{placement.kind} (it supports {', '.join(supported)})",
+                          "--tp-engine chat, or --tp-engine image on neuron or cuda")
 
 
 def init(settings: Settings, placement: Placement) -> None:
     """Join the process group torchrun set up (backend "neuron" on Neuron, gloo on CPU)."""
-    if settings.tp <= 1 or dist.is_initialized():
+    global _sharded
+    if settings.tp <= 1:
         return
-    if placement.kind == "neuron":
-        torch.neuron.set_device(settings.local_rank)  # bind this rank's core before the group
-    dist.init_process_group(backend=placement.process_group_backend, rank=settings.rank,
-                            world_size=settings.world_size, timeout=IDLE_TIMEOUT)
-    log.info("rank %d of %d joined the %s process group", settings.rank, settings.world_size,
-             placement.process_group_backend)
+    check_supported(settings, placement)
+    if not dist.is_initialized():
+        if placement.kind == "neuron":
+            torch.neuron.set_device(settings.local_rank)  # bind this rank's core before the group
+        dist.init_process_group(backend=placement.process_group_backend, rank=settings.rank,
+                                world_size=settings.world_size, timeout=IDLE_TIMEOUT)
+    _sharded = settings.tp_engine
+    log.info("rank %d of %d joined the %s process group; %s engine sharded", settings.rank,
+             settings.world_size, placement.process_group_backend, settings.tp_engine)
+
+
+def device_mesh(placement: Placement):
+    """The 1-D mesh of all ranks on the placement's device kind (diffusers' TensorParallelConfig takes it)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return DeviceMesh(placement.kind, list(range(placement.tp)), mesh_dim_names=("tp",))
 
 
 def stop_flag(cancelled: bool) -> bool:
@@ -58,16 +114,35 @@ def stop_flag(cancelled: bool) -> bool:
     return bool(flag.item())
 
 
-def announce(command) -> None:
-    """Rank 0: tell the followers what to run next (``None``: shut down)."""
-    dist.broadcast_object_list([command], src=0)
+def announce(engine: str, payload) -> None:
+    """Rank 0: tell the followers what ``engine`` runs next."""
+    dist.broadcast_object_list([(engine, payload)], src=0)
+
+
+def announcer(engine: str) -> Callable[[object], None]:
+    """Rank 0: the ``on_generate`` hook of ``engine``: announces each of its generations."""
+    return lambda payload: announce(engine, payload)
 
 
 def shutdown() -> None:
     """Rank 0: release the followers; safe to call when not distributed."""
-    if active() and dist.get_rank() == 0:
-        announce(None)
+    if _sharded is not None and dist.is_initialized() and dist.get_world_size() > 1 and dist.get_rank() == 0:
+        dist.broadcast_object_list([None], src=0)
         log.info("followers released")
+
+
+def _mirror_chat(engine, payload) -> None:
+    request, prompt, min_new_tokens, seed = payload
+    for _ in engine._run(dataclasses.replace(request, seed=seed), prompt, min_new_tokens, follower=True):
+        pass
+
+
+def _mirror_image(engine, payload) -> None:
+    request, seed = payload
+    engine.follow(request, seed)
+
+
+_MIRRORS = {"chat": _mirror_chat, "image": _mirror_image}
 
 
 def follow(engine) -> int:
@@ -76,21 +151,27 @@ def follow(engine) -> int:
     while True:
         box = [None]
         dist.broadcast_object_list(box, src=0)
-        command = box[0]
-        if command is None:
+        if box[0] is None:
             return served
-        request, prompt, min_new_tokens, seed = command
-        for _ in engine._run(dataclasses.replace(request, seed=seed), prompt, min_new_tokens, follower=True):
-            pass
+        name, payload = box[0]
+        if name != engine.name:  # cannot happen unless the ranks were started with different settings
+            raise RuntimeError(f"rank 0 announced a {name} generation; this rank holds a {engine.name} shard")
+        _MIRRORS[name](engine, payload)
         served += 1
 
 
 def run_follower(settings: Settings, placement: Placement, folder) -> int:
-    """The whole life of a follower rank: load its shard, then follow rank 0."""
-    from .chat import ChatEngine
+    """The whole life of a follower rank: load its shard of the ``--tp-engine`` engine, then follow rank 0."""
+    if settings.tp_engine == "chat":
+        from .chat import ChatEngine as cls
 
-    engine = ChatEngine(settings, placement, settings.chat_model)
+        model_id = settings.chat_model
+    else:
+        from .image import ImageEngine as cls
+
+        model_id = settings.image_model
+    engine = cls(settings, placement, model_id)
     engine.load(folder)
     served = follow(engine)
-    log.info("rank %d served %d generations and exits", settings.rank, served)
+    log.info("rank %d served %d %s generations and exits", settings.rank, served, settings.tp_engine)
     return served

@@ -139,10 +139,10 @@ class Backend:
         else:
             from .image import ImageEngine as cls
         engine = cls(self.settings, placement, self.model_id(name))
-        if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generate()
-            from .parallel import announce
+        if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generation
+            from .parallel import announcer
 
-            engine.on_generate = announce
+            engine.on_generate = announcer(name)
         engine.shapes.gated = True  # from now on only warmed-up shapes serve requests
         return engine
 

@@ -94,7 +94,8 @@ class Settings:
     max_prompt_chars: int = 20_000
     max_saved_images: int = 200
     hub_timeout: float = 5.0
-    tp: int = 1  # tensor-parallel degree of the chat engine (under torchrun)
+    tp: int = 1  # tensor-parallel degree of the engine named by tp_engine (under torchrun)
+    tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
     world_size: int = 1
@@ -140,7 +141,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("max-prompt-chars", "int", "longest accepted prompt in characters"),
     ("max-saved-images", "int", "images kept under the cache root; the oldest are removed"),
     ("hub-timeout", "float", "seconds to wait for the Hugging Face Hub when --models auto"),
-    ("tp", "int", "shard the chat model over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
+    ("tp", "int", "shard one engine over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
+    ("tp-engine", "str", "chat|image: the engine --tp shards (default chat; image: the FLUX.2 transformer)"),
 )
 
 
@@ -301,6 +303,7 @@ def parse_settings(
         max_saved_images=_as_int("max-saved-images", raw.get("max_saved_images", 200)),
         hub_timeout=_as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
         tp=_as_int("tp", raw.get("tp", 1)),
+        tp_engine=_choice("tp-engine", raw.get("tp_engine", "chat"), ("chat", "image")),
         # torchrun sets these for each process it starts.
         rank=_as_int("tp", env.get("RANK", 0)),
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
@@ -362,9 +365,9 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--max-new-tokens", f"{s.max_new_tokens} is not positive", "1 or more")
     if not 1 <= s.chat_batch <= 16:
         raise ConfigError("--chat-batch", f"{s.chat_batch} is out of range", "1 to 16")
-    if s.chat_batch > 1 and s.tp > 1:  # followers mirror only the single path (parallel.py)
+    if s.chat_batch > 1 and s.tp > 1 and s.tp_engine == "chat":  # followers mirror only the single path
         raise ConfigError("--chat-batch", f"batching {s.chat_batch} replies is not supported with --tp {s.tp} yet",
-                          "--chat-batch 1 with --tp, or --tp 1 with --chat-batch")
+                          "--chat-batch 1 with --tp, --tp 1 with --chat-batch, or --tp-engine image")
     if not 1 <= s.max_steps <= 1000:
         raise ConfigError("--max-steps", f"{s.max_steps} is out of range", "1 to 1000")
     if not 1 <= s.default_steps <= s.max_steps:
@@ -389,8 +392,12 @@ def validate(s: Settings) -> Settings:
     if s.tp > 1 and s.world_size != s.tp:
         raise ConfigError("--tp", f"--tp {s.tp} needs {s.tp} processes, this is one of {s.world_size}",
                           f"launch with: torchrun --nproc_per_node={s.tp} app.py --tp {s.tp}")
-    if s.tp > 1 and not s.chat:
-        raise ConfigError("--tp", "shards the chat engine, which --no-chat disables", "--tp 1 with --no-chat")
+    if s.tp_engine not in ("chat", "image"):
+        raise ConfigError("--tp-engine", f"unknown engine {s.tp_engine!r}", "chat|image")
+    if s.tp > 1 and not getattr(s, s.tp_engine):
+        other = "image" if s.tp_engine == "chat" else "chat"
+        raise ConfigError("--tp", f"shards the {s.tp_engine} engine (--tp-engine {s.tp_engine}), which "
+                          f"--no-{s.tp_engine} disables", f"--tp 1 with --no-{s.tp_engine}, or --tp-engine {other}")
     if not s.chat and not s.image:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
     return s

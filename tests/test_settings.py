@@ -133,6 +133,7 @@ def test_every_flag_parses():
         (["--warmup-order", "image,video"], "--warmup-order", "chat,image"),
         (["--queue-size", "0"], "--queue-size", "1 or more"),
         (["--hub-timeout", "-1"], "--hub-timeout", "above 0"),
+        (["--tp-engine", "vae"], "--tp-engine", "chat|image"),
     ],
 )
 def test_validation_errors_name_flag_and_allowed_values(argv, flag, fragment):
@@ -152,3 +153,21 @@ def test_replace_revalidates():
     assert s.replace(compile="on").compile == "on"
     with pytest.raises(ConfigError, match="--max-new-tokens"):
         s.replace(max_new_tokens=0)
+
+
+def test_tp_engine_names_the_sharded_engine():
+    torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
+    assert parse("--models", "tiny").tp_engine == "chat"
+    s = parse("--models", "tiny", "--tp", "2", env={**torchrun, env_name("tp-engine"): "image"})
+    assert (s.tp, s.tp_engine) == (2, "image")
+    # The unsharded engine may be off; the sharded one may not.
+    assert not parse("--models", "tiny", "--tp", "2", "--tp-engine", "image", "--no-chat", env=torchrun).chat
+    with pytest.raises(ConfigError, match=r"^--tp: shards the image engine .*--no-image disables.*--tp-engine chat"):
+        parse("--models", "tiny", "--tp", "2", "--tp-engine", "image", "--no-image", env=torchrun)
+    # Chat batch slots are refused only where the followers would have to mirror them (sharded chat).
+    batched = parse("--models", "tiny", "--tp", "2", "--tp-engine", "image", "--chat-batch", "4", env=torchrun)
+    assert batched.chat_batch == 4
+    with pytest.raises(ConfigError, match=r"^--chat-batch: .*--tp-engine image"):
+        parse("--models", "tiny", "--tp", "2", "--chat-batch", "4", env=torchrun)
+    with pytest.raises(ConfigError, match="--tp-engine"):
+        s.replace(tp_engine="vae")
