@@ -90,7 +90,7 @@ class ChatEngine:
         if settings.chat_batch > 1:
             self.shape_labels = {k: f"{v}, batch {settings.chat_batch}" for k, v in self.shape_labels.items()}
         # Called under the job lock right before generate() with (request, prompt, min_new_tokens, seed);
-        # rank 0 of a tensor-parallel group sets it to parallel.announce.
+        # rank 0 of a tensor-parallel group sets it to parallel.announcer("chat").
         self.on_generate = None
         self._compile_config = None
         if placement.compile:

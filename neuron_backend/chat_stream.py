@@ -29,7 +29,7 @@ class CancelCriteria(StoppingCriteria):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         stop = self.event.is_set()
-        if parallel.active():  # tensor parallel: every rank stops at rank 0's token
+        if parallel.active("chat"):  # tensor parallel: every rank stops at rank 0's token
             stop = parallel.stop_flag(stop)
         # one flag per sequence: [B]
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)

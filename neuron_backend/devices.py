@@ -149,7 +149,8 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
             continue
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)
-        kind, device = _explicit(flag, requested, host, default_index=index)
+        # Under --tp N the ranks' shards sit on cores 0..N-1: the whole engine defaults to core N.
+        kind, device = _explicit(flag, requested, host, default_index=settings.tp if settings.tp > 1 else index)
         if engine == settings.tp_engine and settings.tp > 1:
             # One shard per process: the core (or GPU) of this torchrun rank.
             kind, device = _explicit(flag, f"{kind}:{settings.local_rank}" if kind != "cpu" else "cpu", host, 0)

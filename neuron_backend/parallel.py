@@ -14,7 +14,7 @@ Lockstep protocol (one process group, collectives in the same order on every ran
 - right before each generation of the sharded engine (warm-up included), rank 0 broadcasts a
   command tagged with the engine: ``("chat", (request, prompt, min_new_tokens, seed))`` or
   ``("image", (request, seed))``; each follower runs the same call and discards the output;
-- the stop decision is a broadcast from rank 0 once per token (chat, ``chat._CancelCriteria``)
+- the stop decision is a broadcast from rank 0 once per token (chat, ``chat_stream.CancelCriteria``)
   or per denoising step (image, ``ImageEngine._run``), so a stop ends every rank at the same
   token or step;
 - when rank 0 shuts down it broadcasts ``None`` and the followers return.
@@ -61,11 +61,10 @@ IDLE_TIMEOUT = timedelta(days=7)
 _sharded: str | None = None  # the engine this process group shards (set by init)
 
 
-def active(engine: str = "chat") -> bool:
+def active(engine: str) -> bool:
     """Whether ``engine`` is sharded over several ranks in this process (its collectives must run).
 
-    The default is "chat" because chat.py asks without naming itself; with ``--tp-engine image``
-    the chat engine runs whole on rank 0 and must not broadcast.
+    With ``--tp-engine image`` the chat engine runs whole on rank 0 and must not broadcast.
     """
     return _sharded == engine and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 

@@ -183,3 +183,12 @@ def test_malloc_arena_limit_respects_the_environment_and_skips_neuron(fake_neuro
     assert devices.limit_malloc_arenas(placements) == "malloc arenas: MALLOC_ARENA_MAX=4 (from the environment)"
     monkeypatch.delenv("MALLOC_ARENA_MAX")
     assert devices.limit_malloc_arenas(devices.resolve_placements(settings())) is None  # both on neuron cores
+
+
+@pytest.mark.parametrize("sharded, whole", [("chat", "image"), ("image", "chat")])
+def test_under_tp_the_whole_engine_defaults_to_a_core_outside_the_group(sharded, whole):
+    s = parse_settings(["--models", "tiny", "--tp", "2", "--tp-engine", sharded],
+                       env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
+    placements = devices.resolve_placements(s, devices.HostDevices(4, None, 0))
+    assert placements[sharded].device == "neuron:1" and placements[sharded].tp == 2  # this rank's core
+    assert placements[whole].device == "neuron:2" and placements[whole].tp == 1  # not cores 0-1 of the group
