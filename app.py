@@ -175,6 +175,12 @@ def create_demo(backend: Backend) -> gr.Blocks:
                 run_examples_on_click=False, editable=True, concurrency_limit=settings.chat_batch,
                 api_visibility="private", fill_height=False,
             )
+            # Undo and clear take away the reply whose stats are shown: take the stats away too.
+            def forget_stats():
+                return "", context_meter_text(None, settings.buckets, settings.context_length)
+
+            for event in (chatbot.undo, chatbot.clear):
+                event(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
             # Queue bookkeeping for the shared device slot happens on the chat event itself.
             with gr.Row():
                 export_json_btn = gr.Button("Export JSON", size="sm", elem_id="export-json")

@@ -6,8 +6,10 @@ bench root with the tiny demo tokenizer, see ``common.ensure_full_size_chat``), 
 object and run one after the other, interleaved (the order rotated and reversed from repeat to
 repeat, so each side follows each other side equally often; a 1 s pause before each run):
 
-- raw: ``model.generate`` with exactly the arguments the engine passes (the same left-padded ids,
-  static cache of the context length, greedy, no compile) and a minimal streamer that only notes
+- raw: ``model.generate`` the documented way (the same left-padded ids, ``cache_implementation=
+  "static"`` with ``max_cache_len`` of the context length, greedy, no compile; transformers 5.24
+  builds a new static cache on every such call, while the engine keeps one and resets it) and a
+  minimal streamer that only notes
   when the first new token arrived, called from a long-lived thread of its own;
 - engine: ``ChatEngine.stream`` (worker thread, text streamer, think splitter, cancel check);
 - http: ``gradio_client`` streaming ``/chat`` from the app (``create_demo``) served in this process.

@@ -406,6 +406,8 @@ def test_chat_streams_stops_retries_and_undoes(page):
     page.wait_for_function("() => document.querySelectorAll('#chatbot .message-row.user-row').length === 1")
     assert len(_bot_texts(page)) == 1
     assert _message_box(page).input_value() == "and one more thing"
+    # the stats line belonged to the undone reply: it goes too
+    page.wait_for_function("() => document.querySelector('#chat-stats').innerText.trim() === ''")
     _message_box(page).fill("")
 
 
