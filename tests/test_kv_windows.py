@@ -107,3 +107,18 @@ def test_windows_are_warmed_up_only_where_a_new_shape_compiles(tiny_settings, de
     seen = record_windows(engine)
     engine.warm_up("prefill-32")
     assert seen == [128, 128]  # one prefill and one decode step, no extra run per window
+
+
+def test_a_reset_cache_keeps_old_entries_but_never_reads_them(tiny_settings, demo_models):
+    """After a long reply the cache still holds its entries (not zeroed); the next reply is the same
+    as on a fresh engine, because every position it attends to was written by itself."""
+    used = make_engine(tiny_settings, demo_models.chat)
+    fresh = make_engine(tiny_settings, demo_models.chat)
+    long = used.reply(ChatRequest("the quiet river " * 20, greedy=True, max_new_tokens=64))
+    assert long.stats.bucket + long.stats.new_tokens > 128  # it wrote past window 128
+    layer = used._cache(1).layers[0]
+    assert layer.keys[:, :, 130].abs().sum() > 0 and int(layer.cumulative_length) == 0
+    for request in (ChatRequest("hello there", greedy=True, max_new_tokens=40),
+                    ChatRequest("a short one", greedy=False, seed=3, max_new_tokens=40)):
+        a, b = used.reply(request), fresh.reply(request)
+        assert (a.answer, a.stats.new_tokens) == (b.answer, b.stats.new_tokens)
