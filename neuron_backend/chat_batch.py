@@ -1,11 +1,12 @@
 """Many chat users on one device: N fixed batch slots, one ``generate()`` per batch (``--chat-batch N``).
 
 Static shapes (NOTES.md section 2) make the batch size part of every graph, so a batch is always
-exactly N rows: the eager prefill only sees ``[N, bucket]`` and the decode graph is ``[N, 1]``
-against the one static cache of ``context_length`` tokens. Rows are LEFT-padded to the batch's
-bucket (the largest bucket of its rows: the smallest that fits the longest prompt); an empty slot
-holds a padding row (all pad ids, attention only on its last token, so its logits stay finite and
-sampling never sees NaN) that is marked finished at once and whose output is discarded.
+exactly N rows: the eager prefill only sees ``[N, bucket]`` and the decode graphs are ``[N, 1]``
+(one per cache window, kv_windows.py) against the one static cache of ``context_length`` tokens.
+Rows are LEFT-padded to the batch's bucket (the largest bucket of its rows: the smallest that fits
+the longest prompt); an empty slot holds a padding row (all pad ids, attention only on its last
+token, so its logits stay finite and sampling never sees NaN) that is marked finished at once and
+whose output is discarded.
 
 How a batch forms: ``submit`` puts a request in line. The scheduler thread waits until ``GATHER_S``
 after the oldest waiting request arrived (or until N can go), then takes the oldest and up to N-1
