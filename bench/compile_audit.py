@@ -36,6 +36,7 @@ import common  # noqa: E402
 SIZES = "64x64,96x64,64x96"
 BUCKETS = "32,64,128"
 CONTEXT = 256
+WINDOWS = "128"  # ours: replies cross from cache window 128 into 256 (the tiny preset has none)
 MAX_NEW = 64
 MAX_STEPS = 4
 SEED = 1234
@@ -47,7 +48,8 @@ def settings_for(root: Path, quick: bool):
     steps = 2 if quick else MAX_STEPS
     return parse_settings(["--models", "tiny", "--device", "cpu", "--compile", "on", "--cache-dir", str(root),
                            "--sizes", SIZES, "--chat-buckets", BUCKETS, "--context-length", str(CONTEXT),
-                           "--max-new-tokens", str(MAX_NEW), "--max-steps", str(steps), "--default-steps", str(steps)],
+                           "--cache-windows", WINDOWS, "--max-new-tokens", str(MAX_NEW), "--max-steps", str(steps),
+                           "--default-steps", str(steps)],
                           env={})
 
 

@@ -53,7 +53,7 @@ TINY_PRESET = Preset(
     sizes=(ImageSize(256, 256), ImageSize(336, 192), ImageSize(192, 336)),
     buckets=(32, 64, 128),
     context_length=256,
-    cache_windows=(128,),
+    cache_windows=(),  # a 256-token cache is cheap to read whole; a window would only add a decode graph
     max_new_tokens=64,
     default_steps=4,
 )

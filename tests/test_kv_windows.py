@@ -19,6 +19,12 @@ def make_engine(settings, folder) -> ChatEngine:
     return engine
 
 
+@pytest.fixture
+def windowed(tiny_settings):
+    """The tiny preset (context 256, no windows of its own) with one window of 128 tokens."""
+    return tiny_settings.replace(cache_windows=(128,))
+
+
 def record_windows(engine) -> list[int]:
     """Every window the engine's single-row cache selects from now on, in order."""
     seen: list[int] = []
@@ -41,19 +47,19 @@ def test_window_choice():
 
 
 def test_windows_are_settings_with_errors_that_say_what_is_allowed():
-    assert parse_settings(["--models", "tiny"], env={}).cache_windows == (128,)
+    assert parse_settings(["--models", "tiny"], env={}).cache_windows == ()
     assert parse_settings(["--models", "full"], env={}).cache_windows == (512, 1024, 2048)
     assert parse_settings(["--cache-windows", "none"], env={}).cache_windows == ()
     assert parse_settings([], env={"SHOWCASE_CACHE_WINDOWS": "64,32"}).cache_windows == (32, 64)
     # the preset's windows are kept only below a smaller context length chosen by the user
-    assert parse_settings(["--models", "tiny", "--context-length", "100", "--chat-buckets", "32"],
-                          env={}).cache_windows == ()
+    assert parse_settings(["--models", "full", "--context-length", "1000", "--chat-buckets", "64,256"],
+                          env={}).cache_windows == (512,)
     with pytest.raises(ConfigError, match="--cache-windows: window 300 is outside 1..256"):
         parse_settings(["--models", "tiny", "--cache-windows", "300"], env={})
 
 
-def test_each_forward_uses_the_smallest_window_that_holds_the_sequence(tiny_settings, demo_models):
-    engine = make_engine(tiny_settings, demo_models.chat)
+def test_each_forward_uses_the_smallest_window_that_holds_the_sequence(windowed, demo_models):
+    engine = make_engine(windowed, demo_models.chat)
     seen = record_windows(engine)
     ids = engine.tokenizer(" the" * 30, add_special_tokens=False)["input_ids"][:30]
     final = list(engine._run(ChatRequest("x", max_new_tokens=120), _Prompt(ids, 32, 0, 120, False), 120))[-1]
@@ -62,8 +68,8 @@ def test_each_forward_uses_the_smallest_window_that_holds_the_sequence(tiny_sett
     assert seen == [128] + [128] * (128 - 32) + [256] * (151 - 128)
 
 
-def test_a_floor_raises_decode_windows_only(tiny_settings, demo_models):
-    engine = make_engine(tiny_settings, demo_models.chat)
+def test_a_floor_raises_decode_windows_only(windowed, demo_models):
+    engine = make_engine(windowed, demo_models.chat)
     seen = record_windows(engine)
     ids = engine.tokenizer(" the" * 30, add_special_tokens=False)["input_ids"][:30]
     list(engine._run(ChatRequest("x", max_new_tokens=3), _Prompt(ids, 32, 0, 3, False, window_floor=256), 3))
@@ -74,15 +80,15 @@ def test_a_floor_raises_decode_windows_only(tiny_settings, demo_models):
 
 
 @pytest.mark.parametrize("greedy", [True, False])
-def test_replies_are_those_of_the_whole_cache(tiny_settings, demo_models, greedy):
+def test_replies_are_those_of_the_whole_cache(windowed, demo_models, greedy):
     """Same tokens with windows (128, 256) as with one window of the whole cache, across the switch."""
-    windowed = make_engine(tiny_settings, demo_models.chat)
-    whole = make_engine(tiny_settings.replace(cache_windows=()), demo_models.chat)
-    assert windowed._windows() == (128, 256) and whole._windows() == (256,)
+    engine = make_engine(windowed, demo_models.chat)
+    whole = make_engine(windowed.replace(cache_windows=()), demo_models.chat)
+    assert engine._windows() == (128, 256) and whole._windows() == (256,)
     lengths = []
     for message in ("hello there", "the quiet river " * 20):
         request = ChatRequest(message, greedy=greedy, seed=5, max_new_tokens=64)
-        a, b = windowed.reply(request), whole.reply(request)
+        a, b = engine.reply(request), whole.reply(request)
         assert (a.answer, a.stats.new_tokens, a.stats.bucket) == (b.answer, b.stats.new_tokens, b.stats.bucket)
         lengths.append(a.stats.bucket + a.stats.new_tokens)
     assert min(lengths) <= 128 < max(lengths)  # one reply stayed in window 128, one crossed into 256
@@ -101,19 +107,19 @@ def test_the_cache_keeps_its_tensors_and_reads_a_slice(demo_models):
     assert torch.equal(keys[:, :, :8], k) and cache.get_mask_sizes(1, 0) == (128, 0)
 
 
-def test_windows_are_warmed_up_only_where_a_new_shape_compiles(tiny_settings, demo_models):
-    engine = make_engine(tiny_settings, demo_models.chat)  # CPU, eager: nothing to compile
+def test_windows_are_warmed_up_only_where_a_new_shape_compiles(windowed, demo_models):
+    engine = make_engine(windowed, demo_models.chat)  # CPU, eager: nothing to compile
     assert not engine.placement.new_shapes_compile
     seen = record_windows(engine)
     engine.warm_up("prefill-32")
     assert seen == [128, 128]  # one prefill and one decode step, no extra run per window
 
 
-def test_a_reset_cache_keeps_old_entries_but_never_reads_them(tiny_settings, demo_models):
+def test_a_reset_cache_keeps_old_entries_but_never_reads_them(windowed, demo_models):
     """After a long reply the cache still holds its entries (not zeroed); the next reply is the same
     as on a fresh engine, because every position it attends to was written by itself."""
-    used = make_engine(tiny_settings, demo_models.chat)
-    fresh = make_engine(tiny_settings, demo_models.chat)
+    used = make_engine(windowed, demo_models.chat)
+    fresh = make_engine(windowed, demo_models.chat)
     long = used.reply(ChatRequest("the quiet river " * 20, greedy=True, max_new_tokens=64))
     assert long.stats.bucket + long.stats.new_tokens > 128  # it wrote past window 128
     layer = used._cache(1).layers[0]
