@@ -78,7 +78,7 @@ class ChatEngine:
         self.shapes = ShapeRegistry(self.name, [f"prefill-{b}" for b in self.buckets])
         self.shape_labels = {f"prefill-{b}": f"prompt bucket {b} tokens" for b in self.buckets}
         first = f"prefill-{self.buckets[0]}"
-        windows = ", ".join(str(w) for w in declared(settings.cache_windows, settings.context_length))
+        windows = ", ".join(str(w) for w in self._windows())
         self.shape_labels[first] += f" + the decode graphs (cache {settings.context_length} tokens, windows {windows})"
         self._caches: dict[int, WindowedStaticCache] = {}  # by batch size: one per engine in practice
         self.model = self.tokenizer = None
@@ -140,15 +140,16 @@ class ChatEngine:
             ids = self._encode(self._render(None, [], "Hello", thinking=False))[-bucket:]
             # The first bucket also compiles the decode graph of every cache window (a floor makes
             # the second token decode over it), so no reply of any length compiles later.
-            windows = self._windows()
-            floors = [0] + [w for w in windows if w > window_for(windows, bucket + 1)] \
-                if bucket == self.buckets[0] and self.placement.new_shapes_compile else [0]
+            floors = [0]
+            if bucket == self.buckets[0] and self.placement.new_shapes_compile:
+                windows = self._windows()
+                floors += [w for w in windows if w > window_for(windows, bucket + 1)]
+            request = ChatRequest("Hello", greedy=True, max_new_tokens=2)
             for floor in floors:
                 if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graphs
                     self._warm_up_batch(ids, bucket, floor)
                     continue
                 prompt = _Prompt(ids, bucket, 0, 2, False, floor)
-                request = ChatRequest("Hello", greedy=True, max_new_tokens=2)
                 for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
                     pass
         except Exception as exc:

@@ -125,7 +125,7 @@ def announcer(engine: str) -> Callable[[object], None]:
 
 def shutdown() -> None:
     """Rank 0: release the followers; safe to call when not distributed."""
-    if _sharded is not None and dist.is_initialized() and dist.get_world_size() > 1 and dist.get_rank() == 0:
+    if _sharded is not None and active(_sharded) and dist.get_rank() == 0:
         dist.broadcast_object_list([None], src=0)
         log.info("followers released")
 
