@@ -58,7 +58,7 @@ def load_backend(root: Path, batch: int, new_tokens: int, compile_mode: str, *ex
 
 def timed_reply(engine, message: str, new_tokens: int, start: float) -> dict:
     """Stream one greedy reply; TTFT and end are measured from ``start`` (the caller's send time)."""
-    from neuron_backend.chat import ChatRequest
+    from neuron_backend.chat.text import ChatRequest
 
     first = final = None
     for update in engine.stream(ChatRequest(message, greedy=True, max_new_tokens=new_tokens)):

@@ -78,7 +78,7 @@ def make_sides(backend, url: str, new_tokens: int) -> dict:
     from gradio_client import Client
     from transformers.generation.streamers import BaseStreamer
 
-    from neuron_backend.chat import ChatRequest
+    from neuron_backend.chat.text import ChatRequest
     from neuron_backend.devices import synchronize
 
     engine = backend.engine("chat")

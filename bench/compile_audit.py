@@ -200,8 +200,8 @@ def _baseline(settings, demo, prefill: set[int]):
 
 def _ours(settings, demo, prefill: set[int]):
     """Our Backend after its warm-up plan; returns the request function."""
-    from neuron_backend.chat import ChatRequest
-    from neuron_backend.image import ImageRequest
+    from neuron_backend.chat.text import ChatRequest
+    from neuron_backend.image.engine import ImageRequest
     from neuron_backend.runtime import Backend
 
     class AuditedBackend(Backend):

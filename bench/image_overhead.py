@@ -37,7 +37,7 @@ def main() -> None:
     import torch
 
     from neuron_backend.devices import resolve_placements
-    from neuron_backend.image import MAX_SEQUENCE_LENGTH, ImageEngine, ImageRequest
+    from neuron_backend.image.engine import MAX_SEQUENCE_LENGTH, ImageEngine, ImageRequest
     from neuron_backend.settings import parse_settings
 
     demo = common.ensure_demo_models(args.root)

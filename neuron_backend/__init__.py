@@ -1,0 +1,1 @@
+"""Everything but the UI: settings, devices, shapes, engines, warm-up and the Backend. Never imports Gradio."""

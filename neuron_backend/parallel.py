@@ -14,7 +14,7 @@ Lockstep protocol (one process group, collectives in the same order on every ran
 - right before each generation of the sharded engine (warm-up included), rank 0 broadcasts a
   command tagged with the engine: ``("chat", (request, prompt, min_new_tokens, seed))`` or
   ``("image", (request, seed))``; each follower runs the same call and discards the output;
-- the stop decision is a broadcast from rank 0 once per token (chat, ``chat_stream.CancelCriteria``)
+- the stop decision is a broadcast from rank 0 once per token (chat, ``chat.stream.CancelCriteria``)
   or per denoising step (image, ``ImageEngine._run``), so a stop ends every rank at the same
   token or step;
 - when rank 0 shuts down it broadcasts ``None`` and the followers return.
@@ -157,20 +157,3 @@ def follow(engine) -> int:
             raise RuntimeError(f"rank 0 announced a {name} generation; this rank holds a {engine.name} shard")
         _MIRRORS[name](engine, payload)
         served += 1
-
-
-def run_follower(settings: Settings, placement: Placement, folder) -> int:
-    """The whole life of a follower rank: load its shard of the ``--tp-engine`` engine, then follow rank 0."""
-    if settings.tp_engine == "chat":
-        from .chat import ChatEngine as cls
-
-        model_id = settings.chat_model
-    else:
-        from .image import ImageEngine as cls
-
-        model_id = settings.image_model
-    engine = cls(settings, placement, model_id)
-    engine.load(folder)
-    served = follow(engine)
-    log.info("rank %d served %d %s generations and exits", settings.rank, served, settings.tp_engine)
-    return served

@@ -47,6 +47,28 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
     return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress)
 
 
+def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str):
+    """A new, unloaded engine of kind ``name`` (imported here: the engines pull in transformers/diffusers)."""
+    if name == "chat":
+        from .chat.engine import ChatEngine as cls
+    else:
+        from .image.engine import ImageEngine as cls
+    return cls(settings, placement, model_id)
+
+
+def run_follower(settings: Settings, placement: devices.Placement, folder: Path) -> int:
+    """The whole life of a tensor-parallel follower rank: load its shard of the ``--tp-engine`` engine,
+    then mirror rank 0's generations until it shuts down (``parallel.follow``)."""
+    from . import parallel
+
+    name = settings.tp_engine
+    engine = create_engine(settings, name, placement, settings.chat_model if name == "chat" else settings.image_model)
+    engine.load(folder)
+    served = parallel.follow(engine)
+    log.info("rank %d served %d %s generations and exits", settings.rank, served, name)
+    return served
+
+
 class Backend:
     """Owns the engines and their warm-up. Safe to call from many request threads."""
 
@@ -134,11 +156,7 @@ class Backend:
 
     def _create(self, name: str):
         placement = self.placements[name]
-        if name == "chat":
-            from .chat import ChatEngine as cls
-        else:
-            from .image import ImageEngine as cls
-        engine = cls(self.settings, placement, self.model_id(name))
+        engine = create_engine(self.settings, name, placement, self.model_id(name))
         if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generation
             from .parallel import announcer
 

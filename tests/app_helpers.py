@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-import app
+import ui
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 
@@ -27,8 +27,5 @@ def start_app(root, *extra, warm=True):
         for step in backend.runner._steps[:-1]:
             backend.runner._run_step(step)
         backend.runner._steps[-1].task.expected_s = 30.0
-    demo = app.create_demo(backend)
-    demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
-    _, url, _ = demo.launch(server_name=settings.host, server_port=settings.port, auth=settings.auth,
-                            prevent_thread_lock=True, show_error=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
     return demo, backend, url

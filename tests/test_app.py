@@ -143,16 +143,16 @@ def test_chat_batch_serves_concurrent_api_users_together(tmp_path):
 
 def test_reasoning_is_folded_apart_and_not_fed_back():
     """The demo model never thinks (its vocabulary has no <think>), so the folding is checked here."""
-    import app
-    from neuron_backend.chat import ChatUpdate
+    from neuron_backend.chat.text import ChatUpdate
+    from ui import chat_tab
 
-    thinking = app.reply_messages(ChatUpdate("weighing options", "", "options", False, None, 0))
+    thinking = chat_tab.reply_messages(ChatUpdate("weighing options", "", "options", False, None, 0))
     assert len(thinking) == 1 and thinking[0].metadata == {"title": "💭 Reasoning", "status": "pending"}
-    done = app.reply_messages(ChatUpdate("weighing options", "The answer.", "answer.", True, None, 0))
+    done = chat_tab.reply_messages(ChatUpdate("weighing options", "The answer.", "answer.", True, None, 0))
     assert [m.content for m in done] == ["weighing options", "The answer."]
     assert done[0].metadata["status"] == "done" and not done[1].metadata
     history = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
                {"role": "assistant", "content": "weighing options", "metadata": {"title": "💭 Reasoning"}},
                {"role": "assistant", "content": "The answer."}]
-    assert app.history_for_engine(history) == [{"role": "user", "content": "hi"},
+    assert chat_tab.history_for_engine(history) == [{"role": "user", "content": "hi"},
                                                {"role": "assistant", "content": "The answer."}]

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from neuron_backend.chat import ChatEngine, ChatRequest, ThinkSplitter, _Prompt, strip_reasoning
+from neuron_backend.chat.engine import ChatEngine, ChatRequest, ThinkSplitter, _Prompt, strip_reasoning
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.errors import InvalidRequestError, PromptTooLongError, ShapeNotReadyError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuron_backend.chat import ChatEngine, ChatRequest
+from neuron_backend.chat.engine import ChatEngine, ChatRequest
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
 from neuron_backend.settings import parse_settings
@@ -231,7 +231,7 @@ def test_a_script_may_exit_right_after_a_batched_reply(demo_models, tmp_path):
     """A thread that ran torch and outlives the interpreter aborts the process; the scheduler's must not."""
     script = (
         "import torch; torch.set_num_threads(1)\n"
-        "from neuron_backend.chat import ChatEngine\n"
+        "from neuron_backend.chat.engine import ChatEngine\n"
         "from neuron_backend.devices import HostDevices, resolve_placements\n"
         "from neuron_backend.settings import parse_settings\n"
         f"s = parse_settings(['--models', 'tiny', '--device', 'cpu', '--chat-batch', '2', '--cache-dir', "

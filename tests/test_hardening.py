@@ -240,7 +240,7 @@ def test_missing_or_corrupt_model_files_disable_only_that_engine(tmp_path):
         assert status["engines"]["chat"]["state"] == "failed"
         assert fragment in status["engines"]["chat"]["reason"].lower() or fragment in str(status["tasks"]).lower()
         assert status["engines"]["image"]["state"] == "ready"
-        from neuron_backend.image import ImageRequest
+        from neuron_backend.image.engine import ImageRequest
 
         assert backend.generate_image(ImageRequest(prompt="ok", size="64x64", steps=1, seed=4)).image.size == (64, 64)
 
@@ -248,7 +248,7 @@ def test_missing_or_corrupt_model_files_disable_only_that_engine(tmp_path):
 def test_no_remote_code_and_no_auto_device_map():
     import re
 
-    code = "\n".join(line.split("#")[0] for p in (ROOT / "neuron_backend").glob("*.py")
+    code = "\n".join(line.split("#")[0] for p in (ROOT / "neuron_backend").rglob("*.py")
                      for line in p.read_text().splitlines())
     assert not re.search(r"[(,]\s*trust_remote_code\s*=\s*True", code)
     assert not re.search(r"[(,]\s*device_map\s*=\s*[\"']auto", code)

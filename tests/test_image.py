@@ -22,7 +22,7 @@ from neuron_backend.errors import (
     ShapeNotReadyError,
     UnsupportedSizeError,
 )
-from neuron_backend.image import MAX_SEQUENCE_LENGTH, ImageEngine, ImageRequest, read_png_parameters
+from neuron_backend.image.engine import MAX_SEQUENCE_LENGTH, ImageEngine, ImageRequest, read_png_parameters
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
 
@@ -335,7 +335,7 @@ def test_describe_is_plain_data(shared_engine):
 
 
 def test_backend_import_does_not_import_gradio():
-    code = "import sys, neuron_backend.image; assert 'gradio' not in sys.modules"
+    code = "import sys, neuron_backend.image.engine; assert 'gradio' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

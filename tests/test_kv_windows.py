@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neuron_backend.chat import ChatEngine, ChatRequest, _Prompt
+from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
+from neuron_backend.chat.kv_windows import WindowedStaticCache, declared, window_for
 from neuron_backend.devices import HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
-from neuron_backend.kv_windows import WindowedStaticCache, declared, window_for
 from neuron_backend.settings import parse_settings
 
 

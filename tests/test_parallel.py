@@ -24,9 +24,9 @@ SCRIPT = textwrap.dedent("""
     def report(data):  # a file per rank: ranks printing at once interleave on the shared stdout
         pathlib.Path(sys.argv[3], f"rank{data['rank']}.json").write_text(json.dumps(data))
     from neuron_backend import parallel
-    from neuron_backend.chat import ChatRequest
+    from neuron_backend.chat.text import ChatRequest
     from neuron_backend.devices import resolve_placements
-    from neuron_backend.runtime import Backend, model_folder
+    from neuron_backend.runtime import Backend, model_folder, run_follower
     from neuron_backend.settings import parse_settings
 
     tp = sys.argv[2]
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent("""
     folder = model_folder(settings, "chat")  # before the group, as app.py does
     parallel.init(settings, placement)
     if settings.rank != 0:
-        served = parallel.run_follower(settings, placement, folder)
+        served = run_follower(settings, placement, folder)
         report({"rank": settings.rank, "served": served})
         sys.exit(0)
     backend = Backend(settings)
@@ -66,10 +66,10 @@ IMAGE_SCRIPT = textwrap.dedent("""
     from diffusers import Flux2Transformer2DModel, TensorParallelConfig
     from diffusers.hooks import tensor_parallel as tp_hooks
     from neuron_backend import parallel
-    from neuron_backend.chat_text import ChatRequest
+    from neuron_backend.chat.text import ChatRequest
     from neuron_backend.devices import resolve_placements
-    from neuron_backend.image import ImageEngine, ImageRequest
-    from neuron_backend.runtime import Backend, model_folder
+    from neuron_backend.image.engine import ImageEngine, ImageRequest
+    from neuron_backend.runtime import Backend, model_folder, run_follower
     from neuron_backend.settings import parse_settings
 
     tp = sys.argv[2]
@@ -112,7 +112,7 @@ IMAGE_SCRIPT = textwrap.dedent("""
             runs.append({"steps_done": run.steps_done, "stopped": run.stopped, "image": digest(run.image)})
             return run
         ImageEngine.follow = spy
-        served = parallel.run_follower(settings, placement, folder)
+        served = run_follower(settings, placement, folder)
         report({"rank": settings.rank, "served": served, "runs": runs})
         sys.exit(0)
     backend = Backend(settings)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from neuron_backend import qa
-from neuron_backend.chat import ChatRequest
+from neuron_backend.chat.text import ChatRequest
 from neuron_backend.errors import InvalidRequestError, UnsupportedSizeError
-from neuron_backend.qa_report import compare_runs, compare_table, export_html, export_jsonl, import_jsonl, read_run
+from neuron_backend.qa import grid as qa_grid
+from neuron_backend.qa import runs as qa
+from neuron_backend.qa.report import compare_runs, compare_table, export_html, export_jsonl, import_jsonl, read_run
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 
@@ -93,7 +94,7 @@ def test_five_prompts_two_variants_give_ten_cells_with_settings(chat_result):
     assert [d for d, _, _ in seen] == list(range(11)) and {t for _, t, _ in seen} == {10}
     assert seen[0][2] is None and seen[-1][2] == 0 and all(e is not None for _, _, e in seen[1:])
     assert run.meta["models"]["chat"].startswith("demo Qwen3") and run.meta["device"].startswith("CPU")
-    headers, rows = qa.results_table(run)
+    headers, rows = qa_grid.results_table(run)
     assert headers == ["#", "prompt", "cold", "hot"] and len(rows) == 5
     assert "seed" in rows[0][2] and "tok/s" in rows[0][2]
 
@@ -114,12 +115,12 @@ def test_both_kinds_and_rerun_gives_identical_image_bytes(backend, both_run):
                                                           ("wide", "chat"), ("wide", "image")]
     assert all(c.status == "done" for c in run.cells)
     image_cells = [i for i, c in enumerate(run.cells) if c.kind == "image"]
-    sizes = {run.cells[i].variant: qa.cell_image(run.cells[i]).size for i in image_cells}
+    sizes = {run.cells[i].variant: qa_grid.cell_image(run.cells[i]).size for i in image_cells}
     assert sizes == {"small": (64, 64), "wide": (96, 64)}
     wide = next(i for i in image_cells if run.cells[i].variant == "wide")
     assert run.cells[wide].settings == {"size": "96x64", "steps": 2, "guidance": None, "seed": 7}
     assert run.cells[wide].stats["seed"] == 7 and run.cells[wide].stats["steps_done"] == 2
-    assert run.cells[0].settings["greedy"] is True and "greedy" in qa.results_table(run)[1][0][2]
+    assert run.cells[0].settings["greedy"] is True and "greedy" in qa_grid.results_table(run)[1][0][2]
     before = run.cells[wide].image_png
     assert qa.rerun_cell(backend, run, wide).image_png == before  # same seed and settings: same bytes
 
@@ -168,7 +169,7 @@ def test_a_failing_cell_records_its_error_and_the_run_goes_on(backend, chat_run)
     qa.run_set(backend, run)
     assert run.cells[1].status == "failed" and "top_k" in run.cells[1].error
     assert all(c.status == "done" for i, c in enumerate(run.cells) if i != 1)
-    assert "failed" in qa.results_table(run)[1][0][3]
+    assert "failed" in qa_grid.results_table(run)[1][0][3]
 
 
 def test_interactive_requests_run_between_cells(backend, chat_run):
@@ -209,7 +210,8 @@ def test_marks_and_their_errors(chat_run):
         qa.set_mark(run, 10, "pass")
     with pytest.raises(InvalidRequestError, match="at most 2000"):
         qa.set_mark(run, 0, "pass", "x" * 2001)
-    assert qa.grid_cell(run, 1, 3) == 3 and qa.grid_cell(run, 0, 1) is None and qa.grid_cell(run, 5, 2) is None
+    assert qa_grid.grid_cell(run, 1, 3) == 3
+    assert qa_grid.grid_cell(run, 0, 1) is None and qa_grid.grid_cell(run, 5, 2) is None
 
 
 def marked(run: qa.QARun) -> qa.QARun:
@@ -408,14 +410,14 @@ def test_variant_text_syntax(settings):
 
 
 def test_qa_modules_do_not_import_gradio():
-    code = "import sys, neuron_backend.qa, neuron_backend.qa_report; assert 'gradio' not in sys.modules"
+    code = "import sys, neuron_backend.qa.runs, neuron_backend.qa.report; assert 'gradio' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
 
 
 def test_cell_image_round_trips_png(both_run):
     cell = next(c for c in both_run.cells if c.kind == "image")
     raw = base64.b64decode(cell.image_png)
-    assert raw.startswith(b"\x89PNG") and qa.cell_image(cell).size == (64, 64)
-    assert qa.cell_image(cell).text["showcase"]  # the cell's parameters are embedded in the PNG
-    captions = [caption for _, caption in qa.gallery_items(both_run)]
+    assert raw.startswith(b"\x89PNG") and qa_grid.cell_image(cell).size == (64, 64)
+    assert qa_grid.cell_image(cell).text["showcase"]  # the cell's parameters are embedded in the PNG
+    captions = [caption for _, caption in qa_grid.gallery_items(both_run)]
     assert len(captions) == 4 and captions[0].startswith("#1 · small · seed ")

@@ -76,7 +76,7 @@ def test_state_transitions_history_and_eta(tmp_path):
 
 
 def test_failing_shape_is_isolated(tmp_path, monkeypatch):
-    from neuron_backend.image import ImageEngine, ImageRequest
+    from neuron_backend.image.engine import ImageEngine, ImageRequest
 
     original = ImageEngine.warm_up
 
@@ -100,8 +100,8 @@ def test_failing_shape_is_isolated(tmp_path, monkeypatch):
 
 
 def test_failed_engine_load_leaves_the_other_serving(tmp_path, monkeypatch):
-    from neuron_backend.chat import ChatEngine, ChatRequest
-    from neuron_backend.image import ImageRequest
+    from neuron_backend.chat.engine import ChatEngine, ChatRequest
+    from neuron_backend.image.engine import ImageRequest
 
     def broken(self, folder):
         raise OSError("model.safetensors is truncated")
@@ -119,7 +119,7 @@ def test_failed_engine_load_leaves_the_other_serving(tmp_path, monkeypatch):
 
 
 def test_not_ready_shape_refused_with_eta(tmp_path):
-    from neuron_backend.image import ImageRequest
+    from neuron_backend.image.engine import ImageRequest
 
     backend = make_backend(tmp_path)
     steps = backend.runner._steps
@@ -176,7 +176,7 @@ def test_second_start_hits_the_compile_cache(tmp_path):
 
 @pytest.mark.slow
 def test_compiles_since_ready_alarm(tmp_path):
-    from neuron_backend.chat import ChatRequest
+    from neuron_backend.chat.text import ChatRequest
 
     backend = make_backend(tmp_path, "--compile", "on", "--no-image", "--chat-buckets", "32,64",
                            "--context-length", "96")

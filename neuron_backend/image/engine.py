@@ -34,14 +34,14 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from . import parallel
-from .devices import CompileCounter, Placement, synchronize
-from .engine import SerialJobs, ShapeRegistry
-from .errors import EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
-from .image_input import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
+from .. import parallel
+from ..devices import CompileCounter, Placement, synchronize
+from ..engine import SerialJobs, ShapeRegistry
+from ..errors import EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
+from ..settings import Settings
+from ..shapes import ImageSize, parse_size
+from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
 from .png_info import OutputFolder, read_png_parameters
-from .settings import Settings
-from .shapes import ImageSize, parse_size
 
 __all__ = ["GUIDANCE_MAX", "GUIDANCE_MIN", "ImageEngine", "ImageRequest", "ImageResult", "clean_prompt",
            "read_png_parameters"]

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from .errors import InvalidRequestError
+from ..errors import InvalidRequestError
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 # Qwen's recommended sampling per mode.

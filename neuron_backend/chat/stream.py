@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 from transformers import StoppingCriteria, TextIteratorStreamer
 
-from . import parallel
+from .. import parallel
 
 STREAM_POLL_S = 0.5  # streamer queue timeout: how often a waiting consumer checks the worker is alive
 

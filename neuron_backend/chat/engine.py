@@ -11,7 +11,7 @@ Concurrency: one generation at a time (``SerialJobs``); other callers wait in li
 ``generate()`` on the engine's one long-lived generate thread, feeding a streamer; that call always
 ends: on cancel, when the consumer closes the stream, and when ``generate()`` raises (re-raised to
 the consumer).
-With ``--chat-batch N`` > 1, requests go to ``chat_batch.BatchScheduler`` instead: up to N replies
+With ``--chat-batch N`` > 1, requests go to ``batch.BatchScheduler`` instead: up to N replies
 share one ``generate()`` over a fixed batch of N rows (warm-up then uses batch N too).
 """
 
@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -35,11 +35,17 @@ from transformers import (
 )
 from transformers.utils import is_accelerate_available
 
-from .chat_batch import BatchModel, BatchRow, BatchScheduler, Sampling
-from .chat_stream import STREAM_POLL_S, CancelCriteria, GenerateThread, TimedStreamer, Worker, chunks
-from .chat_text import (
+from ..devices import CompileCounter, Placement, synchronize
+from ..engine import SerialJobs, ShapeRegistry
+from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
+from ..settings import Settings
+from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
+from .kv_windows import WindowedStaticCache, attach, declared, window_for
+from .prompt import Prompt as _Prompt
+from .prompt import PromptBuilder
+from .stream import STREAM_POLL_S, CancelCriteria, GenerateThread, TimedStreamer, Worker, chunks
+from .text import (
     SAMPLING_DEFAULTS,
-    THINK_OPEN,
     ChatRequest,
     ChatStats,
     ChatUpdate,
@@ -48,23 +54,8 @@ from .chat_text import (
     normalize_request,
     strip_reasoning,
 )
-from .devices import CompileCounter, Placement, synchronize
-from .engine import SerialJobs, ShapeRegistry
-from .errors import ConfigError, EngineUnavailableError, InvalidRequestError, PromptTooLongError
-from .kv_windows import WindowedStaticCache, attach, declared, window_for
-from .settings import Settings
 
 __all__ = ["ChatEngine", "ChatRequest", "ChatStats", "ChatUpdate", "PromptInfo", "ThinkSplitter", "strip_reasoning"]
-
-
-@dataclass(frozen=True)
-class _Prompt:
-    ids: list[int]  # unpadded token ids
-    bucket: int
-    dropped_turns: int
-    max_new_tokens: int
-    starts_in_reasoning: bool  # the template already opened <think> in the prompt
-    window_floor: int = 0  # warm-up: decode over at least this cache window (compiles its graph)
 
 
 class ChatEngine:
@@ -82,9 +73,10 @@ class ChatEngine:
         self.shape_labels[first] += f" + the decode graphs (cache {settings.context_length} tokens, windows {windows})"
         self._caches: dict[int, WindowedStaticCache] = {}  # by batch size: one per engine in practice
         self.model = self.tokenizer = None
+        self._prompts: PromptBuilder | None = None  # made by load()
         self._jobs = SerialJobs()
         self._thread: GenerateThread | None = None  # made by load() (or on first use, under the job lock)
-        # --chat-batch N > 1: every shape is warmed up and served at batch N (chat_batch.py)
+        # --chat-batch N > 1: every shape is warmed up and served at batch N (batch.py)
         self._batches: BatchScheduler | None = None  # made on first use, after load()
         self._batches_lock = threading.Lock()
         if settings.chat_batch > 1:
@@ -125,6 +117,7 @@ class ChatEngine:
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
         attach(model)  # generate() picks the cache window before every forward (kv_windows.py)
         self.tokenizer, self.model = tokenizer, model
+        self._prompts = PromptBuilder(tokenizer, self.buckets, self.settings.context_length)
         self._generate_thread()  # now, not in the first reply: it is a thread for the engine's lifetime
 
     def warm_up(self, shape: str) -> None:
@@ -137,7 +130,7 @@ class ChatEngine:
         bucket = int(shape.removeprefix("prefill-"))
         try:
             self._require_loaded()
-            ids = self._encode(self._render(None, [], "Hello", thinking=False))[-bucket:]
+            ids = self._prompts.encode(self._prompts.render(None, [], "Hello", thinking=False))[-bucket:]
             # The first bucket also compiles the decode graph of every cache window (a floor makes
             # the second token decode over it), so no reply of any length compiles later.
             floors = [0]
@@ -196,10 +189,10 @@ class ChatEngine:
         """Token count, bucket and dropped turns of a draft (the message may be empty)."""
         request = self.validate(request, allow_empty=True)
         self._require_loaded()
-        ids, dropped = self._fit(request)
+        ids, dropped = self._prompts.fit(request)
         largest, context = self.buckets[-1], self.settings.context_length
         if len(ids) > largest:
-            problem = self._too_long_message(len(ids), request)
+            problem = self._prompts.too_long_message(len(ids), request)
             return PromptInfo(len(ids), None, dropped, largest, context, 0, False, problem)
         bucket = next(b for b in self.buckets if len(ids) <= b)
         room = min(self.settings.max_new_tokens, context - bucket)
@@ -225,59 +218,8 @@ class ChatEngine:
         if self.model is None:
             raise EngineUnavailableError("The chat model is not loaded yet; try again shortly.")
 
-    def _render(self, system: str | None, turns: list[list[dict]], message: str, thinking: bool) -> str:
-        messages = [{"role": "system", "content": system}] if system else []
-        messages += [m for turn in turns for m in turn] + [{"role": "user", "content": message}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                  enable_thinking=thinking)
-
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]  # the template holds every marker
-
-    def _fit(self, request: ChatRequest) -> tuple[list[int], int]:
-        """Token ids with the fewest oldest turns dropped to fit the largest bucket, and how many were."""
-        turns: list[list[dict]] = []
-        for m in request.history:  # a turn: a user message and the replies after it
-            if m["role"] == "user" or not turns:
-                turns.append([])
-            turns[-1].append(m)
-
-        def ids_without(dropped: int) -> list[int]:
-            return self._encode(self._render(request.system_prompt, turns[dropped:], request.message,
-                                             request.thinking))
-
-        largest = self.buckets[-1]
-        ids = ids_without(0)
-        if len(ids) <= largest or not turns:
-            return ids, 0
-        low, high = 0, len(turns)  # binary search: dropping more turns never makes the prompt longer
-        best = ids_without(high)
-        if len(best) > largest:
-            return best, high
-        while high - low > 1:
-            middle = (low + high) // 2
-            candidate = ids_without(middle)
-            if len(candidate) <= largest:
-                high, best = middle, candidate
-            else:
-                low = middle
-        return best, high
-
-    def _too_long_message(self, tokens: int, request: ChatRequest) -> str:
-        what, fix = ("The message and the system prompt take", "the message or the system prompt") \
-            if request.system_prompt else ("The message takes", "the message")
-        return (f"{what} {tokens} tokens with the chat template; the longest prompt this server accepts is "
-                f"{self.buckets[-1]} tokens. Shorten {fix}.")
-
     def _prepare(self, request: ChatRequest) -> _Prompt:
-        ids, dropped = self._fit(request)
-        if len(ids) > self.buckets[-1]:
-            raise PromptTooLongError(self._too_long_message(len(ids), request))
-        bucket = next(b for b in self.buckets if len(ids) <= b)
-        # One static cache of context_length tokens holds the padded prompt and every new token.
-        max_new = min(request.max_new_tokens, self.settings.context_length - bucket)
-        opened = self.tokenizer.decode(ids[-4:]).rstrip().endswith(THINK_OPEN)
-        return _Prompt(ids, bucket, dropped, max_new, opened)
+        return self._prompts.prepare(request)
 
     # ----- generation -------------------------------------------------------------------------------
     def _generate_kwargs(self, request: ChatRequest, prompt: _Prompt, cancelled, streamer, min_new: int) -> dict:
@@ -374,7 +316,7 @@ class ChatEngine:
             stopped=reason == "stopped", finish_reason=reason, seed=seed,
         )
 
-    # ----- many users: --chat-batch N > 1 (chat_batch.py) ------------------------------------------------
+    # ----- many users: --chat-batch N > 1 (batch.py) ------------------------------------------------
     def _scheduler(self) -> BatchScheduler:
         """The batch scheduler, made on first use (it needs the loaded tokenizer and model)."""
         with self._batches_lock:

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InvalidRequestError, UnsupportedSizeError
-from .image import GUIDANCE_MAX, GUIDANCE_MIN
-from .settings import Settings
-from .shapes import parse_size
+from ..errors import InvalidRequestError, UnsupportedSizeError
+from ..image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
+from ..settings import Settings
+from ..shapes import parse_size
 
 MAX_PROMPTS = 100  # prompts in one set; a parameter of parse_prompt_set for servers that want another limit
 MAX_VARIANTS = 6  # e.g. seeds 1..3 x thinking on/off

@@ -19,9 +19,10 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from .errors import InvalidRequestError
-from .qa import KINDS, MARKS, PENDING, RUNNING, STATUSES, Cell, QARun, cell_image, fmt_stat, grid_columns
-from .qa_input import SETTINGS, PromptRow, Variant
+from ..errors import InvalidRequestError
+from .grid import cell_image, fmt_stat, grid_columns
+from .inputs import SETTINGS, PromptRow, Variant
+from .runs import KINDS, MARKS, PENDING, RUNNING, STATUSES, Cell, QARun
 
 FORMAT, VERSION = "trainium-showcase-qa", 1
 THUMBNAIL_PX = 512  # longest side of an image in the HTML report; larger ones are scaled down (JPEG)

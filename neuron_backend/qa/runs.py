@@ -35,13 +35,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from PIL import Image
-
-from .chat_text import SAMPLING_DEFAULTS, ChatRequest
-from .errors import InvalidRequestError, ShowcaseError
-from .image import ImageRequest
-from .png_info import png_metadata
-from .qa_input import (
+from ..chat.text import SAMPLING_DEFAULTS, ChatRequest
+from ..errors import InvalidRequestError, ShowcaseError
+from ..image.engine import ImageRequest
+from ..image.png_info import png_metadata
+from ..settings import Settings
+from .inputs import (
     MAX_PROMPTS,
     MAX_VARIANTS,
     SETTINGS,
@@ -51,12 +50,11 @@ from .qa_input import (
     parse_prompt_set,
     parse_variants,
 )
-from .settings import Settings
 
 __all__ = [
     "MAX_PROMPTS", "MAX_VARIANTS", "Cell", "PromptRow", "QARun", "RunProgress", "Variant", "allowed_columns",
-    "build_run", "cell_image", "cell_summary", "derive_seed", "gallery_items", "grid_cell", "grid_columns",
-    "new_run_like", "parse_prompt_set", "parse_variants", "plan_run", "rerun_cell", "results_table", "run_cells",
+    "build_run", "derive_seed",
+    "new_run_like", "parse_prompt_set", "parse_variants", "plan_run", "rerun_cell", "run_cells",
     "run_set", "set_mark",
 ]
 
@@ -326,76 +324,3 @@ def _check_index(run: QARun, index: object) -> int:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(run.cells):
         raise InvalidRequestError(f"Cell {index!r} does not exist; this run has cells 0 to {len(run.cells) - 1}.")
     return index
-
-
-def grid_columns(run: QARun) -> list[tuple[str, str]]:
-    """The (variant, kind) of each result column of ``results_table``, left to right."""
-    return [(v.name, k) for v in run.variants for k in KINDS[run.kind]]
-
-
-def grid_cell(run: QARun, row: int, column: int) -> int | None:
-    """The cell index behind ``results_table`` position (row, column), or None for the #/prompt columns."""
-    columns = grid_columns(run)
-    if not 0 <= row < len(run.rows) or not 2 <= column < 2 + len(columns):
-        return None
-    return row * len(columns) + column - 2  # cells are planned prompt by prompt, in column order
-
-
-def results_table(run: QARun) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows for a table: one row per prompt, one column per variant (and engine)."""
-    both = run.kind == "both"
-    headers = ["#", "prompt"] + [f"{v} · {k}" if both else v for v, k in grid_columns(run)]
-    width = len(grid_columns(run))
-    rows = []
-    for p, row in enumerate(run.rows):
-        cells = run.cells[p * width:(p + 1) * width]
-        rows.append([str(p + 1), row.prompt] + [cell_summary(c) for c in cells])
-    return headers, rows
-
-
-def cell_summary(cell: Cell) -> str:
-    """One cell as short text: mark, output (or status/error) and its seed and stats."""
-    mark = {"pass": "✅ pass", "fail": "❌ fail", None: ""}[cell.mark]
-    head = f"{mark} · {cell.comment}" if cell.comment else mark
-    if cell.status in (PENDING, RUNNING):
-        body = f"… {cell.status}"
-    elif cell.status == FAILED:
-        body = f"⚠ failed: {cell.error}"
-    elif cell.kind == "chat":
-        text = (cell.text or "")[:200] + ("…" if len(cell.text or "") > 200 else "")
-        stats = cell.stats or {}
-        seed = "greedy" if cell.settings.get("greedy") else f"seed {cell.settings['seed']}"
-        speed = f" · {stats.get('new_tokens')} tok · {fmt_stat(stats.get('tokens_per_s'), '.1f')} tok/s"
-        speed = speed if stats else ""
-        body = f"{text}\n[{seed}{speed}]"
-    else:
-        s = cell.settings
-        body = f"🖼 {s['size']} · seed {s['seed']} · {s['steps']} steps"
-        if cell.stats:
-            body += f" · {fmt_stat(cell.stats.get('seconds'), '.1f')} s"
-    if cell.status == STOPPED:
-        body = f"⏹ stopped\n{body}"
-    return f"{head}\n{body}" if head else body
-
-
-def fmt_stat(value: object, spec: str) -> str:
-    """A stats number formatted, or the value as text (an imported file may hold anything)."""
-    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
-
-
-def gallery_items(run: QARun) -> list[tuple[Image.Image, str]]:
-    """(image, caption) for each image cell that has one, for a gallery next to the table."""
-    items = []
-    for cell in run.cells:
-        image = cell_image(cell)
-        if image is not None:
-            mark = f" · {cell.mark}" if cell.mark else ""
-            items.append((image, f"#{cell.prompt_index + 1} · {cell.variant} · seed {cell.settings['seed']}{mark}"))
-    return items
-
-
-def cell_image(cell: Cell) -> Image.Image | None:
-    """The cell's image decoded from its stored PNG, or None for chat and unfinished cells."""
-    if not cell.image_png:
-        return None
-    return Image.open(io.BytesIO(base64.b64decode(cell.image_png)))

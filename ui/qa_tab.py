@@ -1,6 +1,6 @@
 """The QA bench tab: run a prompt set under a few settings variants, mark cells, export, compare.
 
-Only UI wiring; the work is in ``neuron_backend.qa`` and ``neuron_backend.qa_report``.
+Only UI wiring; the work is in ``neuron_backend.qa.runs`` and ``neuron_backend.qa.report``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import threading
 
 import gradio as gr
 
-from neuron_backend import qa, qa_report
 from neuron_backend.errors import ShowcaseError
+from neuron_backend.qa import grid as qa_grid
+from neuron_backend.qa import report as qa_report
+from neuron_backend.qa import runs as qa
 from neuron_backend.runtime import Backend
 
 VARIANTS_HINT = "cold: temperature=0.2, seed=1\nhot: temperature=1.2, seed=1"
@@ -37,8 +39,8 @@ def _view(run):
     """The grid and gallery of a run."""
     if run is None:
         return gr.update(value=None), []
-    headers, rows = qa.results_table(run)
-    return gr.update(value=rows, headers=headers), qa.gallery_items(run)
+    headers, rows = qa_grid.results_table(run)
+    return gr.update(value=rows, headers=headers), qa_grid.gallery_items(run)
 
 
 def build_qa_tab(backend: Backend) -> None:
@@ -114,7 +116,7 @@ def build_qa_tab(backend: Backend) -> None:
         if run is None or evt.index is None:
             return gr.skip(), gr.skip(), gr.skip()
         row, column = evt.index
-        index = qa.grid_cell(run, row, column)
+        index = qa_grid.grid_cell(run, row, column)
         if index is None:
             return -1, "unmarked", ""
         cell = run.cells[index]

@@ -6,7 +6,7 @@ import math
 import unicodedata
 from numbers import Integral, Real
 
-from .errors import InvalidRequestError
+from ..errors import InvalidRequestError
 
 GUIDANCE_MIN, GUIDANCE_MAX = 1.0, 20.0  # 1.0 means no classifier-free guidance
 

@@ -1,0 +1,118 @@
+"""The tree's layout rules: no import circle anywhere, Gradio only in ui/, files of a readable size."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP = {"tests", "bench", ".cache", "test-artifacts", "outputs", ".git"}
+MAX_LINES = 400
+
+
+def project_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every .py outside tests/ and bench/."""
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if SKIP & set(rel.parts):
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
+    """Every project module ``path`` imports, at module level or inside functions."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n in known and n != module}
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = project_files()
+    return {m: imports_of(m, p, set(files)) for m, p in files.items()}
+
+
+def test_the_checker_sees_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_checker_reads_relative_and_lazy_imports():
+    graph = import_graph()
+    assert "neuron_backend.chat.text" in graph["neuron_backend.chat.engine"]  # from .text import ...
+    assert "neuron_backend.chat.engine" in graph["neuron_backend.runtime"]  # imported inside a function
+    assert "neuron_backend.parallel" in graph["neuron_backend.chat.stream"]  # from .. import parallel
+
+
+def test_no_import_circle_anywhere():
+    assert find_cycle(import_graph()) is None
+
+
+def test_gradio_only_in_ui():
+    for module, path in project_files().items():
+        if module.startswith("ui") or module == "app":
+            continue
+        tree = ast.parse(path.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not any(n == "gradio" or n.startswith("gradio.") for n in names), module
+
+
+def test_backend_import_loads_no_gradio():
+    code = ("import sys, neuron_backend.runtime, neuron_backend.chat.engine, neuron_backend.image.engine, "
+            "neuron_backend.qa.runs, neuron_backend.qa.report; assert 'gradio' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_files_stay_readable():
+    long = {str(p.relative_to(ROOT)): n for p in project_files().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines: {long}"
+
+
+def test_every_package_says_what_lives_there():
+    for module, path in project_files().items():
+        if path.name == "__init__.py":
+            assert ast.get_docstring(ast.parse(path.read_text())), module
