@@ -45,9 +45,13 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("queue-size", "int", "most requests waiting in the queue before 'busy, try again'"),
     ("max-prompt-chars", "int", "longest accepted prompt in characters"),
     ("max-saved-images", "int", "images kept under the cache root; the oldest are removed"),
+    ("no-image-preview", "bool", "no live preview while an image denoises (on by default; host-side, no compile)"),
+    ("max-images-per-run", "int", "most images one Image-tab run may ask for (consecutive seeds, one after another)"),
     ("hub-timeout", "float", "seconds to wait for the Hugging Face Hub when --models auto"),
     ("tp", "int", "shard one engine over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
     ("tp-engine", "str", "chat|image: the engine --tp shards (default chat; image: the FLUX.2 transformer)"),
+    ("cache-bundle", "str", "compile-cache bundle to install at start: a .tar file, a folder holding one, or "
+                            "hf://owner/repo[@revision] (see python -m neuron_backend.cache)"),
 )
 
 

@@ -106,9 +106,12 @@ class Settings:
     queue_size: int = 16
     max_prompt_chars: int = 20_000
     max_saved_images: int = 200
+    image_preview: bool = True  # live latent preview on the host (image/preview.py); --no-image-preview
+    max_images_per_run: int = 4  # images one run may ask for: generated one after another, same shape
     hub_timeout: float = 5.0
     tp: int = 1  # tensor-parallel degree of the engine named by tp_engine (under torchrun)
     tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
+    cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (neuron_backend/cache)
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
     world_size: int = 1
@@ -174,9 +177,12 @@ def parse_settings(
         queue_size=_as_int("queue-size", raw.get("queue_size", 16)),
         max_prompt_chars=_as_int("max-prompt-chars", raw.get("max_prompt_chars", 20_000)),
         max_saved_images=_as_int("max-saved-images", raw.get("max_saved_images", 200)),
+        image_preview=not raw.get("no_image_preview", False),
+        max_images_per_run=_as_int("max-images-per-run", raw.get("max_images_per_run", 4)),
         hub_timeout=_as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
         tp=_as_int("tp", raw.get("tp", 1)),
         tp_engine=_choice("tp-engine", raw.get("tp_engine", "chat"), ("chat", "image")),
+        cache_bundle=str(raw["cache_bundle"]).strip() or None if "cache_bundle" in raw else None,
         # torchrun sets these for each process it starts.
         rank=_as_int("tp", env.get("RANK", 0)),
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
@@ -245,6 +251,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--max-prompt-chars", f"{s.max_prompt_chars} is not positive", "1 or more")
     if s.max_saved_images < 0:
         raise ConfigError("--max-saved-images", f"{s.max_saved_images} is negative", "0 or more")
+    if not 1 <= s.max_images_per_run <= 16:
+        raise ConfigError("--max-images-per-run", f"{s.max_images_per_run} is out of range", "1 to 16")
     if s.hub_timeout <= 0:
         raise ConfigError("--hub-timeout", f"{s.hub_timeout} is not positive", "seconds above 0")
     unknown = [e for e in s.warmup_order if e not in ("chat", "image")]
