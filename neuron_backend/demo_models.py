@@ -306,6 +306,11 @@ def build_tiny_image_pipeline(folder: Path) -> Path:
         is_distilled=True,
     )
     pipe.save_pretrained(folder)
+    from .image.preview import fit_latent_rgb, write_table
+
+    # The live preview's latents -> RGB table, fitted against this VAE (image/preview.py explains how).
+    with _seeded_float32():
+        write_table(folder, fit_latent_rgb(vae))
     _write_marker(folder)
     return folder
 

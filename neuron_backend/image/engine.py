@@ -9,6 +9,11 @@ Pipeline quirks handled here (NOTES.md sections 3 and 5):
 - ``prompt=`` is always passed by name: the pipeline's first positional argument is ``image``;
 - stopping: ``callback_on_step_end`` sets ``pipe._interrupt``; the pipeline then skips the
   remaining steps but still decodes the latents, so a stopped request returns a (noisy) image.
+  A request cancelled before its first step (still waiting for the engine) is dropped: no step
+  runs, nothing is saved, ``CancelledError`` is raised (steps.py holds the step callback);
+- several images per run (``ImageRequest.count``) are generated one after another inside one job
+  with consecutive seeds: the same shape as one image, so nothing new to compile or warm up;
+- live preview: host-side latents -> RGB (preview.py); no graph, no compile.
 
 Guidance on distilled models (FLUX.2-klein 4B/9B): they run without classifier-free guidance.
 A guidance value sent for one is ignored, not refused (a UI may keep its slider), and the
@@ -35,36 +40,40 @@ import torch
 from PIL import Image
 
 from .. import parallel
-from ..devices import CompileCounter, Placement, synchronize
+from ..devices import Placement
 from ..engine import SerialJobs, ShapeRegistry
-from ..errors import EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
+from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..settings import Settings
 from ..shapes import ImageSize, parse_size
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
 from .png_info import OutputFolder, read_png_parameters
+from .preview import LatentRGB, cached_or_fitted
+from .steps import MAX_SEQUENCE_LENGTH, PreviewFn, PreviewFrame, ProgressFn, Run, prompt_tokens, run_pipeline
 
-__all__ = ["GUIDANCE_MAX", "GUIDANCE_MIN", "ImageEngine", "ImageRequest", "ImageResult", "clean_prompt",
-           "read_png_parameters"]
+__all__ = ["GUIDANCE_MAX", "GUIDANCE_MIN", "MAX_SEQUENCE_LENGTH", "ImageEngine", "ImageRequest", "ImageResult",
+           "PreviewFrame", "clean_prompt", "read_png_parameters"]
 
 log = logging.getLogger("showcase.image")
 
-MAX_SEQUENCE_LENGTH = 512  # tokens the pipeline pads/truncates every prompt to (its default)
 SEED_MAX = 2**32 - 1  # seeds are 0 .. SEED_MAX
 DEFAULT_GUIDANCE = 4.0  # Flux2KleinPipeline's default, for the non-distilled (base) models
 SAMPLER = "FlowMatchEuler"
 WARMUP_PROMPT = "a warm-up image"
-ProgressFn = Callable[[int, int, float], None]
 
 
 @dataclass(frozen=True)
 class ImageRequest:
-    """One image request. ``steps`` None: the default; ``seed`` None: random; ``guidance`` None: default."""
+    """One image request. ``steps`` None: the default; ``seed`` None: random; ``guidance`` None: default.
+
+    ``count`` images (1 to --max-images-per-run) are made with seeds seed, seed+1, ...
+    """
 
     prompt: str
     size: str | ImageSize
     steps: int | None = None
     seed: int | None = None
     guidance: float | None = None
+    count: int = 1
 
 
 @dataclass
@@ -79,15 +88,6 @@ class ImageResult:
     prompt_truncated: bool
     seconds: float
     compiled_graphs: int  # graph compiles during this request: 0 once its size is warm
-
-
-@dataclass
-class _Run:
-    image: Image.Image
-    steps_done: int
-    stopped: bool
-    seconds: float
-    graphs: int
 
 
 class ImageEngine:
@@ -105,6 +105,7 @@ class ImageEngine:
         self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
         self._jobs = SerialJobs()
         self._pipe = None
+        self.preview_table: LatentRGB | None = None  # latents -> RGB for live previews (preview.py)
         # Called under the job lock right before each pipeline call with (request, seed); rank 0
         # of a tensor-parallel group (--tp-engine image) sets it to announce the call (parallel.py).
         self.on_generate: Callable[[tuple], None] | None = None
@@ -143,8 +144,9 @@ class ImageEngine:
                 pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
             else:
                 pipe.transformer.compile(**options)
+        table = cached_or_fitted(folder, pipe.vae, self.settings.cache_dir) if self.settings.image_preview else None
         with self._jobs.job():  # never swap the pipeline under a running request
-            self._pipe = pipe
+            self._pipe, self.preview_table = pipe, table
         self._versions = {
             "torch": torch.__version__,
             "diffusers": diffusers.__version__,
@@ -172,7 +174,7 @@ class ImageEngine:
         request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance())
         with self._jobs.job() as cancelled:
             try:
-                run = self._run(pipe, request, 0, cancelled, None)
+                run = self._run(pipe, request, 0, cancelled, None, None)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 self.shapes.mark_failed(size.label, reason)
@@ -181,10 +183,10 @@ class ImageEngine:
         self.shapes.mark_ready(size.label)
         self.warmups[size.label] = {"seconds": round(run.seconds, 3), "compiled_graphs": run.graphs}
 
-    def follow(self, request: ImageRequest, seed: int) -> _Run:
+    def follow(self, request: ImageRequest, seed: int) -> Run:
         """Tensor-parallel followers: the pipeline call rank 0 announced, stopping where it stops."""
         with self._jobs.job() as cancelled:
-            return self._run(self._loaded_pipe(), request, seed, cancelled, None, follower=True)
+            return self._run(self._loaded_pipe(), request, seed, cancelled, None, None, follower=True)
 
     def cancel(self) -> bool:
         """Stop the running request after its current step; return whether one was running."""
@@ -212,16 +214,28 @@ class ImageEngine:
             steps = whole_number("Steps", request.steps, 1, self.settings.max_steps)
         seed = None if request.seed is None else whole_number("Seed", request.seed, 0, SEED_MAX)
         guidance = None if request.guidance is None else guidance_value(request.guidance)
+        count = whole_number("Images per run", request.count, 1, self.settings.max_images_per_run)
         if self.loaded:
             guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
-        return ImageRequest(prompt, size, steps, seed, guidance)
+        return ImageRequest(prompt, size, steps, seed, guidance, count)
 
     def generate(self, request: ImageRequest, progress: ProgressFn | None = None,
-                 cancel: threading.Event | None = None) -> ImageResult:
-        """Make one image; blocks while another request runs (see the module docstring).
+                 cancel: threading.Event | None = None, preview: PreviewFn | None = None) -> ImageResult:
+        """Make one image (``request.count`` must be 1); see ``generate_run``."""
+        if getattr(request, "count", 1) != 1:
+            raise InvalidRequestError(f"generate() makes one image; use generate_run() for {request.count}.")
+        return self.generate_run(request, progress, cancel, preview)[0]
 
-        ``progress(step, total, elapsed_s)`` is called once per denoising step, from this thread.
-        Setting ``cancel`` stops this request (and no other) after its current step.
+    def generate_run(self, request: ImageRequest, progress: ProgressFn | None = None,
+                     cancel: threading.Event | None = None, preview: PreviewFn | None = None) -> list[ImageResult]:
+        """Make ``request.count`` images, one after another in one job; blocks while another request runs.
+
+        ``progress(step, total, elapsed_s)`` is called once per denoising step, from this thread, with
+        steps counted over the whole run (``total`` = steps x count). ``preview(frame)`` gets host
+        latents of some steps when previews are on (``--no-image-preview`` turns them off).
+        Setting ``cancel`` stops this request (and no other) at the next step boundary; the images
+        made so far are returned and the remaining ones are not started. A cancel set before the
+        first step drops the request: CancelledError, nothing run, nothing saved.
         Raises InvalidRequestError/UnsupportedSizeError for bad input, ShapeNotReadyError or
         ShapeFailedError for a size that cannot serve now, EngineUnavailableError before load().
         """
@@ -229,13 +243,38 @@ class ImageEngine:
         normal = self.validate(request)
         label = normal.size.label
         self.shapes.require(label)
-        seed = secrets.randbelow(SEED_MAX + 1) if normal.seed is None else normal.seed
+        first = secrets.randbelow(SEED_MAX + 1) if normal.seed is None else normal.seed
+        seeds = [(first + i) % (SEED_MAX + 1) for i in range(normal.count)]
+        table = self.preview_table if preview is not None and self.settings.image_preview else None
+        if cancel is not None and cancel.is_set():
+            raise CancelledError("Stopped before it started: no step ran and nothing was saved.")
+        runs = []
         with self._jobs.job(cancel) as cancelled:
+            if cancelled.is_set():  # stopped while it waited for the engine
+                raise CancelledError("Stopped before it started: no step ran and nothing was saved.")
             self.shapes.require(label)  # its state may have changed while this request waited
-            tokens = self._prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
-            run = self._run(pipe, normal, seed, cancelled, progress)
+            tokens = prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
+            for index, seed in enumerate(seeds):
+                if index and cancelled.is_set():
+                    break  # stopped: the remaining images are not started
+                offset = index * normal.steps
+
+                def image_progress(step, total, elapsed, offset=offset):
+                    if progress is not None:
+                        progress(offset + step, normal.steps * normal.count,
+                                 sum(r.seconds for r in runs) + elapsed)
+
+                runs.append(self._run(pipe, normal, seed, cancelled, image_progress, preview, table, index))
+        return [self._result(request, normal, seed, tokens, run, index) for index, (seed, run)
+                in enumerate(zip(seeds, runs, strict=False))]  # fewer runs when stopped
+
+    def _result(self, request: ImageRequest, normal: ImageRequest, seed: int, tokens: int, run: Run,
+                index: int) -> ImageResult:
+        """Parameters of one image of a run, and its PNG saved."""
         params = self._params(request, normal, seed, tokens, run)
-        saved = self.outputs.save(run.image, params, stem=f"{label}-s{seed}")
+        if normal.count > 1:
+            params.update(run_image=index + 1, run_images=normal.count)
+        saved = self.outputs.save(run.image, params, stem=f"{normal.size.label}-s{seed}")
         if saved.problem:
             params["save_note"] = saved.problem  # only in the returned params: the PNG does not exist
         return ImageResult(
@@ -309,60 +348,15 @@ class ImageEngine:
         blocks = ", repeated blocks" if self.settings.compile_repeated_blocks else ""
         return f"compiled ({self.placement.compile_backend}{blocks})"
 
-    @staticmethod
-    def _prompt_tokens(pipe, prompt: str) -> int:
-        """Tokens the text encoder would see, counted exactly as the pipeline builds its input."""
-        messages = [{"role": "user", "content": prompt}]
-        text = pipe.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-        )
-        return len(pipe.tokenizer(text, verbose=False)["input_ids"])
-
     def _run(self, pipe, request: ImageRequest, seed: int, cancelled: threading.Event, progress: ProgressFn | None,
-             follower: bool = False) -> _Run:
+             preview: PreviewFn | None, table: LatentRGB | None = None, index: int = 0, follower: bool = False) -> Run:
         """One pipeline call; the caller holds the job. ``request`` is validated and normalised."""
-        total = request.steps
-        start = time.perf_counter()
-        state = {"done": 0, "stopped": False}
         if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
             self.on_generate((request, seed))
-        sharded = parallel.active(self.name)
+        return run_pipeline(pipe, request, seed, cancelled, self.placement, progress, preview, table,
+                            sharded=parallel.active(self.name), index=index)
 
-        def on_step_end(pipeline, step: int, timestep, tensors: dict) -> dict:
-            state["done"] = step + 1
-            if progress is not None:
-                progress(step + 1, total, time.perf_counter() - start)
-            stop = cancelled.is_set()
-            if sharded:  # a broadcast every step, on every rank: all stop at rank 0's step
-                stop = parallel.stop_flag(stop)
-            if stop and step + 1 < total:
-                pipeline._interrupt = True  # the pipeline skips the remaining steps, then decodes
-                state["stopped"] = True
-            return tensors
-
-        # The noise is drawn on a CPU generator on every device. On Neuron a device-side random op
-        # would be one more thing to compile, and its generator need not match any other device's;
-        # on the CPU a seed gives the same starting noise on neuron, cuda and cpu alike.
-        # diffusers' randn_tensor draws on the generator's device and moves the noise to the model.
-        generator = torch.Generator(device="cpu").manual_seed(seed)
-        graphs_before = CompileCounter.graphs()
-        output = pipe(
-            prompt=request.prompt,
-            height=request.size.height,
-            width=request.size.width,
-            num_inference_steps=total,
-            # 1.0 disables classifier-free guidance (and the pipeline's warning on distilled models).
-            guidance_scale=1.0 if request.guidance is None else request.guidance,
-            generator=generator,
-            max_sequence_length=MAX_SEQUENCE_LENGTH,
-            callback_on_step_end=on_step_end,
-            output_type="pil",
-        )
-        synchronize(self.placement)
-        seconds = time.perf_counter() - start
-        return _Run(output.images[0], state["done"], state["stopped"], seconds, CompileCounter.graphs() - graphs_before)
-
-    def _params(self, request: ImageRequest, normal: ImageRequest, seed: int, tokens: int, run: _Run) -> dict:
+    def _params(self, request: ImageRequest, normal: ImageRequest, seed: int, tokens: int, run: Run) -> dict:
         """Everything needed to reproduce and explain the image; JSON-serialisable."""
         params = {
             "prompt": normal.prompt,

@@ -1,0 +1,209 @@
+"""Paste-back: the settings of an image, read from a PNG's text chunks, checked against this server.
+
+Reads our own PNGs (the JSON ``showcase`` chunk, else the ``parameters`` infotext) and A1111-style
+``parameters`` infotext from other tools (``prompt``, an optional ``Negative prompt:`` line, then
+``Steps: 20, Sampler: ..., CFG scale: 7, Seed: 1, Size: 512x512, ...``).
+
+The file is never trusted: at most ``MAX_PNG_BYTES`` are read; the chunk stream is walked by hand
+and only text chunks (tEXt, zTXt, iTXt) are kept, so no pixel data is ever decompressed (no
+decompression bomb); compressed text is inflated to at most ``MAX_TEXT_BYTES``; nothing read from
+the file is used as a path. Values are checked like a request: a size not served here is refused
+with the allowed list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import InvalidRequestError, UnsupportedSizeError
+from ..settings import Settings
+from ..shapes import parse_size
+from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt
+from .png_info import INFOTEXT_KEY, JSON_KEY
+
+MAX_PNG_BYTES = 64 * 2**20  # a 1024x1024 PNG of ours is ~1.5 MB; other tools' are rarely over 20 MB
+MAX_TEXT_BYTES = 2**20  # all text chunks together, after inflating
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SEED_MAX = 2**32 - 1
+_TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
+_INT = re.compile(r"^\s*-?\d{1,12}\s*$")
+
+
+@dataclass(frozen=True)
+class PastedSettings:
+    """What an image was made with, as the Image tab's form takes it; ``notes`` say what was adjusted."""
+
+    prompt: str
+    size: str
+    steps: int | None
+    seed: int | None
+    guidance: float | None
+    source: str  # "showcase" (our JSON chunk), "infotext" (A1111-style text)
+    notes: tuple[str, ...] = ()
+
+    def as_row(self) -> dict:
+        """A prompt-set row for the QA bench: {"prompt", "size", "steps", "seed", "guidance"} (None left out)."""
+        row = {k: v for k, v in asdict(self).items() if k in ("prompt", "size", "steps", "seed", "guidance")}
+        return {k: v for k, v in row.items() if v is not None}
+
+
+def png_text_chunks(data: bytes) -> dict[str, str]:
+    """The text chunks of PNG bytes, keyword -> text; refuses what is not a PNG."""
+    if not data.startswith(PNG_SIGNATURE):
+        raise InvalidRequestError("This file is not a PNG: drop a PNG made by this app or another image tool.")
+    chunks: dict[str, str] = {}
+    budget = MAX_TEXT_BYTES
+    at = len(PNG_SIGNATURE)
+    while at + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        body = data[at + 8:at + 8 + length]
+        at += 12 + length  # length, type, data, CRC
+        if kind == b"IEND" or len(body) < length:
+            break
+        if kind not in _TEXT_CHUNKS:
+            continue  # pixels and everything else are skipped unread
+        keyword, text = _decode_text_chunk(kind, body, budget)
+        if keyword is not None:
+            budget -= len(text.encode("utf-8"))
+            chunks.setdefault(keyword, text)
+        if budget <= 0:
+            break
+    return chunks
+
+
+def _decode_text_chunk(kind: bytes, body: bytes, budget: int) -> tuple[str | None, str]:
+    keyword, sep, rest = body.partition(b"\0")
+    if not sep:
+        return None, ""
+    name = keyword.decode("latin-1")
+    if kind == b"tEXt":
+        return name, rest[:budget].decode("latin-1")
+    if kind == b"zTXt":  # compression method byte, then zlib data
+        return name, _inflate(rest[1:], budget).decode("latin-1")
+    # iTXt: compression flag, method, language\0, translated keyword\0, text (UTF-8)
+    if len(rest) < 2:
+        return None, ""
+    compressed, tail = rest[0], rest[2:]
+    _, _, tail = tail.partition(b"\0")
+    _, _, text = tail.partition(b"\0")
+    raw = _inflate(text, budget) if compressed else text[:budget]
+    return name, raw.decode("utf-8", errors="replace")
+
+
+def _inflate(data: bytes, budget: int) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        return inflater.decompress(data, max(budget, 0))  # stops at the budget: no zip bomb
+    except zlib.error:
+        return b""
+
+
+def parse_a1111(text: str) -> dict[str, str]:
+    """A1111 infotext -> {"prompt", "negative_prompt", "<Key>": "<value>"}; {} when there is no settings line."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    settings_at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Steps:")), None)
+    if settings_at is None:
+        return {}
+    head = lines[:settings_at]
+    negative_at = next((i for i, line in enumerate(head) if line.startswith("Negative prompt:")), len(head))
+    out = {"prompt": "\n".join(head[:negative_at]).strip(),
+           "negative_prompt": "\n".join(head[negative_at:]).removeprefix("Negative prompt:").strip()}
+    for key, value in _pairs(lines[settings_at]):
+        out.setdefault(key, value)
+    return out
+
+
+def _pairs(line: str):
+    """``Key: value, Key: "quoted, value", ...`` in order."""
+    for match in re.finditer(r'\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)', line):
+        key, value = match.group(1).strip(), match.group(2)
+        if value.startswith('"'):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = value.strip('"')
+        yield key, str(value).strip()
+
+
+def read_settings(path: str | Path, settings: Settings) -> PastedSettings:
+    """The form settings stored in the PNG at ``path``; refuses files too big, not PNG, without
+    parameters, or whose size is not served here (the message lists the allowed sizes)."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_PNG_BYTES + 1)
+    if len(data) > MAX_PNG_BYTES:
+        raise InvalidRequestError(f"This PNG is over {MAX_PNG_BYTES // 2**20} MB; only smaller files are read.")
+    return settings_from_chunks(png_text_chunks(data), settings)
+
+
+def settings_from_chunks(chunks: dict[str, str], settings: Settings) -> PastedSettings:
+    """Check the parameters found in a PNG's text chunks against this server's settings."""
+    raw, source = None, "infotext"
+    if JSON_KEY in chunks:
+        try:
+            loaded = json.loads(chunks[JSON_KEY])
+        except ValueError:
+            loaded = None
+        if isinstance(loaded, dict):
+            raw, source = {k: loaded.get(k) for k in ("prompt", "size", "steps", "seed", "guidance")}, "showcase"
+    if raw is None and INFOTEXT_KEY in chunks:
+        found = parse_a1111(chunks[INFOTEXT_KEY])
+        if found:
+            raw = {"prompt": found.get("prompt"), "size": found.get("Size"), "steps": found.get("Steps"),
+                   "seed": found.get("Seed"), "guidance": found.get("CFG scale")}
+    if raw is None:
+        raise InvalidRequestError("This PNG has no generation parameters (no 'parameters' or 'showcase' text): "
+                                  "drop a PNG saved by this app or by an A1111-style tool.")
+    return _checked(raw, source, settings)
+
+
+def _checked(raw: dict, source: str, settings: Settings) -> PastedSettings:
+    notes = []
+    prompt = clean_prompt(raw.get("prompt") if isinstance(raw.get("prompt"), str) else "", settings.max_prompt_chars)
+    allowed = ", ".join(s.label for s in settings.sizes)
+    if raw.get("size") in (None, ""):
+        raise UnsupportedSizeError(f"This PNG does not say its size. Allowed sizes: {allowed}.")
+    try:
+        size = parse_size(str(raw["size"]))
+    except InvalidRequestError as exc:
+        raise UnsupportedSizeError(f"{exc} Allowed sizes: {allowed}.") from None
+    if size not in settings.sizes:
+        raise UnsupportedSizeError(f"This image is {size.label}, which is not served here (each size is compiled "
+                                   f"ahead of time). Allowed sizes: {allowed}.")
+    steps = _whole(raw.get("steps"))
+    if steps is not None and not 1 <= steps <= settings.max_steps:
+        raise InvalidRequestError(f"This image used {steps} steps; this server allows 1 to {settings.max_steps}.")
+    seed = _whole(raw.get("seed"))
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        notes.append(f"seed {seed} is outside 0..{SEED_MAX}: a random seed is used")
+        seed = None
+    guidance = _number(raw.get("guidance"))
+    if guidance is not None and not GUIDANCE_MIN <= guidance <= GUIDANCE_MAX:
+        notes.append(f"guidance {guidance} is outside {GUIDANCE_MIN}..{GUIDANCE_MAX}: the default is used")
+        guidance = None
+    return PastedSettings(prompt, size.label, steps, seed, guidance, source, tuple(notes))
+
+
+def _whole(value: object) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _INT.match(value):
+        return int(value)
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None

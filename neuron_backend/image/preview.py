@@ -1,0 +1,158 @@
+"""Live preview of a denoising image: latents -> RGB by a fixed linear projection, on the host.
+
+The approach of ComfyUI's Latent2RGB previewer: each latent pixel (one per 8x8 image pixels) is
+mapped to a colour by ``rgb = latent @ factors + bias``, a table fitted once against the VAE. It
+needs no extra model, runs on the CPU from the latents the step callback already has (copied off
+the device), and adds no graph and no device compile: a preview is a few small host ops.
+
+How a table is made (``fit_latent_rgb``): draw random latents in the space the transformer denoises
+(patchified, batch-normalised), decode them with the pipeline's own VAE exactly as the pipeline's
+last step does, average-pool the decoded RGB down to the latent grid (8x8 pixels per latent pixel),
+and solve least squares from the latent channels (plus a constant) to those colours.
+
+Where tables come from:
+- the demo pipeline: fitted at build time by ``demo_models`` and stored in its folder as
+  ``latent_rgb.json`` (``TABLE_FILE``);
+- the real FLUX.2-klein VAE: its weights could not be downloaded where this code was written, so no
+  table for it ships in the code. The first load of a model folder without a table fits one the
+  same way on a CPU copy of its VAE (a few seconds, once) and caches it under
+  ``<cache-dir>/preview/`` (``cached_or_fitted``).
+
+Packed latents (what the step callback gets) are ``[B, (H/16)*(W/16), 4*C]`` in row-major order
+(the pipeline's ``_pack_latents``); channel ``4*c + 2*i + j`` is channel ``c`` of the sub-pixel
+``(i, j)`` of a 2x2 patch (``_patchify_latents``). ``unpack`` undoes both on the host.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+log = logging.getLogger("showcase.image")
+
+TABLE_FILE = "latent_rgb.json"
+FIT_SAMPLES = 4  # random latents per fit
+FIT_GRID = 16  # latent tokens per side of each fitted sample (256x256 pixels)
+
+
+@dataclass(frozen=True)
+class LatentRGB:
+    """A fitted table: ``factors`` [C][3] and ``bias`` [3], for latents of C channels."""
+
+    factors: tuple[tuple[float, float, float], ...]
+    bias: tuple[float, float, float]
+    note: str = ""
+
+    @property
+    def channels(self) -> int:
+        return len(self.factors)
+
+    def to_json(self) -> dict:
+        return {"factors": [list(row) for row in self.factors], "bias": list(self.bias), "note": self.note}
+
+    @classmethod
+    def from_json(cls, data: dict) -> LatentRGB:
+        factors = tuple(tuple(float(v) for v in row) for row in data["factors"])
+        bias = tuple(float(v) for v in data["bias"])
+        if not factors or any(len(row) != 3 for row in factors) or len(bias) != 3:
+            raise ValueError("a latent RGB table needs factors [C][3] and bias [3]")
+        return cls(factors, bias, str(data.get("note", "")))
+
+    def render(self, packed: torch.Tensor, width: int, height: int) -> Image.Image:
+        """The preview of the first image of host latents ``packed`` [B, seq, 4C] at 1/8 of (width, height)."""
+        latents = unpack(packed[:1].float(), width, height)[0]  # [C, H/8, W/8]
+        table = torch.tensor(self.factors, dtype=torch.float32)  # [C, 3]
+        rgb = torch.einsum("chw,ck->hwk", latents, table) + torch.tensor(self.bias)
+        pixels = ((rgb.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).numpy()
+        return Image.fromarray(pixels, mode="RGB")
+
+
+def unpack(packed: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """Packed latents [B, (H/16)*(W/16), 4C] -> VAE-grid latents [B, C, H/8, W/8] (still normalised)."""
+    batch, seq, channels4 = packed.shape
+    rows, cols = height // 16, width // 16
+    if seq != rows * cols:
+        raise ValueError(f"{seq} latent tokens do not match {width}x{height}")
+    grid = packed.reshape(batch, rows, cols, channels4 // 4, 2, 2)  # [B, h, w, C, i, j]
+    return grid.permute(0, 3, 1, 4, 2, 5).reshape(batch, channels4 // 4, rows * 2, cols * 2)
+
+
+@torch.no_grad()
+def fit_latent_rgb(vae, samples: int = FIT_SAMPLES, grid: int = FIT_GRID, seed: int = 0) -> LatentRGB:
+    """Least-squares table from normalised latent channels to the VAE's decoded, 8x8-pooled RGB.
+
+    ``vae`` is an ``AutoencoderKLFlux2`` on the CPU (the caller copies it there); its batch-norm
+    statistics undo the normalisation exactly as ``Flux2KleinPipeline`` does before decoding.
+    """
+    channels = vae.config.latent_channels
+    generator = torch.Generator().manual_seed(seed)
+    vae_dtype = next(vae.parameters()).dtype
+    patched = torch.randn(samples, 4 * channels, grid, grid, generator=generator)  # [N, 4C, h, w]
+    mean = vae.bn.running_mean.view(1, -1, 1, 1).float()
+    std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1).float() + vae.config.batch_norm_eps)
+    packed = patched.flatten(2).transpose(1, 2)  # [N, h*w, 4C], the pipeline's packed layout
+    normal = unpack(packed, grid * 16, grid * 16)  # [N, C, 2h, 2w]: the preview's input
+    raw = unpack((patched * std + mean).flatten(2).transpose(1, 2), grid * 16, grid * 16)
+    decoded = vae.decode(raw.to(vae_dtype), return_dict=False)[0].float()  # [N, 3, 16h, 16w] in [-1, 1]
+    pooled = torch.nn.functional.avg_pool2d(decoded, 8)  # [N, 3, 2h, 2w]
+    x = normal.permute(0, 2, 3, 1).reshape(-1, channels)
+    y = pooled.permute(0, 2, 3, 1).reshape(-1, 3)
+    design = torch.cat([x, torch.ones(len(x), 1)], dim=1)
+    solution = torch.linalg.lstsq(design.double(), y.double()).solution.float()  # [C+1, 3]
+    fitted = design @ solution
+    r2 = 1 - ((y - fitted) ** 2).sum() / ((y - y.mean(0)) ** 2).sum().clamp_min(1e-12)
+    note = (f"least squares over {samples} random latents of {grid * 16}x{grid * 16} px decoded by this VAE "
+            f"(8x8-pooled RGB); R^2 {float(r2):.3f}")
+    rows = tuple(tuple(round(float(v), 6) for v in row) for row in solution[:channels])
+    return LatentRGB(rows, tuple(round(float(v), 6) for v in solution[channels]), note)
+
+
+def write_table(folder: Path, table: LatentRGB) -> Path:
+    path = Path(folder) / TABLE_FILE
+    path.write_text(json.dumps(table.to_json(), indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def read_table(path: Path) -> LatentRGB | None:
+    """The table at ``path``, or None when it is missing or unreadable (logged)."""
+    try:
+        return LatentRGB.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring the preview table %s: %s", path, exc)
+        return None
+
+
+def cached_or_fitted(folder: Path, vae, cache_dir: Path) -> LatentRGB | None:
+    """The model folder's table, else a cached fit for this VAE, else a new fit (cached); None if all fail."""
+    table = read_table(Path(folder) / TABLE_FILE)
+    if table is not None:
+        return table
+    key = hashlib.sha256(json.dumps(dict(vae.config), sort_keys=True, default=str).encode()
+                         + str(Path(folder).resolve()).encode()).hexdigest()[:16]
+    cached = Path(cache_dir) / "preview" / f"{key}.json"
+    table = read_table(cached)
+    if table is not None:
+        return table
+    start = time.perf_counter()
+    try:
+        # Fitted on a host copy: no device graph. nn.Module.to, not diffusers' (which warns about the cast).
+        host_vae = torch.nn.Module.to(copy.deepcopy(vae), "cpu", torch.float32)
+        table = fit_latent_rgb(host_vae)
+        del host_vae
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_table(cached.parent, table).replace(cached)
+    except Exception as exc:  # noqa: BLE001 - the preview is optional: the images still work without it
+        log.warning("no live preview: fitting a latent RGB table failed: %s", exc)
+        return None
+    log.info("fitted the preview table in %.1f s (%s); cached in %s", time.perf_counter() - start, table.note, cached)
+    return table
