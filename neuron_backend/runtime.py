@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import devices
 from .errors import EngineUnavailableError, ShapeNotReadyError
+from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .settings import Settings
 from .warmup import Step, Task, TimingHistory, WarmupRunner, versions_tag
 
@@ -86,6 +87,14 @@ class Backend:
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
         self.runner = WarmupRunner(self._plan(), history)
+        self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
+
+    def served_folders(self) -> list[Path]:
+        """The only folders whose files the page hands out (launch's allowed_paths): images and exports.
+
+        The outputs folder is the one ``image/engine.py`` saves into.
+        """
+        return [self.settings.cache_dir / "outputs", self.exports.folder]
 
     # ----- what runs where -------------------------------------------------------------------
     def model_id(self, engine: str) -> str:

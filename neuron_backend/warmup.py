@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -51,8 +52,24 @@ class Step:
     history_key: str
 
 
+MAX_PLAUSIBLE_S = 24 * 3600.0  # a task "taking" longer than a day is a corrupt or hand-edited history entry
+HIT_SUFFIX = "|cache-hit"  # compile tasks served from the persistent compile cache are timed apart
+
+
+def plausible_seconds(value: object) -> bool:
+    """A duration worth learning from: a finite number from 0 to a day (not a bool, NaN, negative or huge)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0.0 <= value <= MAX_PLAUSIBLE_S)
+
+
 class TimingHistory:
-    """Task durations of earlier starts, keyed by model, shape, device and software versions."""
+    """Task durations of earlier starts, keyed by model, shape, device and software versions.
+
+    A compile task is timed twice over: cold (it compiled) and cache hit (its graphs came from the
+    persistent compile cache), under ``key`` and ``key + HIT_SUFFIX``; a warm restart takes a
+    fraction of a cold start, so one number for both would make every ETA wrong. Values that make
+    no sense (see ``plausible_seconds``) are ignored, on load and on record.
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -60,10 +77,14 @@ class TimingHistory:
         self.problem: str | None = None
         try:
             loaded = json.loads(path.read_text())
-            self._data = {str(k): float(v) for k, v in loaded.items()}
+            if not isinstance(loaded, dict):
+                raise TypeError(f"expected a JSON object, found {type(loaded).__name__}")
+            self._data = {str(k): float(v) for k, v in loaded.items() if plausible_seconds(v)}
+            if len(self._data) < len(loaded):
+                log.warning("timing history %s: ignored %d implausible value(s)", path, len(loaded) - len(self._data))
         except FileNotFoundError:
             pass
-        except (OSError, ValueError, AttributeError, TypeError) as exc:
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError) as exc:
             self.problem = f"timing history {path} unreadable ({exc}); starting afresh"
             log.warning(self.problem)
 
@@ -71,11 +92,14 @@ class TimingHistory:
     def key(*parts: object) -> str:
         return "|".join(str(p) for p in parts)
 
-    def get(self, key: str) -> float | None:
-        return self._data.get(key)
+    def get(self, key: str, cache_hit: bool = False) -> float | None:
+        """The last duration of ``key``: cold by default, ``cache_hit=True`` for its compile-cache hit."""
+        return self._data.get(key + HIT_SUFFIX if cache_hit else key)
 
-    def record(self, key: str, seconds: float) -> None:
-        self._data[key] = round(seconds, 3)
+    def record(self, key: str, seconds: float, cache_hit: bool | None = None) -> None:
+        """Remember a duration (under the hit key when the compile cache served the task)."""
+        if plausible_seconds(seconds):
+            self._data[key + HIT_SUFFIX if cache_hit else key] = round(seconds, 3)
 
     def save(self) -> None:
         """Write atomically; a read-only cache root is logged, never raised."""
@@ -110,8 +134,14 @@ class WarmupRunner:
         self.ready_at: float | None = None
         self._graphs_at_ready: int | None = None
         self._disabled: dict[str, str] = {}  # engine -> reason its remaining tasks are skipped
+        # task name -> its cold duration, for compile tasks that ran cold last time and so are
+        # expected to hit the compile cache now, with no hit duration learned yet (see _expected)
+        self._cold_only: dict[str, float] = {}
         for step in steps:
-            step.task.expected_s = history.get(step.history_key)
+            hit, cold = history.get(step.history_key, cache_hit=True), history.get(step.history_key)
+            step.task.expected_s = hit if hit is not None else cold
+            if hit is None and cold is not None and step.task.kind == "compile":
+                self._cold_only[step.task.name] = cold
 
     @property
     def tasks(self) -> list[Task]:
@@ -172,7 +202,7 @@ class WarmupRunner:
             hits, misses = (a - b for a, b in zip(CompileCounter.cache_hits(), hits_before, strict=True))
             cache_hit = hits > 0 and misses == 0
         self._end(task, READY, seconds=seconds, cache_hit=cache_hit)
-        self._history.record(step.history_key, seconds)
+        self._history.record(step.history_key, seconds, cache_hit)
         log.info("warm-up done: %s in %.1f s%s", task.name, seconds, " (compile cache hit)" if cache_hit else "")
 
     def _end(self, task: Task, state: str, seconds: float | None = None, error: str | None = None,
@@ -207,15 +237,25 @@ class WarmupRunner:
             for t in tasks:  # this run's durations of the same engine and kind fill gaps in the history
                 if t["state"] == READY and t["seconds"] is not None:
                     known.setdefault((t["engine"], t["kind"]), t["seconds"])
+        hit_ratio = self._hit_ratio(tasks)
         out = []
         for t in tasks:
             if t["state"] in ENDED:
                 continue
             expected = t["expected_s"] if t["expected_s"] is not None else known.get((t["engine"], t["kind"]))
+            if t["name"] in self._cold_only and hit_ratio is not None:
+                expected = self._cold_only[t["name"]] * hit_ratio
             if expected is not None and t["state"] == RUNNING and t["started_at"]:
                 expected = max(0.0, expected - (now - t["started_at"]))
             out.append((Task(**t), expected))
         return out
+
+    def _hit_ratio(self, tasks: list[dict]) -> float | None:
+        """Cache-hit over cold duration, from this run's compile tasks that hit after a cold last run."""
+        ratios = [t["seconds"] / self._cold_only[t["name"]] for t in tasks
+                  if t["state"] == READY and t["cache_hit"] and t["name"] in self._cold_only
+                  and t["seconds"] is not None and self._cold_only[t["name"]] > 0]
+        return sum(ratios) / len(ratios) if ratios else None
 
     def snapshot(self) -> dict:
         """Plain-data status for the UI (JSON-serialisable)."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from neuron_backend.runtime import Backend
 
 from .api import add_public_api
 from .chat_tab import build_chat_tab
+from .guards import Guards, LoginThrottle
 from .image_tab import build_image_tab
 from .qa_tab import build_qa_tab
 from .status_panel import build_status_panel, wire_refresh
@@ -35,11 +37,32 @@ def create_demo(backend: Backend) -> gr.Blocks:
     return demo
 
 
-def serve(backend: Backend, **kwargs):
-    """Build the page, set up the queue and launch it with the settings' host, port and auth."""
+def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None) -> dict:
+    """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, the guards."""
+    settings = backend.settings
+
+    def auth_state():  # read per request: Gradio builds its app (and the token table) at launch
+        app = getattr(demo, "server_app", None)
+        return settings.auth is not None, getattr(app, "tokens", {}), getattr(app, "cookie_id", "")
+
+    return {
+        "server_name": settings.host,
+        "server_port": settings.port,
+        "share": settings.share,
+        "auth": settings.auth,
+        "show_error": True,
+        # Generated images and exports live under the cache root, which may sit outside the working
+        # directory and the temp dir (the default ~/.cache/...): name exactly those two folders.
+        "allowed_paths": [str(p) for p in backend.served_folders()],
+        "app_kwargs": {"middleware": [Middleware(Guards, throttle=throttle or LoginThrottle(),
+                                                 auth_state=auth_state)]},
+    }
+
+
+def serve(backend: Backend, throttle: LoginThrottle | None = None, **kwargs):
+    """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
     demo = create_demo(backend)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
-    launched = demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share,
-                           auth=settings.auth, show_error=True, **kwargs)
+    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle), **kwargs})
     return demo, launched

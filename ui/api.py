@@ -7,17 +7,20 @@
 from __future__ import annotations
 
 import inspect
-import tempfile
 import time
 from collections.abc import Iterator
 from functools import wraps
+from typing import Any, TypedDict, get_type_hints
 
 import gradio as gr
+from gradio.components.api_component import Api
 
 from neuron_backend.chat.text import ChatRequest  # not chat.engine: that imports transformers, slowing the start
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
+
+SEED_MAX = 2**32 - 1
 
 
 def user_errors(fn):
@@ -43,6 +46,40 @@ def user_errors(fn):
     return wrapper
 
 
+def refusals_as_toast(outputs: int):
+    """For page handlers: a backend refusal becomes one warning toast, and the outputs stay as they were.
+
+    ``user_errors`` raises gr.Error, which also paints a red "Error" badge on every output of the
+    event; in the page one clear message is enough. ``outputs`` is the event's number of outputs.
+    """
+    skip = gr.skip() if outputs == 1 else (gr.skip(),) * outputs
+
+    def decorate(fn):
+        if inspect.isgeneratorfunction(fn):
+
+            @wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                try:
+                    yield from fn(*args, **kwargs)
+                except ShowcaseError as exc:
+                    gr.Warning(str(exc))
+                    yield skip
+
+            return gen_wrapper
+
+        @wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except ShowcaseError as exc:
+                gr.Warning(str(exc))
+                return skip
+
+        return wrapper
+
+    return decorate
+
+
 def _optional_int(value):
     return None if value in (None, "") else value
 
@@ -61,20 +98,81 @@ def follow(call, interval: float = 0.1) -> Iterator[tuple[int, int, float] | Non
             call.cancel()
 
 
-def save_temp_png(image) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".png", delete=False) as f:
-        image.save(f, format="PNG")
-    return f.name
+class ChatReply(TypedDict):
+    """One streamed /chat update (the last has ``done`` true and the reply's stats)."""
+
+    reasoning: str
+    answer: str
+    delta: str
+    done: bool
+    dropped_turns: int
+    stats: dict[str, Any] | None
+
+
+class WarmupStatus(TypedDict):
+    """What /status returns: the warm-up snapshot plus what runs where."""
+
+    tasks: list[dict[str, Any]]
+    done: int
+    total: int
+    progress: float
+    eta_s: float | None
+    ready: bool
+    started_at: float | None
+    ready_at: float | None
+    elapsed_s: float
+    failed: list[str]
+    cache_hits: int
+    compiles_since_ready: int
+    banner: str
+    demo: bool
+    models: dict[str, str]
+    models_reason: str
+    device: dict[str, Any]
+    cache_dir: str
+    cache_problem: str | None
+    engines: dict[str, dict[str, Any]]
+    limits: dict[str, Any]
+
+
+def _typed(fn):
+    """Resolve ``fn``'s string annotations (this module has ``from __future__ import annotations``):
+    Gradio reads a return hint as a type, and a string reads as "Any" on the API page."""
+    inspect.unwrap(fn).__annotations__.update(get_type_hints(inspect.unwrap(fn)))
+    return fn
+
+
+def _nullable(schema: dict) -> dict:
+    return {"oneOf": [{"type": "null"}, schema]}
+
+
+def image_api_inputs(backend: Backend) -> list[Api]:
+    """The /generate_image parameters as the API page and gradio_client show them: only ``prompt`` required."""
+    settings = backend.settings
+    sizes = [s.label for s in settings.sizes]
+    return [
+        Api(None, {"type": "string", "description": f"what to draw (at most {settings.max_prompt_chars} characters)"},
+            "prompt"),
+        Api(sizes[0], {"type": "string", "enum": sizes, "description": "one of the precompiled sizes"}, "size"),
+        Api(settings.default_steps, {"type": "integer", "minimum": 1, "maximum": settings.max_steps,
+                                     "description": f"denoising steps, 1 to {settings.max_steps}"}, "steps"),
+        Api(None, _nullable({"type": "integer", "minimum": 0, "maximum": SEED_MAX,
+                             "description": "None: a random seed (returned in the parameters)"}), "seed"),
+        Api(None, _nullable({"type": "number", "description": "None: the model's default (ignored by "
+                                                              "distilled models)"}), "guidance"),
+    ]
 
 
 def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
     """The scriptable endpoints (gradio_client): /chat, /generate_image, /status. Call inside the Blocks."""
 
+    # Gradio reads the return hint as the type of each streamed update (hence ChatReply, not Iterator).
     @user_errors
-    def chat(message: str, history: list | None = None, system_prompt: str | None = None, thinking: bool = False,
-             temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-             max_new_tokens: int | None = None, greedy: bool = False, seed: int | None = None) -> Iterator[dict]:
-        """Stream a reply: each update is {"reasoning", "answer", "delta", "done", "stats"}."""
+    def chat(message: str, history: list[dict[str, Any]] | None = None, system_prompt: str | None = None,
+             thinking: bool = False, temperature: float | None = None, top_p: float | None = None,
+             top_k: int | None = None, max_new_tokens: int | None = None, greedy: bool = False,
+             seed: int | None = None) -> ChatReply:
+        """Stream a reply: each update is {"reasoning", "answer", "delta", "done", "dropped_turns", "stats"}."""
         request = ChatRequest(message=message, history=tuple(history or ()), system_prompt=system_prompt or None,
                               thinking=thinking, temperature=temperature, top_p=top_p, top_k=top_k,
                               max_new_tokens=max_new_tokens, greedy=greedy, seed=seed)
@@ -83,22 +181,25 @@ def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
                    "done": update.done, "dropped_turns": update.dropped_turns,
                    "stats": None if update.stats is None else vars(update.stats)}
 
-    def status() -> dict:
+    def status() -> WarmupStatus:
         """The warm-up status snapshot (JSON)."""
         return backend.status()
 
-    gr.api(chat, api_name="chat", concurrency_limit=backend.settings.chat_batch,
+    gr.api(_typed(chat), api_name="chat", concurrency_limit=backend.settings.chat_batch,
            concurrency_id=concurrency.get("chat"))
-    gr.api(status, api_name="status", queue=False)
+    gr.api(_typed(status), api_name="status", queue=False)
 
     with gr.Column(visible=False):
-        api_prompt, api_size = gr.Textbox(), gr.Textbox()
-        api_steps, api_seed, api_guidance = gr.JSON(), gr.JSON(), gr.JSON()
-        api_png, api_params = gr.File(), gr.JSON()
+        api_inputs = image_api_inputs(backend)
+        api_png = gr.File(label="png")
+        api_params = Api(None, {"type": "object", "additionalProperties": {},
+                                "description": "the image's parameters (prompt, size, steps, seed, ...)"},
+                         "parameters")
         api_trigger = gr.Button()
 
     @user_errors
-    def generate_image_api(prompt, size, steps, seed, guidance):
+    def generate_image_api(prompt: str, size: str | None = None, steps: int | None = None, seed: int | None = None,
+                           guidance: float | None = None):
         """Generate one image; returns the PNG (parameters embedded) and its parameters.
 
         With submit(), progress dicts {"status", "step", "total", "elapsed_s"} stream first.
@@ -114,9 +215,9 @@ def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
             yield gr.skip(), {"status": "running" if state else "waiting", "step": step, "total": total,
                               "elapsed_s": round(time.perf_counter() - started, 2)}
         result = call.result()
-        path = str(result.path) if result.path else save_temp_png(result.image)
+        path = str(result.path) if result.path else str(backend.exports.write_png(result.image))
         yield path, result.params
 
-    api_trigger.click(generate_image_api, [api_prompt, api_size, api_steps, api_seed, api_guidance],
+    api_trigger.click(generate_image_api, api_inputs,
                       [api_png, api_params], api_name="generate_image", concurrency_limit=1,
                       concurrency_id=concurrency.get("image"))

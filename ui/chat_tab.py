@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 
 import gradio as gr
 
@@ -55,13 +54,6 @@ def reply_messages(update) -> list[gr.ChatMessage]:
     if update.answer or not messages:
         messages.append(gr.ChatMessage(role="assistant", content=update.answer))
     return messages
-
-
-def _write_export(text: str, suffix: str) -> str:
-    with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix="conversation-", delete=False,
-                                     encoding="utf-8") as f:
-        f.write(text)
-    return f.name
 
 
 def build_chat_tab(backend: Backend) -> None:
@@ -120,10 +112,11 @@ def build_chat_tab(backend: Backend) -> None:
     export_file = gr.File(label="Conversation export", height=90, elem_id="export-file")
 
     def export_conversation_json(history):
-        return _write_export(json.dumps(history or [], ensure_ascii=False, indent=1, default=str), ".json")
+        return str(backend.exports.write(json.dumps(history or [], ensure_ascii=False, indent=1, default=str),
+                                          ".json", "conversation"))
 
     def export_conversation_markdown(history):
-        return _write_export(conversation_markdown(history or []), ".md")
+        return str(backend.exports.write(conversation_markdown(history or []), ".md", "conversation"))
 
     export_json_btn.click(export_conversation_json, chatbot, export_file, api_visibility="private")
     export_md_btn.click(export_conversation_markdown, chatbot, export_file, api_visibility="private")

@@ -11,7 +11,7 @@ import gradio as gr
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.runtime import Backend
 
-from .api import follow, save_temp_png, user_errors
+from .api import follow, user_errors
 from .presentation import python_snippet, size_choice_label
 
 SEED_MAX = 2**32 - 1
@@ -87,7 +87,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
             active_calls.pop(session, None)
         result = call.result()
         params = dict(result.params, wall_s=round(time.perf_counter() - started, 3))
-        path = str(result.path) if result.path else save_temp_png(result.image)
+        path = str(result.path) if result.path else str(backend.exports.write_png(result.image))
         gallery_items = [*past, (path, f"seed {result.seed} · {params['size']}")]
         url = str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
         yield (path, path, params, python_snippet(url, params), result.seed, gallery_items, gallery_items)

@@ -52,11 +52,13 @@ def task_rows(status: dict) -> list[list]:
     """Rows for the per-task table: task, shape, state, seconds, cache hit, error."""
     rows = []
     for t in status["tasks"]:
-        seconds = t["seconds"] if t["seconds"] is not None else t["expected_s"]
+        seconds = t["seconds"]  # measured only; what a task is expected to take goes with its state
         hit = {True: "hit", False: "miss", None: ""}[t["cache_hit"]]
         state = f"{STATE_ICONS.get(t['state'], '')} {t['state']}"
         if t["progress"] is not None and t["state"] == "running":
             state += f" {t['progress']:.0%}"
+        if t["state"] in ("queued", "running") and t["expected_s"] is not None:
+            state += f" (expected {fmt_seconds(t['expected_s'])})"
         rows.append([t["name"], t["shape"] or "", state, "" if seconds is None else round(seconds, 1), hit,
                      t["error"] or ""])
     return rows
@@ -66,9 +68,9 @@ def size_choice_label(size, state: dict | None) -> str:
     """'1344x768 (7:4) · ready' for the size picker."""
     state = state or {"state": "queued", "eta_s": None, "error": None}
     text = {"ready": "ready", "failed": "failed", "skipped": "unavailable"}.get(state["state"])
-    if text is None:
+    if text is None:  # only the running task compiles; the others wait their turn
         eta = state.get("eta_s")
-        text = "compiling" + (f", ~{fmt_seconds(eta)}" if eta else "")
+        text = ("compiling" if state["state"] == "running" else "queued") + (f", ~{fmt_seconds(eta)}" if eta else "")
     return f"{size.label} ({size.aspect}) · {text}"
 
 

@@ -5,7 +5,6 @@ Only UI wiring; the work is in ``neuron_backend.qa.runs`` and ``neuron_backend.q
 
 from __future__ import annotations
 
-import tempfile
 import threading
 
 import gradio as gr
@@ -27,12 +26,6 @@ def _file_path(upload) -> str | None:
     if upload is None:
         return None
     return upload if isinstance(upload, str) else getattr(upload, "name", None)
-
-
-def _write(text: str, suffix: str) -> str:
-    with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix="qa-run-", delete=False, encoding="utf-8") as f:
-        f.write(text)
-    return f.name
 
 
 def _view(run):
@@ -143,12 +136,12 @@ def build_qa_tab(backend: Backend) -> None:
     def press_export_html(run):
         if run is None:
             raise gr.Error("Nothing to export yet: run a set first.")
-        return _write(qa_report.export_html(run), ".html")
+        return str(backend.exports.write(qa_report.export_html(run), ".html", "qa-run"))
 
     def press_export_jsonl(run):
         if run is None:
             raise gr.Error("Nothing to export yet: run a set first.")
-        return _write(qa_report.export_jsonl(run), ".jsonl")
+        return str(backend.exports.write(qa_report.export_jsonl(run), ".jsonl", "qa-run"))
 
     def pick_import(upload_value):
         if upload_value is None:

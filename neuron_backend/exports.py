@@ -1,0 +1,110 @@
+"""One bounded, cleaned folder for the files the page hands out: exports and images that were not saved.
+
+Gradio serves a returned file only from the working directory, the temp dir or a folder named in
+``launch(allowed_paths=...)``; it then copies the file into its own cache (bounded by the Blocks'
+``delete_cache``). So a file written here is needed only until Gradio has copied it, and the
+folder can stay small: at most ``limit`` files and ``max_bytes`` bytes, the oldest removed first,
+and files older than ``max_age_s`` removed at start and on every write.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+log = logging.getLogger("showcase.exports")
+
+EXPORTS_DIR_NAME = "exports"
+DEFAULT_LIMIT = 64
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_AGE_S = 24 * 3600.0
+
+
+class ExportFolder:
+    """Write exports under one folder that never grows past its bounds.
+
+    Concurrency: ``write`` may be called from many request threads; one lock covers naming,
+    writing and pruning. Each file is written under a temporary name and renamed into place, so a
+    reader (Gradio's copy) never sees half a file. The file just written is never pruned.
+    """
+
+    def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_age_s: float = DEFAULT_MAX_AGE_S):
+        self.folder = Path(folder)
+        self.limit, self.max_bytes, self.max_age_s = max(1, limit), max_bytes, max_age_s
+        self._lock = threading.Lock()
+        with self._lock:
+            self._prune(keep=None)  # leftovers of earlier runs
+
+    def write(self, data: str | bytes, suffix: str, prefix: str = "export") -> Path:
+        """Write ``data`` (text as UTF-8) to a new file ``<prefix>-<time>-<id><suffix>``; return its path.
+
+        Raises OSError when the folder cannot be written (full or read-only disk): the caller's
+        error boundary reports it.
+        """
+        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        safe_prefix = "".join(c if c.isalnum() or c in "-_" else "-" for c in prefix)[:40] or "export"
+        with self._lock:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{safe_prefix}-{stamp}-{uuid.uuid4().hex[:8]}{suffix}"
+            tmp = self.folder / f".tmp-{uuid.uuid4().hex}"
+            try:
+                tmp.write_bytes(payload)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._prune(keep=path)
+        return path
+
+    def write_png(self, image, prefix: str = "image") -> Path:
+        """Write a PIL image as PNG (for images the outputs folder did not keep)."""
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        return self.write(buffer.getvalue(), ".png", prefix)
+
+    def files(self) -> list[Path]:
+        """The exported files, oldest first."""
+        try:
+            entries = [p for p in self.folder.iterdir() if p.is_file() and not p.name.startswith(".tmp-")]
+        except OSError:
+            return []
+        return sorted(entries, key=lambda p: (_mtime(p), p.name))
+
+    def _prune(self, keep: Path | None) -> None:
+        """Drop files past the age, count and byte bounds, oldest first (never ``keep``)."""
+        files = self.files()
+        now = time.time()
+        sizes = {p: _size(p) for p in files}
+        total, count = sum(sizes.values()), len(files)
+        for path in files:
+            if path == keep:
+                continue
+            too_old = now - _mtime(path) > self.max_age_s
+            if not (too_old or count > self.limit or total > self.max_bytes):
+                continue
+            try:
+                path.unlink()
+            except OSError as exc:
+                log.warning("could not remove old export %s: %s", path, exc)
+                continue
+            total, count = total - sizes[path], count - 1
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

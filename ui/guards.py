@@ -1,0 +1,180 @@
+"""Two guards in front of Gradio's own routes (ASGI middleware, given to FastAPI through ``app_kwargs``).
+
+- ``LoginThrottle``: repeated failed logins from one client get slower: after ``free_failures``
+  wrong passwords each further try must wait, the wait doubling up to ``max_delay_s``; while it
+  waits, every login from that client (the right password too) is refused with 429 and
+  ``Retry-After``. A success forgets the client.
+- Job ownership under ``--auth``: Gradio 6.31's ``POST /gradio_api/cancel`` checks no login at
+  all; given a session hash and an event id it ends anyone's job. With auth on, the guard binds
+  each session hash to the login token that first joined the queue with it, and lets only that
+  login cancel the session's jobs: another login, even of the same user, gets 403; no
+  login gets 401.
+
+Both run on the server's event loop; their state is guarded by the GIL-atomic dict operations of a
+single coroutine step (no awaits between a read and its update).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+LOGIN_PATHS = ("/login", "/login/")
+CANCEL_PATH = "/gradio_api/cancel"  # (/gradio_api/reset is a no-op in 6.31)
+JOIN_PATH = "/gradio_api/queue/join"
+MAX_TRACKED = 10_000  # clients / sessions remembered; the oldest are forgotten first
+MAX_BODY = 8 * 1024 * 1024  # a /queue/join body larger than this is passed on unread (Gradio refuses it)
+
+
+class LoginThrottle:
+    """Per-client backoff for failed logins. ``clock`` is injectable for tests."""
+
+    def __init__(self, free_failures: int = 5, base_delay_s: float = 1.0, max_delay_s: float = 60.0,
+                 forget_after_s: float = 900.0, clock: Callable[[], float] = time.monotonic):
+        self.free_failures, self.base_delay_s, self.max_delay_s = free_failures, base_delay_s, max_delay_s
+        self.forget_after_s, self.clock = forget_after_s, clock
+        self._clients: OrderedDict[str, tuple[int, float, float]] = OrderedDict()  # failures, last, locked until
+
+    def retry_after(self, client: str) -> float:
+        """Seconds before ``client`` may try to log in again (0: now)."""
+        entry = self._clients.get(client)
+        if entry is None:
+            return 0.0
+        failures, last, locked_until = entry
+        now = self.clock()
+        if now - last > self.forget_after_s:
+            del self._clients[client]
+            return 0.0
+        return max(0.0, locked_until - now)
+
+    def failed(self, client: str) -> None:
+        now = self.clock()
+        failures, _, _ = self._clients.pop(client, (0, now, now))
+        failures += 1
+        over = failures - self.free_failures
+        wait = 0.0 if over <= 0 else min(self.base_delay_s * 2 ** (over - 1), self.max_delay_s)
+        self._clients[client] = (failures, now, now + wait)
+        while len(self._clients) > MAX_TRACKED:
+            self._clients.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        self._clients.pop(client, None)
+
+
+async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _read_body(receive) -> tuple[bytes, list[dict]]:
+    """The whole request body and the messages it came in (to replay them to the app)."""
+    messages, chunks, size = [], [], 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if not message.get("more_body") or size > MAX_BODY:
+            break
+    return b"".join(chunks), messages
+
+
+def _replay(messages: list[dict], receive):
+    pending = list(messages)
+
+    async def replayed():
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
+
+
+def _session_hash(body: bytes) -> str | None:
+    try:
+        value = json.loads(body).get("session_hash")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+class Guards:
+    """The ASGI middleware: login backoff always, job ownership when the app has auth.
+
+    ``auth_state`` returns (auth on, valid tokens, cookie id) of the running Gradio app; it is read
+    per request because Gradio builds its app (and its token table) at launch.
+    """
+
+    def __init__(self, app, throttle: LoginThrottle, auth_state: Callable[[], tuple[bool, dict, str]]):
+        self.app, self.throttle, self.auth_state = app, throttle, auth_state
+        self._owners: OrderedDict[str, str] = OrderedDict()  # session hash -> login token
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        if path in LOGIN_PATHS:
+            return await self._login(scope, receive, send)
+        if path.rstrip("/") in (CANCEL_PATH, JOIN_PATH):
+            auth, tokens, cookie_id = self.auth_state()
+            if auth:
+                return await self._owned(scope, receive, send, tokens, cookie_id)
+        return await self.app(scope, receive, send)
+
+    async def _login(self, scope, receive, send):
+        client = (scope.get("client") or ("unknown", 0))[0]
+        wait = self.throttle.retry_after(client)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            return await _send_json(send, 429, {"detail": f"Too many failed logins: try again in {seconds} s."},
+                                    [(b"retry-after", str(seconds).encode())])
+        status = {}
+
+        async def watching_send(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, watching_send)
+        if status.get("code") == 200:
+            self.throttle.succeeded(client)
+        elif status.get("code") in (400, 401):
+            self.throttle.failed(client)
+
+    async def _owned(self, scope, receive, send, tokens: dict, cookie_id: str):
+        token = _login_token(scope, cookie_id)
+        body, messages = await _read_body(receive)
+        session = _session_hash(body)
+        path = scope["path"].rstrip("/")
+        if path == JOIN_PATH:
+            if token in tokens and session is not None:
+                owner = self._owners.setdefault(session, token)
+                if owner != token:
+                    return await _send_json(send, 403, {"detail": "This session belongs to another login."})
+                self._owners.move_to_end(session)
+                while len(self._owners) > MAX_TRACKED:
+                    self._owners.popitem(last=False)
+        elif token not in tokens:
+            return await _send_json(send, 401, {"detail": "Not authenticated: log in first."})
+        elif session is None or self._owners.get(session) != token:
+            return await _send_json(send, 403, {"detail": "Only the login that started a job can cancel it."})
+        return await self.app(scope, _replay(messages, receive), send)
+
+
+def _login_token(scope, cookie_id: str) -> str | None:
+    """Gradio's login cookie (``access-token-<id>`` or its ``-unsecure-`` twin) from the raw headers."""
+    names = (f"access-token-{cookie_id}", f"access-token-unsecure-{cookie_id}")
+    for key, value in scope.get("headers", ()):
+        if key != b"cookie":
+            continue
+        for part in value.decode("latin-1").split(";"):
+            name, _, token = part.strip().partition("=")
+            if name in names and token:
+                return token
+    return None
