@@ -59,3 +59,7 @@ class BusyError(ShowcaseError):
 
 class CancelledError(ShowcaseError):
     """The request was stopped by the user."""
+
+
+class CacheBundleError(ShowcaseError):
+    """A compile-cache bundle cannot be made or installed; the message says why and what to do."""

@@ -1,0 +1,1 @@
+"""Portable compile-cache bundles: a manifest of what the cache was built for, export, checked install."""

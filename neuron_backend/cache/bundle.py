@@ -1,0 +1,267 @@
+"""Export a compile cache as one archive with its manifest; install one, checked, before warm-up.
+
+Archive layout (a tar, gzip-compressed): ``manifest.json`` (see ``manifest.py``, plus ``files``:
+path -> sha256 and bytes) and ``files/<path>`` for every file of ``<cache root>/compile-cache``
+(NEFFs under ``neff/``, inductor's cache under ``inductor/``, torch's portable artifacts in
+``torch-artifacts.bin``).
+
+Installing never trusts the archive: only regular files, relative paths inside ``files/``, no links,
+bounded sizes and member count, every file's sha256 checked against the manifest and the manifest's
+list checked against the archive, all before anything is written to the cache root. Files are
+verified in a staging folder inside the cache root, then moved into place one by one
+(``os.replace``, atomic per file); a refused archive leaves the cache root as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from ..errors import CacheBundleError
+from . import manifest as manifests
+
+log = logging.getLogger("showcase.cache")
+
+MANIFEST = "manifest.json"
+ARTIFACTS = "torch-artifacts.bin"
+LIVE_MANIFEST = "manifest.json"  # written by the app next to the cache it describes
+SKIP_NAMES = {".write-test", LIVE_MANIFEST}
+MAX_BUNDLE_BYTES = 64 * 1024**3  # the archive on disk
+MAX_TOTAL_BYTES = 128 * 1024**3  # its files, unpacked
+MAX_FILES = 200_000
+MAX_MANIFEST_BYTES = 32 * 1024**2
+CHUNK = 1024 * 1024
+
+
+@dataclass
+class InstallReport:
+    """What a bundle brought: usable shapes per engine, mismatches by field, files written."""
+
+    source: str
+    usable: dict[str, list[str]] = field(default_factory=dict)
+    mismatches: list[str] = field(default_factory=list)
+    total_graphs: int = 0
+    installed_files: int = 0
+    present_files: int = 0
+    artifacts: bytes | None = None
+
+    @property
+    def usable_graphs(self) -> int:
+        return sum(len(s) for s in self.usable.values())
+
+    def summary(self) -> str:
+        text = f"{self.usable_graphs} of {self.total_graphs} graphs usable"
+        if self.mismatches:
+            text += "; " + "; ".join(self.mismatches)
+        return text + f"; {self.installed_files} files installed, {self.present_files} already present"
+
+
+def cache_folder(cache_root: Path) -> Path:
+    return Path(cache_root) / "compile-cache"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _cache_files(folder: Path) -> list[Path]:
+    """Regular files of the cache worth carrying (no locks, probes, staging or the live manifest)."""
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.is_symlink() or not path.is_file() or rel.parts[0].startswith(".bundle-"):
+            continue
+        if path.name in SKIP_NAMES and len(rel.parts) == 1 or path.suffix in (".lock", ".tmp"):
+            continue
+        out.append(path)
+    return out
+
+
+def write_live_manifest(cache_root: Path, described: dict, artifacts: bytes | None) -> Path:
+    """Record what this cache was built for (and torch's portable artifacts) once warm-up ends."""
+    folder = cache_folder(cache_root)
+    folder.mkdir(parents=True, exist_ok=True)
+    if artifacts:
+        tmp = folder / f"{ARTIFACTS}.tmp"
+        tmp.write_bytes(artifacts)
+        tmp.replace(folder / ARTIFACTS)
+    described = dict(described, torch_artifacts=ARTIFACTS if (folder / ARTIFACTS).exists() else None)
+    tmp = folder / f"{LIVE_MANIFEST}.tmp"
+    tmp.write_text(json.dumps(described, indent=1, sort_keys=True))
+    tmp.replace(folder / LIVE_MANIFEST)
+    return folder / LIVE_MANIFEST
+
+
+def export(cache_root: Path, out: Path) -> dict:
+    """Pack ``<cache_root>/compile-cache`` and its manifest into ``out`` (a .tar.gz); return the manifest."""
+    folder = cache_folder(cache_root)
+    live = folder / LIVE_MANIFEST
+    if not live.is_file():
+        raise CacheBundleError(f"{folder} has no {LIVE_MANIFEST}: start the app once with the settings the bundle "
+                               "is for and let warm-up finish (it writes the manifest), then export.")
+    described = json.loads(live.read_text())
+    files = {}
+    for path in _cache_files(folder):
+        files[path.relative_to(folder).as_posix()] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+    described["files"] = files
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with tarfile.open(tmp, "w:gz", compresslevel=3) as tar:
+        data = json.dumps(described, indent=1, sort_keys=True).encode()
+        info = tarfile.TarInfo(MANIFEST)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+        for rel in files:
+            tar.add(folder / rel, arcname=f"files/{rel}", recursive=False)
+    tmp.replace(out)
+    log.info("exported %d files of %s to %s", len(files), folder, out)
+    return described
+
+
+def _member_path(name: str) -> str:
+    """The cache-relative path of an archive member, or CacheBundleError when it could escape."""
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or "\\" in name or not path.parts or path.parts[0] != "files" \
+            or len(path.parts) < 2:
+        raise CacheBundleError(f"refused: archive member {name!r} is outside files/ (paths must stay in the cache)")
+    return PurePosixPath(*path.parts[1:]).as_posix()
+
+
+def read_manifest(tar: tarfile.TarFile) -> tuple[dict, dict[str, tarfile.TarInfo]]:
+    """The bundle's manifest and its file members, after checking every member's kind, path and size."""
+    members, found, total = {}, None, 0
+    for count, info in enumerate(tar, start=1):
+        if count > MAX_FILES + 1:
+            raise CacheBundleError(f"refused: more than {MAX_FILES} files in the archive")
+        if info.isdir():
+            continue
+        if not info.isfile():  # symlinks, hard links, devices, fifos
+            raise CacheBundleError(f"refused: archive member {info.name!r} is not a regular file")
+        if info.name == MANIFEST:
+            if info.size > MAX_MANIFEST_BYTES:
+                raise CacheBundleError(f"refused: {MANIFEST} is {info.size} bytes (at most {MAX_MANIFEST_BYTES})")
+            found = info
+            continue
+        total += info.size
+        if total > MAX_TOTAL_BYTES:
+            raise CacheBundleError(f"refused: the files add up to more than {MAX_TOTAL_BYTES} bytes")
+        members[_member_path(info.name)] = info
+    if found is None:
+        raise CacheBundleError(f"refused: no {MANIFEST} in the archive (not a bundle made by "
+                               "python -m neuron_backend.cache export)")
+    try:
+        described = json.loads(tar.extractfile(found).read())
+    except ValueError as exc:
+        raise CacheBundleError(f"refused: {MANIFEST} is not valid JSON ({exc})") from None
+    if not isinstance(described, dict) or described.get("format") != manifests.FORMAT \
+            or not isinstance(described.get("files"), dict) or not isinstance(described.get("engines"), dict):
+        raise CacheBundleError(f"refused: {MANIFEST} is not a format-{manifests.FORMAT} bundle manifest")
+    listed, packed = set(described["files"]), set(members)
+    if listed != packed:
+        odd = sorted(listed ^ packed)[:3]
+        raise CacheBundleError(f"refused: the manifest and the archive disagree on {len(listed ^ packed)} files "
+                               f"(e.g. {', '.join(odd)})")
+    return described, members
+
+
+def resolve_source(source: str, timeout: float = 30.0) -> Path:
+    """A local archive for ``source``: a file, a folder holding one archive, or hf://owner/repo[@revision]."""
+    if source.startswith("hf://"):
+        repo, _, revision = source.removeprefix("hf://").partition("@")
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = snapshot_download(repo, revision=revision or None, etag_timeout=timeout,
+                                       allow_patterns=["*.tar", "*.tar.gz", "*.tgz"])
+        except Exception as exc:  # noqa: BLE001 - offline, missing repo, auth: all said plainly
+            raise CacheBundleError(f"cannot fetch the bundle {source} from the Hub ({type(exc).__name__}: {exc}); "
+                                   "download it yourself and pass the file with --cache-bundle PATH") from None
+        return resolve_source(folder)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        archives = sorted(p for p in path.iterdir() if p.name.endswith((".tar", ".tar.gz", ".tgz")))
+        if len(archives) != 1:
+            raise CacheBundleError(f"--cache-bundle: {path} holds {len(archives)} archives; pass one .tar.gz file")
+        path = archives[0]
+    if not path.is_file():
+        raise CacheBundleError(f"--cache-bundle: {path} does not exist (a .tar.gz from python -m "
+                               "neuron_backend.cache export, a folder holding one, or hf://owner/repo)")
+    if path.stat().st_size > MAX_BUNDLE_BYTES:
+        raise CacheBundleError(f"refused: {path} is {path.stat().st_size} bytes (at most {MAX_BUNDLE_BYTES})")
+    return path
+
+
+def install(source: str, here: Mapping, cache_root: Path) -> InstallReport:
+    """Check the bundle against this server's manifest ``here``; install what fits; report by field.
+
+    Raises CacheBundleError (nothing written) for a bad archive, or when no graph in it fits here.
+    """
+    path = resolve_source(source)
+    folder = cache_folder(cache_root)
+    try:
+        tar = tarfile.open(path, "r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise CacheBundleError(f"refused: {path.name} is not a readable tar archive ({exc})") from None
+    with tar:
+        described, members = read_manifest(tar)
+        report = InstallReport(str(source))
+        report.usable, report.mismatches, report.total_graphs = manifests.compare(described, here)
+        if not report.usable_graphs:
+            raise CacheBundleError(f"nothing installed from {path.name}: {report.summary()}")
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=folder))
+        try:
+            for rel, info in members.items():
+                _stage(tar, info, rel, described["files"][rel], staging)
+            report.installed_files, report.present_files = _move_into_place(staging, folder, described["files"])
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    artifacts = folder / ARTIFACTS
+    if described.get("torch_artifacts") == ARTIFACTS and artifacts.is_file():
+        report.artifacts = artifacts.read_bytes()
+    log.info("cache bundle %s: %s", path.name, report.summary())
+    return report
+
+
+def _stage(tar: tarfile.TarFile, info: tarfile.TarInfo, rel: str, expected: Mapping, staging: Path) -> None:
+    """Copy one member to the staging folder, checking its size and sha256 on the way."""
+    if not isinstance(expected, Mapping) or expected.get("bytes") != info.size:
+        raise CacheBundleError(f"refused: {rel} is {info.size} bytes, the manifest says {expected.get('bytes')}")
+    target = staging / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    source = tar.extractfile(info)
+    with open(target, "wb") as out:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+    if digest.hexdigest() != expected.get("sha256"):
+        raise CacheBundleError(f"refused: {rel} does not match its sha256 in the manifest (corrupt or tampered)")
+
+
+def _move_into_place(staging: Path, folder: Path, files: Mapping[str, Mapping]) -> tuple[int, int]:
+    """Move verified files from staging into the cache; a file already there with the same hash stays."""
+    installed = present = 0
+    for rel, expected in files.items():
+        target = folder / rel
+        if target.is_file() and target.stat().st_size == expected["bytes"] and _sha256(target) == expected["sha256"]:
+            present += 1
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / rel, target)
+        installed += 1
+    return installed, present

@@ -1,0 +1,88 @@
+"""The Backend's side of bundles: install one as the first compile-free warm-up step; record the cache.
+
+Kept apart from ``runtime.py`` so the Backend only calls in: ``plan_with_bundle`` reorders the
+warm-up plan (every "obtain weights" step first, then the bundle, then loads and compiles: the
+manifest check needs the model folders, and nothing may compile before the bundle is in place);
+``record`` writes the live manifest and torch's portable artifacts once warm-up has ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ..warmup import READY, Step, Task, TimingHistory
+from . import bundle, manifest
+
+log = logging.getLogger("showcase.cache")
+
+
+class WarmStart:
+    """Bundle install and cache recording for one Backend (duck-typed: settings, placements, folders)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.report: bundle.InstallReport | None = None
+
+    def here(self, only_ready: bool = False) -> dict:
+        """This server's manifest; with ``only_ready`` just the shapes whose warm-up succeeded."""
+        b = self.backend
+        described = manifest.describe(b.settings, b.placements, b._folders, {n: b.model_id(n) for n in b.placements})
+        if only_ready:
+            ready = {(t.engine, t.shape) for t in b.runner.tasks if t.kind == "compile" and t.state == READY}
+            for name, entry in described["engines"].items():
+                entry["shapes"] = [s for s in entry["shapes"] if (name, s) in ready]
+        return described
+
+    def plan_with_bundle(self, steps: list[Step]) -> list[Step]:
+        """The plan with the bundle step before the first load (unchanged without --cache-bundle)."""
+        source = self.backend.settings.cache_bundle
+        if not source:
+            return steps
+        task = Task("compile cache · install bundle", "cache", "bundle", detail=source)
+        step = Step(task, self._install, TimingHistory.key("cache", "bundle", source))
+        weights = [s for s in steps if s.task.kind == "weights"]
+        return weights + [step] + [s for s in steps if s.task.kind != "weights"]
+
+    def _install(self, task: Task) -> None:
+        report = bundle.install(self.backend.settings.cache_bundle, self.here(), self.backend.settings.cache_dir)
+        if report.artifacts:
+            import torch
+
+            torch.compiler.load_cache_artifacts(report.artifacts)
+        self.report = report
+        task.detail = report.summary()
+
+    def annotate(self, snapshot: dict) -> dict:
+        """Mark the compile tasks whose shapes the bundle brought (the panel shows them)."""
+        usable = self.report.usable if self.report else {}
+        for t in snapshot["tasks"]:
+            t["from_bundle"] = t["kind"] == "compile" and t["shape"] in usable.get(t["engine"], [])
+        snapshot["bundle"] = None if self.report is None else {
+            "source": self.report.source, "usable_graphs": self.report.usable_graphs,
+            "total_graphs": self.report.total_graphs, "mismatches": self.report.mismatches}
+        return snapshot
+
+    def record(self) -> None:
+        """Write ``compile-cache/manifest.json`` (+ torch's artifacts when anything compiles); never raises."""
+        try:
+            artifacts = None
+            if any(p.compile for p in self.backend.placements.values()):
+                import torch
+
+                saved = torch.compiler.save_cache_artifacts()
+                artifacts = saved[0] if saved else None
+            bundle.write_live_manifest(self.backend.settings.cache_dir, self.here(only_ready=True), artifacts)
+        except Exception as exc:  # noqa: BLE001 - a cache we cannot describe must not take the server down
+            log.warning("compile-cache manifest not written: %s: %s", type(exc).__name__, exc)
+
+    def record_after(self, warmup: threading.Thread) -> threading.Thread:
+        """Record once the warm-up thread ends (in a thread of its own, so start() returns at once)."""
+
+        def wait_then_record() -> None:
+            warmup.join()
+            self.record()
+
+        thread = threading.Thread(target=wait_then_record, name="cache-manifest", daemon=True)
+        thread.start()
+        return thread
