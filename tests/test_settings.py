@@ -64,11 +64,13 @@ def test_auto_with_real_probe_offline_is_tiny(tmp_path):
     assert out.stdout.startswith("tiny |") and "HF_HUB_OFFLINE" in out.stdout
 
 
-def test_local_folder_counts_as_available(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
+def test_local_folder_counts_as_available_only_when_complete(tmp_path, demo_models):
     from neuron_backend.model_sources import weights_available
 
-    assert weights_available(str(tmp_path), 1.0)[0]
+    assert weights_available(str(demo_models.chat), 1.0, "chat")[0]
+    (tmp_path / "config.json").write_text("{}")  # a config alone: tokenizer and weights missing
+    ok, why = weights_available(str(tmp_path), 1.0, "chat")
+    assert not ok and "model.safetensors" in why and "tokenizer.json" in why
     empty = tmp_path / "empty"
     empty.mkdir()
     ok, why = weights_available(str(empty), 1.0)
