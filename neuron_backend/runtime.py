@@ -86,7 +86,10 @@ class Backend:
         self._folders: dict[str, Path] = {}
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
-        self.runner = WarmupRunner(self._plan(), history)
+        from .cache.warm_start import WarmStart  # compile-cache bundles (neuron_backend/cache)
+
+        self.warm_start = WarmStart(self)
+        self.runner = WarmupRunner(self.warm_start.plan_with_bundle(self._plan()), history)
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
 
     def served_folders(self) -> list[Path]:
@@ -147,8 +150,10 @@ class Backend:
         return head + tail
 
     def start(self) -> threading.Thread:
-        """Start the background warm-up."""
-        return self.runner.start()
+        """Start the background warm-up (its end records what the compile cache holds)."""
+        thread = self.runner.start()
+        self.warm_start.record_after(thread)
+        return thread
 
     def _obtain(self, task: Task) -> None:
         def progress(fraction: float, text: str) -> None:
@@ -252,7 +257,18 @@ class Backend:
             cache_problem=self.cache.problem,
             engines={name: self._engine_state(name) for name in ENGINES},
         )
-        return snap
+        return self.warm_start.annotate(snap)
+
+    def limits(self) -> dict:
+        """What a request may ask for (the QA CLI plans its cells with these): sizes, steps, tokens, text."""
+        s = self.settings
+        return {"sizes": [size.label for size in s.sizes], "default_steps": s.default_steps, "max_steps": s.max_steps,
+                "max_new_tokens": s.max_new_tokens, "max_prompt_chars": s.max_prompt_chars,
+                "engines": [name for name in ENGINES if name in self.placements]}
+
+    def engine_states(self) -> dict[str, str]:
+        """Each engine's state: disabled, loading, ready or failed (what /metrics exports)."""
+        return {name: self._engine_state(name)["state"] for name in ENGINES}
 
     def _engine_state(self, name: str) -> dict:
         try:

@@ -54,6 +54,8 @@ def task_rows(status: dict) -> list[list]:
     for t in status["tasks"]:
         seconds = t["seconds"]  # measured only; what a task is expected to take goes with its state
         hit = {True: "hit", False: "miss", None: ""}[t["cache_hit"]]
+        if t.get("from_bundle"):  # the shape's graphs came with a --cache-bundle
+            hit = f"{hit} (bundle)" if hit else "from bundle"
         state = f"{STATE_ICONS.get(t['state'], '')} {t['state']}"
         if t["progress"] is not None and t["state"] == "running":
             state += f" {t['progress']:.0%}"

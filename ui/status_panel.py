@@ -6,6 +6,7 @@ import gradio as gr
 
 from neuron_backend.runtime import Backend
 
+from .api import user_errors
 from .image_tab import ImageTab, size_choices
 from .presentation import status_bar_html, task_rows
 
@@ -34,6 +35,17 @@ def build_status_panel(backend: Backend) -> list:
         tasks_table = gr.Dataframe(headers=TASK_HEADERS, value=task_rows(backend.status()),
                                    interactive=False, wrap=True, elem_id="warmup-table")
         details = gr.Markdown(elem_id="warmup-details-text")
+        with gr.Row():
+            bundle_btn = gr.Button("Export compile cache (bundle for another host)", size="sm",
+                                   elem_id="export-bundle")
+            bundle_file = gr.File(label="Compile-cache bundle (.tar.gz; start another host with --cache-bundle)",
+                                  height=90, elem_id="bundle-file")
+
+        @user_errors
+        def press_export_bundle():
+            return str(backend.warm_start.export())
+
+        bundle_btn.click(press_export_bundle, None, bundle_file, api_visibility="private")
     return [status_bar, tasks_table, details]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 from ..warmup import READY, Step, Task, TimingHistory
 from . import bundle, manifest
@@ -72,9 +73,20 @@ class WarmStart:
 
                 saved = torch.compiler.save_cache_artifacts()
                 artifacts = saved[0] if saved else None
-            bundle.write_live_manifest(self.backend.settings.cache_dir, self.here(only_ready=True), artifacts)
+            path = bundle.write_live_manifest(self.backend.settings.cache_dir, self.here(only_ready=True), artifacts)
+            log.info("compile-cache manifest written: %s (torch artifacts: %s bytes)", path,
+                     len(artifacts) if artifacts else 0)
         except Exception as exc:  # noqa: BLE001 - a cache we cannot describe must not take the server down
             log.warning("compile-cache manifest not written: %s: %s", type(exc).__name__, exc)
+
+    def export(self) -> Path:
+        """Record the cache now and pack it into the exports folder (the warm-up details' button)."""
+        import time
+
+        self.record()
+        out = self.backend.exports.folder / f"compile-cache-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
+        bundle.export(self.backend.settings.cache_dir, out)
+        return out
 
     def record_after(self, warmup: threading.Thread) -> threading.Thread:
         """Record once the warm-up thread ends (in a thread of its own, so start() returns at once)."""
