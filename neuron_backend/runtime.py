@@ -256,8 +256,16 @@ class Backend:
             cache_dir=str(self.settings.cache_dir),
             cache_problem=self.cache.problem,
             engines={name: self._engine_state(name) for name in ENGINES},
+            limits=self.limits(),
         )
         return self.warm_start.annotate(snap)
+
+    def limits(self) -> dict:
+        """What a request may ask for (the QA CLI plans its cells with these): sizes, steps, tokens, text."""
+        s = self.settings
+        return {"sizes": [size.label for size in s.sizes], "default_steps": s.default_steps, "max_steps": s.max_steps,
+                "max_new_tokens": s.max_new_tokens, "max_prompt_chars": s.max_prompt_chars,
+                "engines": [name for name in ENGINES if name in self.placements]}
 
     def limits(self) -> dict:
         """What a request may ask for (the QA CLI plans its cells with these): sizes, steps, tokens, text."""

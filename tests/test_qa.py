@@ -16,7 +16,9 @@ from neuron_backend.chat.text import ChatRequest
 from neuron_backend.errors import InvalidRequestError, UnsupportedSizeError
 from neuron_backend.qa import grid as qa_grid
 from neuron_backend.qa import runs as qa
-from neuron_backend.qa.report import compare_runs, compare_table, export_html, export_jsonl, import_jsonl, read_run
+from neuron_backend.qa.compare import compare_runs, compare_table
+from neuron_backend.qa.html_report import export_html
+from neuron_backend.qa.report import export_jsonl, import_jsonl, read_run
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 
@@ -420,4 +422,4 @@ def test_cell_image_round_trips_png(both_run):
     assert raw.startswith(b"\x89PNG") and qa_grid.cell_image(cell).size == (64, 64)
     assert qa_grid.cell_image(cell).text["showcase"]  # the cell's parameters are embedded in the PNG
     captions = [caption for _, caption in qa_grid.gallery_items(both_run)]
-    assert len(captions) == 4 and captions[0].startswith("#1 · small · seed ")
+    assert len(captions) == 4 and captions[0].startswith("cell 2 · #1 · small · 64x64 · seed ")

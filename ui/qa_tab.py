@@ -1,6 +1,7 @@
 """The QA bench tab: run a prompt set under a few settings variants, mark cells, export, compare.
 
-Only UI wiring; the work is in ``neuron_backend.qa.runs`` and ``neuron_backend.qa.report``.
+Only UI wiring; the work is in ``neuron_backend.qa`` (runs, expect, ab, compare, exports) and what
+is shown is built in ``ui.qa_views``. Cell numbers are 1-based everywhere on the page.
 """
 
 from __future__ import annotations
@@ -9,17 +10,18 @@ import threading
 
 import gradio as gr
 
+import ui.qa_views as v
 from neuron_backend.errors import ShowcaseError
+from neuron_backend.qa import ab as qa_ab
 from neuron_backend.qa import grid as qa_grid
 from neuron_backend.qa import report as qa_report
 from neuron_backend.qa import runs as qa
+from neuron_backend.qa.export_csv import export_csv
+from neuron_backend.qa.html_report import export_html
 from neuron_backend.runtime import Backend
 
 VARIANTS_HINT = "cold: temperature=0.2, seed=1\nhot: temperature=1.2, seed=1"
-
-
-def _fail(exc: ShowcaseError):
-    raise gr.Error(str(exc)) from None
+FORM_RESET = (0, "unmarked", "")  # cell #, mark, comment: cleared by every new run
 
 
 def _file_path(upload) -> str | None:
@@ -28,12 +30,9 @@ def _file_path(upload) -> str | None:
     return upload if isinstance(upload, str) else getattr(upload, "name", None)
 
 
-def _view(run):
-    """The grid and gallery of a run."""
-    if run is None:
-        return gr.update(value=None), []
-    headers, rows = qa_grid.results_table(run)
-    return gr.update(value=rows, headers=headers), qa_grid.gallery_items(run)
+def _done_line(run) -> str:
+    done = sum(c.status == "done" for c in run.cells)
+    return f"{done}/{len(run.cells)} cells done · {qa_grid.summary_line(run)}"
 
 
 def build_qa_tab(backend: Backend) -> None:
@@ -43,37 +42,73 @@ def build_qa_tab(backend: Backend) -> None:
     kinds = [k for k in ("chat", "image") if k in backend.placements] + (["both"] if len(backend.placements) == 2
                                                                           else [])
     run_state = gr.State(None)
-    previous_state = gr.State(None)
+    compared_state = gr.State(None)  # the run the current one was compared with
     with gr.Row():
         with gr.Column():
             prompts = gr.Textbox(label="Prompts (one per line)", lines=5, elem_id="qa-prompts")
-            upload = gr.File(label="…or a .jsonl / .csv / .txt file with a 'prompt' column",
+            upload = gr.File(label="…or a .jsonl / .csv / .txt file with a 'prompt' column (and expectations)",
                              file_types=[".jsonl", ".csv", ".txt"], elem_id="qa-upload")
         with gr.Column():
             kind = gr.Radio(kinds, value=kinds[0], label="Engine", elem_id="qa-kind")
-            variants = gr.Textbox(label="Variants (name: key=value, …; one per line)", lines=4,
+            variants = gr.Textbox(label="Variants (name: key=value, …; one per line, or JSON)", lines=4,
                                   placeholder=VARIANTS_HINT, elem_id="qa-variants")
             run_seed = gr.Number(label="Run seed (fixes every cell's seed)", value=0, precision=0)
             with gr.Row():
                 run_btn = gr.Button("Run set", variant="primary", elem_id="qa-run")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="qa-stop")
-    status = gr.Markdown(elem_id="qa-status")
-    grid = gr.Dataframe(label="Results (prompt × variant)", interactive=False, wrap=True, elem_id="qa-grid")
-    gallery = gr.Gallery(label="Images", columns=6, height=200, elem_id="qa-gallery")
+    status = gr.Textbox(label="Status", interactive=False, elem_id="qa-status")
+    summary = gr.Dataframe(label="Summary per variant (passed / failed: the reviewer's mark, else the automatic "
+                                 "verdict)", interactive=False, wrap=True, elem_id="qa-summary")
+    grid = gr.Dataframe(label="Results (prompt × variant): click a cell to review it", interactive=False, wrap=True,
+                        line_breaks=True, max_height=900, elem_id="qa-grid")
+    gallery = gr.Gallery(label="Images", columns=4, height="auto", object_fit="contain", elem_id="qa-gallery")
     with gr.Row():
-        cell_index = gr.Number(label="Cell # (click the grid; -1 = none)", precision=0, value=-1, elem_id="qa-cell")
+        cell_index = gr.Number(label="Cell # (click the grid; 0 = none)", precision=0, value=0, elem_id="qa-cell")
         mark = gr.Radio(["pass", "fail", "unmarked"], label="Mark", value="unmarked", elem_id="qa-mark")
         comment = gr.Textbox(label="Comment", elem_id="qa-comment")
         save_mark_btn = gr.Button("Save mark", elem_id="qa-save-mark")
         rerun_btn = gr.Button("Re-run cell", elem_id="qa-rerun")
+    with gr.Accordion("Speed and cost per cell (click a header to sort)", open=False, elem_id="qa-speed-box"):
+        speed = gr.Dataframe(headers=qa_grid.SPEED_HEADERS, datatype=qa_grid.SPEED_TYPES, interactive=False,
+                             elem_id="qa-speed")
+    with gr.Accordion("Blind A/B: two variants, names hidden, sides shuffled", open=False, elem_id="qa-ab-box"):
+        with gr.Row():
+            ab_first = gr.Dropdown(label="Variant", elem_id="qa-ab-first")
+            ab_second = gr.Dropdown(label="against", elem_id="qa-ab-second")
+            ab_start_btn = gr.Button("Start blind review", elem_id="qa-ab-start")
+        ab_heading = gr.Textbox(label="Pair", interactive=False, elem_id="qa-ab-heading")
+        with gr.Row():
+            with gr.Column():
+                left_text = gr.Textbox(label="Left", interactive=False, lines=6, elem_id="qa-ab-left")
+                left_image = gr.Image(label="Left", visible=False, interactive=False, elem_id="qa-ab-left-image")
+            with gr.Column():
+                right_text = gr.Textbox(label="Right", interactive=False, lines=6, elem_id="qa-ab-right")
+                right_image = gr.Image(label="Right", visible=False, interactive=False, elem_id="qa-ab-right-image")
+        with gr.Row():
+            pick_left = gr.Button("Left is better", elem_id="qa-ab-pick-left")
+            pick_tie = gr.Button("Tie", elem_id="qa-ab-pick-tie")
+            pick_right = gr.Button("Right is better", elem_id="qa-ab-pick-right")
+            ab_end_btn = gr.Button("End and reveal", elem_id="qa-ab-reveal")
+        ab_result = gr.Textbox(label="Result", interactive=False, lines=4, elem_id="qa-ab-result")
     with gr.Row():
         export_html_btn = gr.Button("Export HTML report", elem_id="qa-export-html")
         export_jsonl_btn = gr.Button("Export JSONL", elem_id="qa-export-jsonl")
+        export_csv_btn = gr.Button("Export CSV", elem_id="qa-export-csv")
         import_file = gr.File(label="Import a JSONL run", file_types=[".jsonl"], elem_id="qa-import")
         compare_btn = gr.Button("Run it again and compare", elem_id="qa-compare")
     export_file = gr.File(label="Export", height=90, elem_id="qa-export-file")
+    only_changed = gr.Checkbox(label="Show only what changed", value=False, elem_id="qa-only-changed")
     compare_grid = gr.Dataframe(label="What changed (after 'Run it again and compare')", interactive=False, wrap=True,
                                 headers=["cell", "change"], elem_id="qa-compare-grid")
+    diff_box = gr.Textbox(label="Text diffs of the changed chat cells (- old, + new)", lines=8, interactive=False,
+                          elem_id="qa-diff")
+    diff_gallery = gr.Gallery(label="Changed images: old left, new right", columns=2, height="auto",
+                              object_fit="contain", elem_id="qa-diff-gallery")
+
+    ab_views = [ab_heading, left_text, left_image, right_text, right_image, ab_result]
+    run_outputs = [run_state, grid, gallery, summary, speed, status, cell_index, mark, comment, ab_first, ab_second,
+                   *ab_views]
+    skip_tail = (gr.skip(),) * (3 + 2 + v.AB_OUTPUTS)
 
     def press_run(text, upload_value, kind_value, variants_text, seed, request: gr.Request,
                   progress=gr.Progress()):
@@ -81,7 +116,7 @@ def build_qa_tab(backend: Backend) -> None:
             run = qa.plan_run(settings, prompts_text=text or None, prompts_file=_file_path(upload_value),
                               variants=variants_text or None, kind=kind_value, run_seed=int(seed or 0))
         except ShowcaseError as exc:
-            _fail(exc)
+            v.refuse(exc)
         yield from _execute(run, request, progress)
 
     def _execute(run, request, progress):
@@ -91,14 +126,13 @@ def build_qa_tab(backend: Backend) -> None:
             for p in qa.run_cells(backend, run, stop):
                 eta = f" · ~{p.eta_s:.0f} s left" if p.eta_s is not None else ""
                 progress((p.done, p.total), desc=f"{p.done}/{p.total} cells{eta}", unit="cells")
-                yield run, *_view(run), f"{p.done}/{p.total} cells done{eta}"
+                yield run, *v.views(run, running=True), f"{p.done}/{p.total} cells done{eta}", *skip_tail
         except ShowcaseError as exc:
-            _fail(exc)
+            v.refuse(exc)
         finally:
             stops.pop(session, None)
-        done = sum(c.status == "done" for c in run.cells)
-        yield run, *_view(run), f"Finished: {done}/{len(run.cells)} cells done" + (" (stopped)" if stop.is_set()
-                                                                                    else "")
+        line = ("Stopped: " if stop.is_set() else "Finished: ") + _done_line(run)
+        yield run, *v.views(run), line, *FORM_RESET, *v.variant_choices(run), *v.ab_view(run)
 
     def press_stop(request: gr.Request):
         event = stops.get(getattr(request, "session_hash", None) or "anonymous")
@@ -111,69 +145,106 @@ def build_qa_tab(backend: Backend) -> None:
         row, column = evt.index
         index = qa_grid.grid_cell(run, row, column)
         if index is None:
-            return -1, "unmarked", ""
+            return FORM_RESET
         cell = run.cells[index]
-        return index, cell.mark or "unmarked", cell.comment or ""
+        return index + 1, cell.mark or "unmarked", cell.comment or ""
 
-    def press_save_mark(run, index, mark_value, comment_value):
-        if run is None or index is None or index < 0:
-            raise gr.Error("Run a set (or import one) and pick a cell first.")
+    def _picked(run, number) -> int:
+        if run is None or not number or number < 1:
+            v.refuse("Run a set (or import one) and pick a cell first.")
+        if number > len(run.cells):
+            v.refuse(f"Cell {int(number)} does not exist; this run has cells 1 to {len(run.cells)}.")
+        return int(number) - 1
+
+    def press_save_mark(run, number, mark_value, comment_value):
         try:
-            qa.set_mark(run, int(index), None if mark_value in (None, "", "unmarked") else mark_value, comment_value)
+            qa.set_mark(run, _picked(run, number), None if mark_value in (None, "", "unmarked") else mark_value,
+                        comment_value)
         except ShowcaseError as exc:
-            _fail(exc)
-        return run, *_view(run)
+            v.refuse(exc)
+        return run, *v.views(run), _done_line(run)
 
-    def press_rerun(run, index):
-        if run is None or index is None or index < 0:
-            raise gr.Error("Run a set (or import one) and pick a cell first.")
+    def press_rerun(run, number):
+        index = _picked(run, number)
         try:
-            qa.rerun_cell(backend, run, int(index))
+            cell = qa.rerun_cell(backend, run, index)
         except ShowcaseError as exc:
-            _fail(exc)
-        return run, *_view(run)
+            v.refuse(exc)
+        return run, *v.views(run), f"Re-ran cell {index + 1}: {cell.status} · " + _done_line(run)
 
-    def press_export_html(run):
+    def _export(run, text_of, suffix: str) -> str:
         if run is None:
-            raise gr.Error("Nothing to export yet: run a set first.")
-        return str(backend.exports.write(qa_report.export_html(run), ".html", "qa-run"))
-
-    def press_export_jsonl(run):
-        if run is None:
-            raise gr.Error("Nothing to export yet: run a set first.")
-        return str(backend.exports.write(qa_report.export_jsonl(run), ".jsonl", "qa-run"))
+            v.refuse("Nothing to export yet: run a set first.")
+        return str(backend.exports.write(text_of(run), suffix, "qa-run"))
 
     def pick_import(upload_value):
         if upload_value is None:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return (gr.skip(),) * (len(run_outputs) + 1)
         try:
-            run = qa_report.read_run(_file_path(upload_value))
+            run = qa_report.read_run(_file_path(upload_value), settings)
         except ShowcaseError as exc:
-            _fail(exc)
-        return run, run, *_view(run), f"Imported run {run.id}: {len(run.cells)} cells"
+            v.refuse(exc)
+        return (run, None, *v.views(run), f"Imported a run of {len(run.cells)} cells · " + _done_line(run),
+                *FORM_RESET, *v.variant_choices(run), *v.ab_view(run))
 
-    def press_compare(previous, request: gr.Request, progress=gr.Progress()):
-        if previous is None:
-            raise gr.Error("Import a JSONL run first: the new run repeats its prompts, variants and seeds.")
-        fresh = qa.new_run_like(previous)
+    def press_compare(current, only, request: gr.Request, progress=gr.Progress()):
+        if current is None:
+            v.refuse("Run a set or import a JSONL run first: the new run repeats its prompts, variants and seeds.")
+        fresh = qa.new_run_like(current)
         final = None
         for final in _execute(fresh, request, progress):
-            yield *final, gr.skip()
-        headers, rows = qa_report.compare_table(qa_report.compare_runs(previous, fresh))
-        yield *final, gr.update(value=rows, headers=headers)
+            yield *final, current, gr.skip(), gr.skip(), gr.skip()
+        yield *final, current, *v.compare_view(current, fresh, only)
+
+    def press_ab_start(run, first, second):
+        if run is None:
+            v.refuse("Run a set (or import one) first.")
+        try:
+            qa_ab.start(run, first, second)
+        except ShowcaseError as exc:
+            v.refuse(exc)
+        return run, *v.ab_view(run)
+
+    def press_pick(choice):
+        def handler(run):
+            if run is None or not run.ab:
+                v.refuse("Start a blind review first: choose two variants.")
+            n = qa_ab.next_pair(run)
+            if n is None:
+                v.refuse("Every pair is picked; start a new review to pick again.")
+            qa_ab.pick(run, n, choice)
+            return run, *v.ab_view(run)
+
+        return handler
+
+    def press_reveal(run):
+        if run is None or not run.ab:
+            v.refuse("Start a blind review first: choose two variants.")
+        qa_ab.reveal(run)
+        return run, *v.ab_view(run)
 
     private = {"api_visibility": "private"}
-    outputs = [run_state, grid, gallery, status]
-    # Its own queue slot: cells interleave with other tabs' requests at the engine (see qa.py).
-    run_btn.click(press_run, [prompts, upload, kind, variants, run_seed], outputs, concurrency_limit=2,
+    views = [grid, gallery, summary, speed]
+    # Its own queue slot: cells interleave with other tabs' requests at the engine (see qa/runs.py).
+    run_btn.click(press_run, [prompts, upload, kind, variants, run_seed], run_outputs, concurrency_limit=2,
                   concurrency_id="qa", **private)
     stop_btn.click(press_stop, None, None, queue=False, **private)
     grid.select(select_cell, run_state, [cell_index, mark, comment], **private)
-    save_mark_btn.click(press_save_mark, [run_state, cell_index, mark, comment], [run_state, grid, gallery],
+    save_mark_btn.click(press_save_mark, [run_state, cell_index, mark, comment], [run_state, *views, status],
                         **private)
-    rerun_btn.click(press_rerun, [run_state, cell_index], [run_state, grid, gallery], concurrency_id="qa",
+    rerun_btn.click(press_rerun, [run_state, cell_index], [run_state, *views, status], concurrency_id="qa",
                     **private)
-    export_html_btn.click(press_export_html, run_state, export_file, **private)
-    export_jsonl_btn.click(press_export_jsonl, run_state, export_file, **private)
-    import_file.upload(pick_import, import_file, [run_state, previous_state, grid, gallery, status], **private)
-    compare_btn.click(press_compare, previous_state, [*outputs, compare_grid], concurrency_id="qa", **private)
+    export_html_btn.click(lambda run: _export(run, export_html, ".html"), run_state, export_file, **private)
+    export_jsonl_btn.click(lambda run: _export(run, qa_report.export_jsonl, ".jsonl"), run_state, export_file,
+                           **private)
+    export_csv_btn.click(lambda run: _export(run, export_csv, ".csv"), run_state, export_file, **private)
+    import_file.upload(pick_import, import_file, [run_state, compared_state, *run_outputs[1:]], **private)
+    compare_btn.click(press_compare, [run_state, only_changed],
+                      [*run_outputs, compared_state, compare_grid, diff_box, diff_gallery], concurrency_id="qa",
+                      **private)
+    only_changed.change(v.compare_view, [compared_state, run_state, only_changed],
+                        [compare_grid, diff_box, diff_gallery], **private)
+    ab_start_btn.click(press_ab_start, [run_state, ab_first, ab_second], [run_state, *ab_views], **private)
+    for button, choice in ((pick_left, "left"), (pick_right, "right"), (pick_tie, "tie")):
+        button.click(press_pick(choice), run_state, [run_state, *ab_views], **private)
+    ab_end_btn.click(press_reveal, run_state, [run_state, *ab_views], **private)

@@ -21,6 +21,7 @@ from ..errors import InvalidRequestError, UnsupportedSizeError
 from ..image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
 from ..settings import Settings
 from ..shapes import parse_size
+from .expect import CHECKS, parse_check
 
 MAX_PROMPTS = 100  # prompts in one set; a parameter of parse_prompt_set for servers that want another limit
 MAX_VARIANTS = 6  # e.g. seeds 1..3 x thinking on/off
@@ -56,6 +57,7 @@ class PromptRow:
 
     prompt: str
     settings: dict = field(default_factory=dict)
+    expect: dict = field(default_factory=dict)  # checks of its cells' output (see expect.py)
 
 
 @dataclass
@@ -67,7 +69,17 @@ class Variant:
 
 
 def allowed_columns() -> str:
-    return "prompt (required), " + ", ".join(SETTINGS)
+    return "prompt (required), " + ", ".join(SETTINGS) + "; expectations: " + ", ".join(CHECKS)
+
+
+def check_text(value: str, what: str) -> str:
+    """``value`` unchanged if it can be stored and shown as UTF-8 text (no lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"{what} contains a character that is not valid text (a lone surrogate); "
+                                  "remove it.") from None
+    return value
 
 
 def parse_prompt_set(text: str | None = None, file: str | Path | None = None, *, settings: Settings,
@@ -79,7 +91,8 @@ def parse_prompt_set(text: str | None = None, file: str | Path | None = None, *,
     if file:
         rows = _read_file(Path(file), settings)
     else:
-        rows = [PromptRow(line.strip()) for line in (text or "").splitlines() if line.strip()]
+        rows = [PromptRow(check_text(line.strip(), "A prompt")) for line in (text or "").splitlines()
+                if line.strip()]
     if not rows:
         raise InvalidRequestError("The prompt set is empty: paste one prompt per line, or upload a .jsonl or "
                                   "a .csv file with a 'prompt' column.")
@@ -115,21 +128,31 @@ def _jsonl_records(name: str, text: str) -> list[tuple[str, dict]]:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequestError(f"{name} line {number} is not valid JSON ({exc.msg}); each line must be "
-                                      'an object like {"prompt": "..."}.') from None
+        record = load_json_line(line, f"{name} line {number}", 'each line must be an object like {"prompt": "..."}')
         if not isinstance(record, dict):
             raise InvalidRequestError(f'{name} line {number} must be a JSON object like {{"prompt": "..."}}.')
         records.append((f"line {number}", {str(k).strip().lower(): v for k, v in record.items() if v is not None}))
     return records
 
 
+def load_json_line(line: str, where: str, hint: str) -> object:
+    """One JSON value, with an error that names ``where`` (too deeply nested values included)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"{where} is not valid JSON ({exc.msg}); {hint}.") from None
+    except RecursionError:
+        raise InvalidRequestError(f"{where} is nested too deeply to read; {hint}.") from None
+
+
 def _csv_records(name: str, text: str) -> list[tuple[str, dict]]:
     try:
         reader = csv.DictReader(io.StringIO(text))
         header = [str(h).strip().lower() for h in reader.fieldnames or []]
+        twice = sorted({h for h in header if header.count(h) > 1})
+        if twice:
+            raise InvalidRequestError(f"{name}: the header names {', '.join(map(repr, twice))} more than once; "
+                                      "give each column once.")
         _check_columns(name, header)
         records = []
         for row in reader:
@@ -144,7 +167,7 @@ def _csv_records(name: str, text: str) -> list[tuple[str, dict]]:
 
 
 def _check_columns(name: str, columns: list[str], need_prompt: bool = True) -> None:
-    unknown = [c for c in columns if c != "prompt" and c not in SETTINGS]
+    unknown = [c for c in columns if c != "prompt" and c not in SETTINGS and c not in CHECKS]
     if unknown:
         raise InvalidRequestError(f"{name}: unknown column(s) {', '.join(map(repr, unknown))}; "
                                   f"allowed: {allowed_columns()}.")
@@ -157,8 +180,13 @@ def _row_from_record(where: str, record: dict, settings: Settings) -> PromptRow:
     prompt = record.pop("prompt", None)
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidRequestError(f"{where}: the prompt must be non-empty text.")
-    values = {key: coerce_setting(key, value, settings, where) for key, value in record.items()}
-    return PromptRow(prompt.strip(), values)
+    check_text(prompt, f"{where}: the prompt")
+    values = {key: coerce_setting(key, value, settings, where) for key, value in record.items() if key in SETTINGS}
+    expect = {key: parse_check(key, value, where) for key, value in record.items() if key in CHECKS}
+    for text in (v for value in expect.values() for v in (value if isinstance(value, list) else [value])):
+        if isinstance(text, str):
+            check_text(text, f"{where}: an expectation")
+    return PromptRow(prompt.strip(), values, expect)
 
 
 def coerce_setting(key: str, value: object, settings: Settings, where: str) -> object:
@@ -182,7 +210,7 @@ def coerce_setting(key: str, value: object, settings: Settings, where: str) -> o
     if kind == "text":
         if not isinstance(value, str):
             raise InvalidRequestError(f"{where}: {key} must be text, got {value!r}.")
-        return _CONTROL.sub("", value)
+        return check_text(_CONTROL.sub("", value), f"{where}: {key}")
     if kind == "bool":
         return _as_bool(key, value, text, where)
     number = _as_number(key, value, text, kind, where)
@@ -232,29 +260,28 @@ def parse_variants(spec: str | list | dict | None, *, settings: Settings,
     No variants at all gives one variant named ``default`` with the server's defaults.
     """
     if isinstance(spec, str) and spec.strip()[:1] in ("[", "{"):
-        try:
-            spec = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequestError(f"The variants are not valid JSON ({exc.msg} at line {exc.lineno}).") from None
+        spec = _variants_json(spec)
     if isinstance(spec, Mapping):
-        spec = [{"name": name, **(values if isinstance(values, Mapping) else {"(settings)": values})}
-                for name, values in spec.items()]
+        spec = _variants_from_object(spec)
     if spec is None or isinstance(spec, str):
         raw = _variants_from_text(spec or "")
-    elif isinstance(spec, list) and all(isinstance(item, Mapping) for item in spec):
-        raw = [(str(item.get("name") or f"v{i}"), {k: v for k, v in item.items() if k != "name" and v is not None})
-               for i, item in enumerate(spec, 1)]
+    elif isinstance(spec, list):
+        raw = []
+        for i, item in enumerate(spec, 1):
+            if not isinstance(item, Mapping):
+                raise InvalidRequestError(f"Variant {i} must be a JSON object like "
+                                          '{"name": "cold", "temperature": 0.2}.')
+            raw.append((str(item.get("name") or f"v{i}"),
+                        {str(k).lower(): v for k, v in item.items() if k != "name" and v is not None}))
     else:
-        raise InvalidRequestError("Variants must be text (one 'name: key=value, ...' per line), a JSON list "
-                                  'of objects like {"name": "cold", "temperature": 0.2}, or an object of name -> '
-                                  "settings.")
+        raise InvalidRequestError(VARIANT_FORMS)
     if not raw:
         return [Variant("default")]
     if len(raw) > max_variants:
         raise InvalidRequestError(f"{len(raw)} variants given; at most {max_variants} run side by side.")
     variants = []
     for name, values in raw:
-        name = _CONTROL.sub("", name).strip()
+        name = check_text(_CONTROL.sub("", name).strip(), "A variant name")
         if not name or len(name) > MAX_NAME_CHARS:
             raise InvalidRequestError(f"Variant name {name!r} must be 1 to {MAX_NAME_CHARS} characters.")
         if any(v.name == name for v in variants):
@@ -262,6 +289,39 @@ def parse_variants(spec: str | list | dict | None, *, settings: Settings,
         where = f"variant {name!r}"
         variants.append(Variant(name, {k: coerce_setting(str(k), v, settings, where) for k, v in values.items()}))
     return variants
+
+
+VARIANT_FORMS = ("Variants must be text (one 'name: key=value, ...' per line), or JSON: one object "
+                 '({"name": "cold", "temperature": 0.2}), a list of such objects, one object per line, or an object '
+                 'of name -> settings ({"cold": {"temperature": 0.2}}).')
+
+
+def _variants_json(text: str) -> object:
+    """A JSON value, or one object per line (JSON lines); errors name the line."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidRequestError("The variants are nested too deeply to read as JSON.") from None
+    except json.JSONDecodeError as whole:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if len(lines) < 2:
+            raise InvalidRequestError(f"Variants line {whole.lineno} is not valid JSON ({whole.msg}). "
+                                      f"{VARIANT_FORMS}") from None
+    items = []
+    for number, line in lines:
+        item = load_json_line(line, f"Variants line {number}", "give one JSON object per line")
+        if not isinstance(item, Mapping):
+            raise InvalidRequestError(f"Variants line {number} must be a JSON object like "
+                                      '{"name": "cold", "temperature": 0.2}.')
+        items.append({"name": f"v{len(items) + 1}", **item})
+    return items
+
+
+def _variants_from_object(spec: Mapping) -> list:
+    """``{"cold": {...}, "hot": {...}}`` (name -> settings), else the object is one variant."""
+    if spec and "name" not in spec and all(isinstance(v, Mapping) for v in spec.values()):
+        return [{"name": name, **values} for name, values in spec.items()]
+    return [dict(spec)] if spec else []
 
 
 def _variants_from_text(text: str) -> list[tuple[str, dict]]:

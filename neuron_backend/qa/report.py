@@ -1,39 +1,53 @@
-"""QA bench reports: JSONL export and import (exact round trip), a self-contained HTML report, run comparison.
+"""QA bench JSONL export and import (exact round trip); HTML, CSV and compare live beside it.
 
-JSONL layout: the first line is the run (``"type": "run"``: id, created, kind, run_seed, rows,
-variants, meta); then one ``"type": "cell"`` line per cell with every Cell field plus the prompt
-text for convenience (ignored on import). ``import_jsonl(export_jsonl(run)) == run``.
+JSONL layout: the first line is the run (``"type": "run"``: id, created, kind, run_seed, rows
+with their expectations, variants, meta, ab); then one ``"type": "cell"`` line per cell with every
+Cell field (the automatic verdict included) plus the prompt text for convenience (ignored on
+import). ``import_jsonl(export_jsonl(run)) == run``. Version 1 files (no expectations, verdicts or
+A/B) still import.
 
-Everything in a run is treated as hostile text: imports are checked field by field, and the HTML
-report escapes every user- or model-written string and embeds images only as validated base64.
+An imported file is hostile text from anywhere: it is bounded (``MAX_IMPORT_BYTES``; each image's
+bytes and pixels, see images.py), and, given the server's Settings, held to the limits a prompt set
+typed into the tab meets: prompts, variants, names, prompt length, every setting's range.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import html
-import io
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from ..errors import InvalidRequestError
-from .grid import cell_image, fmt_stat, grid_columns
-from .inputs import SETTINGS, PromptRow, Variant
-from .runs import KINDS, MARKS, PENDING, RUNNING, STATUSES, Cell, QARun
+from ..settings import Settings
+from . import ab as qa_ab
+from .expect import CHECKS, parse_check
+from .grid import grid_columns
+from .images import check_png
+from .inputs import (
+    MAX_NAME_CHARS,
+    MAX_PROMPTS,
+    MAX_VARIANTS,
+    SETTINGS,
+    PromptRow,
+    Variant,
+    check_text,
+    coerce_setting,
+    load_json_line,
+)
+from .runs import KINDS, MARKS, STATUSES, Cell, QARun
 
-FORMAT, VERSION = "trainium-showcase-qa", 1
-THUMBNAIL_PX = 512  # longest side of an image in the HTML report; larger ones are scaled down (JPEG)
+FORMAT, VERSION = "trainium-showcase-qa", 2
+READS = (1, 2)
+MAX_IMPORT_BYTES = 64_000_000
+MAX_TEXT_CHARS = 200_000  # one cell's answer, reasoning, error or comment
 _CHAT_FIELDS = {"system_prompt", "thinking", "greedy", "temperature", "top_p", "top_k", "max_new_tokens", "seed"}
 _IMAGE_FIELDS = {"size", "steps", "seed", "guidance"}
-UNFINISHED = {PENDING, RUNNING}
+_NEW_IN_2 = {"expect", "auto", "auto_reason", "ab"}  # may be missing from a version 1 file
 
 
-# ----- JSONL -----------------------------------------------------------------------------------------
+# ----- export ----------------------------------------------------------------------------------------
 def export_jsonl(run: QARun) -> str:
-    """The whole run, marks and images included, one JSON object per line."""
+    """The whole run, marks, verdicts, A/B picks and images included, one JSON object per line."""
     head = {"type": "run", "format": FORMAT, "version": VERSION, **asdict(run)}
     head.pop("cells")
     lines = [json.dumps(head, ensure_ascii=False)]
@@ -43,37 +57,46 @@ def export_jsonl(run: QARun) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_run(path: str | Path) -> QARun:
-    """Import a run from a .jsonl file written by ``export_jsonl``."""
+# ----- import ----------------------------------------------------------------------------------------
+def read_run(path: str | Path, settings: Settings | None = None) -> QARun:
+    """Import a run from a .jsonl file written by ``export_jsonl`` (at most ``MAX_IMPORT_BYTES``)."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_IMPORT_BYTES:
+            raise InvalidRequestError(f"{path.name} is larger than {MAX_IMPORT_BYTES // 1_000_000} MB, the most a "
+                                      "QA run import may be.")
         text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidRequestError(f"Could not read {path.name} ({exc}); upload a .jsonl exported by the QA tab.") \
             from None
-    return import_jsonl(text)
+    return import_jsonl(text, settings)
 
 
-def import_jsonl(text: str) -> QARun:
-    """Rebuild a run from ``export_jsonl`` output; every field is checked (InvalidRequestError says where)."""
-    records = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                records.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise InvalidRequestError(f"QA run line {number} is not valid JSON ({exc.msg}).") from None
+def import_jsonl(text: str, settings: Settings | None = None) -> QARun:
+    """Rebuild a run from ``export_jsonl`` output; every field is checked (InvalidRequestError says where).
+
+    With ``settings``, the run must also fit this server: its sizes, step and token limits.
+    """
+    if len(text) > MAX_IMPORT_BYTES:
+        raise InvalidRequestError(f"The QA run is larger than {MAX_IMPORT_BYTES // 1_000_000} MB.")
+    records = [(n, load_json_line(line, f"QA run line {n}", "upload a .jsonl exported by the QA tab"))
+               for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not records or not isinstance(records[0][1], dict) or records[0][1].get("format") != FORMAT:
         raise InvalidRequestError("This is not a QA run export: its first line must be the run record "
                                   f'with "format": "{FORMAT}".')
     head = records[0][1]
-    if head.get("version") != VERSION:
-        raise InvalidRequestError(f"QA run format version {head.get('version')!r} is not supported (this app "
-                                  f"reads version {VERSION}).")
-    run = _run_from(head)
+    if head.get("version") not in READS:
+        raise InvalidRequestError(f"QA run format version {str(head.get('version'))[:20]!r} is not supported (this "
+                                  f"app reads versions {', '.join(map(str, READS))}).")
+    run = _run_from(head, settings)
+    if len(records) - 1 > len(run.rows) * len(grid_columns(run)):
+        raise InvalidRequestError(f"The QA run has {len(records) - 1} cells; its prompts and variants make "
+                                  f"{len(run.rows) * len(grid_columns(run))}.")
     for position, (number, record) in enumerate(records[1:]):
-        run.cells.append(_cell_from(run, number, position, record))
+        run.cells.append(_cell_from(run, number, position, record, settings))
     _check_layout(run)
+    if run.ab is not None:
+        run.ab = qa_ab.checked(run, run.ab)
     return run
 
 
@@ -82,9 +105,10 @@ def _fields(where: str, record: object, cls, extra: tuple[str, ...] = ()) -> dic
     if not isinstance(record, dict):
         raise InvalidRequestError(f"{where} must be a JSON object.")
     values = {k: v for k, v in record.items() if k not in extra}
-    missing, unknown = names - set(values) - {"meta", "cells"}, set(values) - names
+    missing, unknown = names - set(values) - {"meta", "cells"} - _NEW_IN_2, set(values) - names
     if missing or unknown:
-        raise InvalidRequestError(f"{where}: missing fields {sorted(missing)}, unknown fields {sorted(unknown)}.")
+        raise InvalidRequestError(f"{where}: missing fields {sorted(missing)}, unknown fields "
+                                  f"{sorted(map(str, unknown))[:10]}.")
     return values
 
 
@@ -93,45 +117,93 @@ def _expect(where: str, ok: bool, what: str) -> None:
         raise InvalidRequestError(f"{where}: {what}.")
 
 
-def _run_from(head: dict) -> QARun:
+def _run_from(head: dict, settings: Settings | None) -> QARun:
     values = _fields("QA run line 1", head, QARun, ("type", "format", "version"))
     _expect("QA run", values["kind"] in KINDS, "kind must be chat, image or both")
-    _expect("QA run", isinstance(values["run_seed"], int), "run_seed must be a whole number")
-    _expect("QA run", all(isinstance(values[k], str) for k in ("id", "created")), "id and created must be text")
-    _expect("QA run", isinstance(values.get("meta", {}), dict), "meta must be an object")
-    rows = [PromptRow(**_fields(f"QA run prompt {i}", r, PromptRow)) for i, r in enumerate(_list(values, "rows"))]
-    variants = [Variant(**_fields(f"QA run variant {i}", v, Variant)) for i, v in enumerate(_list(values, "variants"))]
-    for item in (*rows, *variants):
-        _expect("QA run", isinstance(item.settings, dict) and set(item.settings) <= set(SETTINGS),
-                f"settings must be an object with keys among {', '.join(SETTINGS)}")
-    _expect("QA run", all(isinstance(r.prompt, str) for r in rows), "prompts must be text")
-    _expect("QA run", all(isinstance(v.name, str) for v in variants), "variant names must be text")
-    return QARun(values["id"], values["created"], values["kind"], values["run_seed"], rows, variants, [],
-                 values.get("meta", {}))
+    _expect("QA run", isinstance(values["run_seed"], int) and not isinstance(values["run_seed"], bool)
+            and abs(values["run_seed"]) < 2**63, "run_seed must be a whole number")
+    _expect("QA run", all(isinstance(values[k], str) and len(values[k]) <= 100 for k in ("id", "created")),
+            "id and created must be short text")
+    meta = values.get("meta", {})
+    _expect("QA run", isinstance(meta, dict), "meta must be an object")
+    _expect("QA run", isinstance(meta.get("models", {}), dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in meta.get("models", {}).items()),
+        "meta.models must be an object of engine -> model name")
+    for key in ("device",):
+        _expect("QA run", meta.get(key) is None or isinstance(meta.get(key), str), f"meta.{key} must be text")
+    raw_rows, raw_variants = _list(values, "rows", MAX_PROMPTS), _list(values, "variants", MAX_VARIANTS)
+    rows = [_row_from(i, r, settings) for i, r in enumerate(raw_rows, 1)]
+    variants = [_variant_from(i, v, settings) for i, v in enumerate(raw_variants, 1)]
+    names = [v.name for v in variants]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    _expect("QA run", not twice, f"two variants are named {twice[0]!r}" if twice else "")
+    return QARun(values["id"], values["created"], values["kind"], values["run_seed"], rows, variants, [], meta,
+                 values.get("ab"))
 
 
-def _list(values: dict, key: str) -> list:
+def _list(values: dict, key: str, most: int) -> list:
     _expect("QA run", isinstance(values[key], list) and values[key], f"{key} must be a non-empty list")
+    _expect("QA run", len(values[key]) <= most, f"{len(values[key])} {key}; at most {most} are allowed in one run")
     return values[key]
 
 
-def _cell_from(run: QARun, number: int, position: int, record: object) -> Cell:
+def _row_from(number: int, record: object, settings: Settings | None) -> PromptRow:
+    where = f"QA run prompt {number}"
+    values = _fields(where, record, PromptRow)
+    prompt = values["prompt"]
+    _expect(where, isinstance(prompt, str) and prompt.strip(), "the prompt must be non-empty text")
+    limit = settings.max_prompt_chars if settings else 20_000
+    _expect(where, len(prompt) <= limit, f"the prompt is {len(prompt)} characters; at most {limit} are allowed")
+    check_text(prompt, where)
+    expect = values.get("expect", {})
+    _expect(where, isinstance(expect, dict) and set(expect) <= set(CHECKS),
+            f"expect must be an object with keys among {', '.join(CHECKS)}")
+    return PromptRow(prompt, _settings_from(where, values["settings"], settings),
+                     {k: parse_check(k, v, where) for k, v in expect.items()})
+
+
+def _variant_from(number: int, record: object, settings: Settings | None) -> Variant:
+    values = _fields(f"QA run variant {number}", record, Variant)
+    name = values["name"]
+    _expect(f"QA run variant {number}", isinstance(name, str) and 0 < len(name.strip()) <= MAX_NAME_CHARS,
+            f"the name must be 1 to {MAX_NAME_CHARS} characters of text")
+    check_text(name, f"QA run variant {number}")
+    return Variant(name, _settings_from(f"QA run variant {name!r}", values["settings"], settings))
+
+
+def _settings_from(where: str, values: object, settings: Settings | None) -> dict:
+    _expect(where, isinstance(values, dict) and set(values) <= set(SETTINGS),
+            f"settings must be an object with keys among {', '.join(SETTINGS)}")
+    if settings is None:
+        return values
+    return {k: v if v is None else coerce_setting(k, v, settings, where) for k, v in values.items()}
+
+
+def _cell_from(run: QARun, number: int, position: int, record: object, settings: Settings | None) -> Cell:
     where = f"QA run line {number}"
     values = _fields(where, record, Cell, ("type", "index", "prompt"))
     _expect(where, record.get("type") == "cell" and record.get("index") == position, f"expected cell {position}")
     _expect(where, values["status"] in STATUSES, f"status must be one of {', '.join(STATUSES)}")
     _expect(where, values["mark"] in (None, *MARKS), "mark must be pass, fail or null")
+    _expect(where, values.get("auto") in (None, *MARKS), "auto must be pass, fail or null")
+    _expect(where, values["kind"] in ("chat", "image"), "kind must be chat or image")
     _expect(where, isinstance(values["settings"], dict) and set(values["settings"]) ==
             (_CHAT_FIELDS if values["kind"] == "chat" else _IMAGE_FIELDS), "settings do not match the cell's kind")
-    for key in ("text", "reasoning", "image_png", "image_path", "error"):
-        _expect(where, values[key] is None or isinstance(values[key], str), f"{key} must be text or null")
-    _expect(where, isinstance(values["comment"], str), "comment must be text")
+    for key in ("text", "reasoning", "image_path", "error"):
+        _expect(where, values[key] is None or isinstance(values[key], str) and len(values[key]) <= MAX_TEXT_CHARS,
+                f"{key} must be text (at most {MAX_TEXT_CHARS} characters) or null")
+    for key in ("comment", "auto_reason"):
+        value = values.get(key, "")
+        _expect(where, isinstance(value, str) and len(value) <= MAX_TEXT_CHARS, f"{key} must be text")
     _expect(where, values["stats"] is None or isinstance(values["stats"], dict), "stats must be an object or null")
+    _expect(where, values["seconds"] is None or isinstance(values["seconds"], (int, float))
+            and not isinstance(values["seconds"], bool), "seconds must be a number or null")
+    if settings is not None:
+        values["settings"] = {k: v if v is None else coerce_setting(k, v, settings, where)
+                              for k, v in values["settings"].items()}
     if values["image_png"] is not None:
-        try:
-            base64.b64decode(values["image_png"], validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidRequestError(f"{where}: image_png is not valid base64.") from None
+        _expect(where, values["kind"] == "image", "only image cells carry an image")
+        check_png(values["image_png"], where, settings.sizes if settings else None)
     return Cell(**values)
 
 
@@ -142,174 +214,3 @@ def _check_layout(run: QARun) -> None:
     if found != expected:
         raise InvalidRequestError(f"The QA run's cells do not match its prompts and variants: expected "
                                   f"{len(expected)} cells in prompt x variant order, found {len(found)}.")
-
-
-# ----- HTML ------------------------------------------------------------------------------------------
-_CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:6px;vertical-align:top;text-align:left}pre{white-space:pre-wrap;margin:4px 0;
-max-width:420px;font-size:13px}.cell{min-width:220px}.pass{background:#e8f5e9}.fail{background:#ffebee}
-.badge{font-weight:bold}.meta{color:#666;font-size:12px}img{max-width:100%;display:block}.error{color:#b71c1c}"""
-
-
-def export_html(run: QARun, thumbnail_px: int | None = THUMBNAIL_PX) -> str:
-    """A self-contained HTML report (no script, images embedded as data URIs); all text escaped."""
-    e = html.escape
-    counts = {s: sum(c.status == s for c in run.cells) for s in STATUSES}
-    marks = {m: sum(c.mark == m for c in run.cells) for m in MARKS}
-    summary = (f"{len(run.cells)} cells · {counts['done']} done · {counts['failed']} failed · "
-               f"{counts['pending'] + counts['stopped'] + counts['running']} not run · {marks['pass']} pass · "
-               f"{marks['fail']} fail · {len(run.cells) - sum(marks.values())} unmarked")
-    meta = run.meta or {}
-    models = " · ".join(f"{k}: {v}" for k, v in (meta.get("models") or {}).items())
-    variant_rows = "".join(f"<tr><td>{e(v.name)}</td><td><code>{e(_json(v.settings))}</code></td></tr>"
-                           for v in run.variants)
-    columns = grid_columns(run)
-    header = "".join(f"<th>{e(v)}{' · ' + k if run.kind == 'both' else ''}</th>" for v, k in columns)
-    body = []
-    for p, row in enumerate(run.rows):
-        first = p * len(columns)
-        tds = "".join(_cell_html(i, run.cells[i], thumbnail_px) for i in range(first, first + len(columns)))
-        extra = f'<div class="meta">{e(_json(row.settings))}</div>' if row.settings else ""
-        body.append(f"<tr><td>{p + 1}</td><td><pre>{e(row.prompt)}</pre>{extra}</td>{tds}</tr>")
-    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>QA run {e(run.id)}</title>'
-            f"<style>{_CSS}</style></head><body><h1>QA run {e(run.id)}</h1>"
-            f'<p class="meta">created {e(run.created)} · {e(run.kind)} · run seed {run.run_seed} · '
-            f"{e(models)} · {e(str(meta.get('device', '')))}</p><p>{e(summary)}</p>"
-            f"<h2>Variants</h2><table><tr><th>variant</th><th>settings</th></tr>{variant_rows}</table>"
-            f'<h2>Results</h2><table class="grid"><tr><th>#</th><th>prompt</th>{header}</tr>{"".join(body)}'
-            "</table></body></html>\n")
-
-
-def _cell_html(index: int, cell: Cell, thumbnail_px: int | None) -> str:
-    e = html.escape
-    parts = [f'<span class="badge">{"✅ pass" if cell.mark == "pass" else "❌ fail" if cell.mark else "unmarked"}'
-             f"</span> · {e(cell.status)}"]
-    if cell.comment:
-        parts.append(f"<div><i>{e(cell.comment)}</i></div>")
-    if cell.error:
-        parts.append(f'<pre class="error">{e(cell.error)}</pre>')
-    if cell.image_png:
-        parts.append(f'<img alt="cell {index}" src="{e(_data_uri(cell, thumbnail_px))}">')
-    if cell.reasoning:
-        parts.append(f"<details><summary>reasoning</summary><pre>{e(cell.reasoning)}</pre></details>")
-    if cell.text is not None:
-        parts.append(f"<pre>{e(cell.text)}</pre>")
-    parts.append(f'<div class="meta">seed {e(str(cell.settings.get("seed")))}'
-                 f"{' (greedy)' if cell.settings.get('greedy') else ''}{e(_stats_line(cell))}</div>")
-    parts.append(f'<details class="meta"><summary>settings</summary><code>{e(_json(cell.settings))}</code>'
-                 f"<br><code>{e(_json(cell.stats))}</code></details>")
-    mark_class = f" {cell.mark}" if cell.mark in MARKS else ""
-    return (f'<td class="cell{mark_class}" id="cell-{index}" data-mark="{e(cell.mark or "")}" '
-            f'data-status="{e(cell.status)}">{"".join(parts)}</td>')
-
-
-def _stats_line(cell: Cell) -> str:
-    s = cell.stats or {}
-    if cell.kind == "chat" and s:
-        return (f" · {s.get('new_tokens')} tokens · {fmt_stat(s.get('tokens_per_s'), '.1f')} tok/s · "
-                f"{s.get('finish_reason')}")
-    if s:
-        settings = cell.settings
-        return f" · {settings.get('size')} · {settings.get('steps')} steps · {fmt_stat(s.get('seconds'), '.2f')} s"
-    return ""
-
-
-def _data_uri(cell: Cell, thumbnail_px: int | None) -> str:
-    image = cell_image(cell)
-    if thumbnail_px is None or max(image.size) <= thumbnail_px:
-        return "data:image/png;base64," + cell.image_png
-    image = image.convert("RGB")
-    image.thumbnail((thumbnail_px, thumbnail_px))
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=85)
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-# ----- comparing -------------------------------------------------------------------------------------
-@dataclass
-class CellChange:
-    """How one prompt x variant x engine cell differs between an old and a new run."""
-
-    prompt: str
-    variant: str
-    kind: str
-    change: str  # "same" | "changed" | "not run" (either side unfinished) | "only in old" | "only in new"
-    what: list[str]  # e.g. ["output", "settings: temperature", "status: done -> failed"]
-    old_index: int | None
-    new_index: int | None
-    old_mark: str | None
-    new_mark: str | None
-    deltas: dict  # numeric stats, new minus old: tokens_per_s, new_tokens, seconds
-
-
-def compare_runs(old: QARun, new: QARun) -> list[CellChange]:
-    """Match cells by prompt text, variant name and engine; say what changed in each (new run order)."""
-    old_cells, new_cells = _keyed(old), _keyed(new)
-    changes = []
-    for key, j in new_cells.items():
-        i = old_cells.get(key)
-        if i is None:
-            changes.append(CellChange(key[0], key[1], key[2], "only in new", [], None, j, None, new.cells[j].mark, {}))
-            continue
-        a, b = old.cells[i], new.cells[j]
-        what = _differences(a, b)
-        change = "not run" if UNFINISHED & {a.status, b.status} else "changed" if what else "same"
-        changes.append(CellChange(key[0], key[1], key[2], change, what, i, j, a.mark, b.mark, _deltas(a, b)))
-    for key, i in old_cells.items():
-        if key not in new_cells:
-            changes.append(CellChange(key[0], key[1], key[2], "only in old", [], i, None, old.cells[i].mark, None, {}))
-    return changes
-
-
-def compare_table(changes: list[CellChange]) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows for showing ``compare_runs`` output."""
-    headers = ["prompt", "variant", "kind", "change", "what", "old mark", "new mark", "Δ"]
-    rows = [[c.prompt, c.variant, c.kind, c.change, "; ".join(c.what), c.old_mark or "", c.new_mark or "",
-             ", ".join(f"{k} {v:+.3g}" for k, v in c.deltas.items())] for c in changes]
-    return headers, rows
-
-
-def _keyed(run: QARun) -> dict[tuple[str, str, str, int], int]:
-    """(prompt, variant, kind, n-th occurrence of that prompt) -> cell index."""
-    seen: dict[tuple, int] = {}
-    out = {}
-    for index, cell in enumerate(run.cells):
-        base = (run.rows[cell.prompt_index].prompt, cell.variant, cell.kind)
-        n = seen.get(base, 0)
-        seen[base] = n + 1
-        out[(*base, n)] = index
-    return out
-
-
-def _differences(a: Cell, b: Cell) -> list[str]:
-    """Status, output and settings differences; marks are the reviewer's, shown apart, never a change."""
-    what = []
-    if a.status != b.status:
-        what.append(f"status: {a.status} -> {b.status}")
-    if (a.text, a.reasoning) != (b.text, b.reasoning) or _pixels(a) != _pixels(b):
-        what.append("output")
-    keys = sorted(set(a.settings) | set(b.settings))
-    return what + [f"settings: {k}" for k in keys if a.settings.get(k) != b.settings.get(k)]
-
-
-def _pixels(cell: Cell) -> str | None:
-    """A hash of the decoded pixels: PNGs written by another Pillow version may differ in bytes only."""
-    image = cell_image(cell)
-    if image is None:
-        return None
-    return hashlib.sha256(image.convert("RGB").tobytes() + repr(image.size).encode()).hexdigest()
-
-
-def _deltas(a: Cell, b: Cell) -> dict:
-    pairs = {"seconds": (a.seconds, b.seconds)}
-    if a.kind == "chat":
-        pairs.update({k: ((a.stats or {}).get(k), (b.stats or {}).get(k)) for k in ("tokens_per_s", "new_tokens")})
-    return {k: round(vb - va, 3) for k, (va, vb) in pairs.items() if _number(va) and _number(vb)}
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -40,6 +40,7 @@ from ..errors import InvalidRequestError, ShowcaseError
 from ..image.engine import ImageRequest
 from ..image.png_info import png_metadata
 from ..settings import Settings
+from .expect import judge
 from .inputs import (
     MAX_PROMPTS,
     MAX_VARIANTS,
@@ -87,6 +88,8 @@ class Cell:
     seconds: float | None = None  # wall time of the cell, waiting for the engine included
     mark: str | None = None  # "pass" | "fail" | None
     comment: str = ""
+    auto: str | None = None  # automatic verdict against the row's expectations: "pass" | "fail" | None
+    auto_reason: str = ""  # why (which check failed), or "" when nothing applies
 
 
 @dataclass
@@ -101,6 +104,7 @@ class QARun:
     variants: list[Variant]
     cells: list[Cell]
     meta: dict = field(default_factory=dict)  # models, device and versions of the last run (plain data)
+    ab: dict | None = None  # the blind A/B review of two variants, if one was started (see ab.py)
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,7 @@ def _execute(backend, run: QARun, cell: Cell, stop: threading.Event) -> None:
         log.exception("QA cell %s/%s/%s failed", cell.prompt_index, cell.variant, cell.kind)
         cell.status, cell.error = FAILED, f"{type(exc).__name__}: {exc}"
     cell.seconds = round(time.perf_counter() - started, 3)
+    cell.auto, cell.auto_reason = judge(run.rows[cell.prompt_index].expect, cell)
 
 
 def _run_chat(backend, prompt: str, cell: Cell, stop: threading.Event) -> None:

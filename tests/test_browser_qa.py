@@ -1,0 +1,95 @@
+"""The QA bench in headless Chromium (issue 24, 18): a readable grid at 1280 px and a blind A/B review.
+
+Reuses test_browser.py's fixtures (its own app process for this module); screenshots go to
+test-artifacts/screenshots/qa-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_browser import (  # noqa: F401 - fixtures
+    REPLY_TIMEOUT_MS,
+    _open_accordion,
+    _shot,
+    _wait_ready,
+    app_url,
+    browser,
+    chromium,
+    context,
+    page,
+)
+
+pytestmark = pytest.mark.browser
+
+PROMPTS = ["Write a haiku about <b>bold</b> weather and the sea at dawn, please", "Name a colour.",
+           "Count to three."]
+VARIANTS = "cold: max_new_tokens=24, temperature=0.3, seed=1\nhot: max_new_tokens=24, temperature=1.5, seed=1"
+
+
+def _value(pg, selector: str) -> str:
+    return pg.evaluate(f"() => document.querySelector('{selector} textarea').value")
+
+
+def _wait_value(pg, selector: str, prefix: str) -> None:
+    pg.wait_for_function(f"(p) => (document.querySelector('{selector} textarea') || {{}}).value?.startsWith(p)",
+                           arg=prefix, timeout=REPLY_TIMEOUT_MS)
+
+
+def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page):  # noqa: F811 - the fixture
+    _wait_ready(page)
+    page.get_by_role("tab", name="QA bench").click()
+    page.locator("#qa-prompts textarea").fill("\n".join(PROMPTS))
+    page.locator("#qa-variants textarea").fill(VARIANTS)
+    page.locator("#qa-run").click()
+    _wait_value(page, "#qa-status", "Finished: 6/6 cells done")
+    # Issue 18 #3: at 1280 px both variants sit beside the prompt, no sideways scrolling, text wrapped.
+    box = page.evaluate("""() => {
+      const grid = document.querySelector('#qa-grid');
+      const cells = [...grid.querySelectorAll('table th')].filter(th => th.offsetParent !== null);
+      const r = grid.getBoundingClientRect();
+      return {gridRight: r.right, gridWidth: r.width, widths: cells.map(c => c.getBoundingClientRect().width),
+              rights: cells.map(c => c.getBoundingClientRect().right), scroll: document.documentElement.scrollWidth};
+    }""")
+    assert box["scroll"] <= 1280 and len(box["rights"]) >= 4, box
+    assert max(box["rights"]) <= box["gridRight"] + 1, box  # the last variant column is on screen
+    assert box["widths"][1] >= 150, box  # the prompt column is readable
+    _shot(page, "qa-grid-1280")
+
+    _open_accordion(page, "Blind A/B")
+    page.locator("#qa-ab-start").click()
+    _wait_value(page, "#qa-ab-heading", "Pair 1 of 3")
+    seen = []
+    for choice in ("left", "tie", "right"):
+        heading = _value(page, "#qa-ab-heading")
+        left, right, result = _value(page, "#qa-ab-left"), _value(page, "#qa-ab-right"), _value(page, "#qa-ab-result")
+        for text in (heading, left, right, result):
+            assert "cold" not in text and "hot" not in text, text  # no name before the end
+        assert "seed" not in left + right
+        seen.append(heading)
+        if choice == "left":
+            _shot(page, "qa-ab-blind")
+        page.locator(f"#qa-ab-pick-{choice}").click()
+        if choice != "right":
+            _wait_value(page, "#qa-ab-heading", f"Pair {len(seen) + 1} of 3")
+    assert "&lt;b&gt;" not in seen[0] and "<b>bold</b>" in seen[0]  # the prompt shows as typed
+    _wait_value(page, "#qa-ab-heading", "Done: 3 of 3 pairs picked")
+    result = _value(page, "#qa-ab-result")
+    assert result.startswith("cold vs hot: ") and "tie 1 · unpicked 0" in result
+    lines = result.splitlines()[1:]
+    assert [line.split(" -> ")[1].split(" ")[0] for line in lines] == ["left", "tie", "right"]
+    winners = [line.rsplit("(", 1)[1].rstrip(")") for line in lines]
+    assert winners[1] == "tie" and {winners[0], winners[2]} <= {"cold", "hot"}
+    _shot(page, "qa-ab-revealed")
+
+    page.locator("#qa-export-jsonl").click()
+    page.wait_for_function("() => (document.querySelector('#qa-export-file a.download-link') || {}).download"
+                           "?.endsWith('.jsonl')")
+    with page.expect_download() as download:
+        page.locator("#qa-export-file a.download-link").click()
+    head = json.loads(Path(download.value.path()).read_text(encoding="utf-8").splitlines()[0])
+    picks = [p[p["pick"]] if p["pick"] != "tie" else "tie" for p in head["ab"]["pairs"]]
+    assert picks == winners and head["ab"]["revealed"] is True
+    page.get_by_role("tab", name="Chat").click()
