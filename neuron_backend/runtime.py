@@ -267,13 +267,6 @@ class Backend:
                 "max_new_tokens": s.max_new_tokens, "max_prompt_chars": s.max_prompt_chars,
                 "engines": [name for name in ENGINES if name in self.placements]}
 
-    def limits(self) -> dict:
-        """What a request may ask for (the QA CLI plans its cells with these): sizes, steps, tokens, text."""
-        s = self.settings
-        return {"sizes": [size.label for size in s.sizes], "default_steps": s.default_steps, "max_steps": s.max_steps,
-                "max_new_tokens": s.max_new_tokens, "max_prompt_chars": s.max_prompt_chars,
-                "engines": [name for name in ENGINES if name in self.placements]}
-
     def engine_states(self) -> dict[str, str]:
         """Each engine's state: disabled, loading, ready or failed (what /metrics exports)."""
         return {name: self._engine_state(name)["state"] for name in ENGINES}

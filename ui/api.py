@@ -133,7 +133,6 @@ class WarmupStatus(TypedDict):
     cache_problem: str | None
     engines: dict[str, dict[str, Any]]
     limits: dict[str, Any]
-    limits: dict[str, Any]
 
 
 def _typed(fn):
