@@ -92,6 +92,7 @@ class Settings:
     max_new_tokens: int = TINY_PRESET.max_new_tokens
     chat_batch: int = 1  # chat batch slots: replies generated together (1: one at a time)
     default_steps: int = TINY_PRESET.default_steps
+    default_steps_set: bool = False  # --default-steps given; else a non-distilled image model defaults to 50
     max_steps: int = 50
     compile: str = "auto"
     compile_repeated_blocks: bool = False
@@ -163,6 +164,7 @@ def parse_settings(
         max_new_tokens=_as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
         chat_batch=_as_int("chat-batch", raw.get("chat_batch", 1)),
         default_steps=_as_int("default-steps", raw.get("default_steps", preset.default_steps)),
+        default_steps_set="default_steps" in raw,
         max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
         compile_repeated_blocks=bool(raw.get("compile_repeated_blocks", False)),

@@ -23,7 +23,7 @@ def fmt_seconds(seconds: float | None) -> str:
 def status_bar_html(status: dict) -> str:
     """The compact bar on top of every tab: banner, progress, ETA and the recompile alarm."""
     pct = round(100 * status["progress"])
-    if status["ready"]:
+    if status.get("warmup_done", status["ready"]):  # "ready" also needs every engine serving
         failed = len(status["failed"])
         state = f"Warm-up done in {fmt_seconds(status['elapsed_s'])}" + (f" · {failed} failed" if failed else "")
     else:
@@ -59,6 +59,8 @@ def task_rows(status: dict) -> list[list]:
         state = f"{STATE_ICONS.get(t['state'], '')} {t['state']}"
         if t["progress"] is not None and t["state"] == "running":
             state += f" {t['progress']:.0%}"
+        if t.get("detail") and t["kind"] in ("weights", "load") and t["state"] in ("running", "ready"):
+            state += f" · {t['detail']}"  # download bytes/rate, the model folder, the memory estimate
         if t["state"] in ("queued", "running") and t["expected_s"] is not None:
             state += f" (expected {fmt_seconds(t['expected_s'])})"
         rows.append([t["name"], t["shape"] or "", state, "" if seconds is None else round(seconds, 1), hit,

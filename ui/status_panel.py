@@ -57,7 +57,7 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
         status = backend.status()
         choices = size_choices(backend)
         size_update = gr.update(choices=choices) if choices != previous_choices else gr.skip()
-        timer_update = gr.Timer(active=True, value=1.0 if not status["ready"] else 5.0)
+        timer_update = gr.Timer(active=True, value=5.0 if status.get("warmup_done", status["ready"]) else 1.0)
         return (status_bar_html(status), task_rows(status), details_markdown(status), size_update, choices,
                 timer_update, gr.update(visible=not backend.image_distilled()))
 

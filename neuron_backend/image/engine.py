@@ -45,6 +45,7 @@ from ..engine import SerialJobs, ShapeRegistry
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..settings import Settings
 from ..shapes import ImageSize, parse_size
+from . import loading
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
 from .png_info import OutputFolder, read_png_parameters
 from .preview import LatentRGB, cached_or_fitted
@@ -102,6 +103,8 @@ class ImageEngine:
         self.shapes = ShapeRegistry(self.name, [size.label for size in settings.sizes])
         self.outputs = OutputFolder(Path(settings.cache_dir) / "outputs", settings.max_saved_images)
         self.load_seconds: float | None = None
+        self.memory_note: str | None = None  # what loading needs and what was free (memory.py)
+        self.default_steps = settings.default_steps  # 50 for a non-distilled checkpoint once loaded (loading.py)
         self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
         self._jobs = SerialJobs()
         self._pipe = None
@@ -119,19 +122,24 @@ class ImageEngine:
         import transformers
 
         start = time.perf_counter()
+        # Every file checked, memory estimated (bfloat16 when float32 does not fit under --dtype auto).
+        self.placement, self.memory_note = loading.prepare(folder, self.model_id, self.placement, self.settings)
         try:
             parts = {}
             if self.placement.tp > 1:  # this rank's shard of the transformer; the rest whole (parallel.py)
                 config = diffusers.TensorParallelConfig(mesh=parallel.device_mesh(self.placement))
                 parts["transformer"] = diffusers.Flux2Transformer2DModel.from_pretrained(
                     folder, subfolder="transformer", dtype=self.placement.dtype, parallel_config=config)
-            pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype, **parts)
+            with loading.quiet_upcast_warning():
+                pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype, **parts)
             # Always an explicit device: device_map="auto" does not see Neuron (NOTES.md 1).
             pipe.to(self.placement.device)
+            loading.keep_force_upcast(pipe, folder)
         except Exception as exc:  # noqa: BLE001 - any load failure makes the engine unavailable
             raise EngineUnavailableError(
-                f"Could not load the image model {self.model_id} from {folder}: {exc}"
+                f"Could not load the image model {self.model_id} from {folder}: {loading.cause_chain(exc)}"
             ) from exc
+        self.default_steps = loading.default_steps(folder, self.settings)
         pipe.set_progress_bar_config(disable=True)
         if self.placement.compile:
             # dynamic=False: one graph per declared size, reused for any steps, seed or prompt.
@@ -209,7 +217,7 @@ class ImageEngine:
             raise InvalidRequestError(f"Expected an ImageRequest, got {type(request).__name__}.")
         prompt = clean_prompt(request.prompt, self.settings.max_prompt_chars)
         size = self._configured_size(request.size)
-        steps = self.settings.default_steps
+        steps = self.default_steps
         if request.steps is not None:
             steps = whole_number("Steps", request.steps, 1, self.settings.max_steps)
         seed = None if request.seed is None else whole_number("Seed", request.seed, 0, SEED_MAX)
@@ -302,7 +310,8 @@ class ImageEngine:
             "mode": self._mode(),
             "sizes": self.shapes.keys(),
             "shapes": self.shapes.snapshot(),
-            "steps": {"default": self.settings.default_steps, "max": self.settings.max_steps},
+            "steps": {"default": self.default_steps, "max": self.settings.max_steps},
+            "memory": self.memory_note,
             "guidance": {
                 "used": None if distilled is None else not distilled,
                 "default": DEFAULT_GUIDANCE,

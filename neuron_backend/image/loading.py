@@ -1,0 +1,122 @@
+"""Before and around ``Flux2KleinPipeline.from_pretrained``: check the files, the memory, the defaults.
+
+- every component folder is checked first (model_files.verify_folder): a missing folder, a
+  truncated shard, an unreadable config is named with its file and cause, all at once;
+- the memory the pipeline needs is estimated from the files and compared with what the device
+  has free (memory.py); with ``--dtype auto`` a float32 load that does not fit becomes bfloat16,
+  otherwise the engine is refused with the numbers and the flags to change;
+- the VAE config's ``force_upcast: true`` is kept: AutoencoderKLFlux2 takes no such argument, so
+  diffusers drops it with a warning on every load and Flux2KleinPipeline never upcasts. Here the
+  value is registered back on the VAE's config, and on a 16-bit load the VAE stays in float32
+  with its decoder fed float32 latents, as diffusers' other pipelines do for ``force_upcast``;
+- a non-distilled checkpoint (model_index ``is_distilled: false``, e.g. FLUX.2-klein-base-4B)
+  defaults to the pipeline's documented 50 steps instead of 4, unless ``--default-steps`` is given;
+- a load error keeps its cause: diffusers' "Unable to load weights from checkpoint file" hides
+  the reason in ``__context__``; the whole chain is in the message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from ..errors import EngineUnavailableError
+from ..memory import MemoryPlan, NotEnoughMemory, free_bytes, plan_image, vae_upcast
+from ..model_files import verify_folder
+
+NON_DISTILLED_STEPS = 50  # Flux2KleinPipeline.__call__'s num_inference_steps default, documented for the base model
+
+
+def check_files(folder: Path, model_id: str) -> None:
+    """Raise EngineUnavailableError naming every broken or missing file of the pipeline folder."""
+    problems = verify_folder(folder, "image")
+    if problems:
+        raise EngineUnavailableError(
+            f"The image model {model_id} in {folder} is incomplete or damaged: " + "; ".join(problems)
+            + ". Download those files again (hf download <repo> --local-dir <folder>) or point --image-model "
+            "at a complete folder.")
+
+
+def prepare(folder: Path, model_id: str, placement, settings):
+    """Check the files and the memory: (the placement to load with, the panel's memory line)."""
+    check_files(folder, model_id)
+    plan = plan_memory(folder, placement, settings)
+    if plan.dtype != placement.dtype:  # --dtype auto and float32 does not fit: bfloat16 does
+        placement = dataclasses.replace(placement, dtype=plan.dtype)
+    return placement, plan.note
+
+
+def plan_memory(folder: Path, placement, settings) -> MemoryPlan:
+    """The dtype to load with and the panel's memory line; EngineUnavailableError when it cannot fit."""
+    core = int(placement.device.partition(":")[2] or 0) if placement.kind != "cpu" else None
+    try:
+        return plan_image(folder, placement.dtype, settings.dtype, settings.sizes, placement.kind,
+                          free_bytes(placement.kind, core))
+    except NotEnoughMemory as exc:
+        raise EngineUnavailableError(str(exc)) from None
+
+
+def cause_chain(exc: BaseException) -> str:
+    """'A: x <- caused by B: y': every distinct message of an exception and its causes/contexts."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = f"{type(exc).__name__}: {exc}".strip()
+        if text not in parts:
+            parts.append(text)
+        exc = exc.__cause__ or exc.__context__
+    return " <- caused by ".join(parts)
+
+
+class _DropUpcastWarning(logging.Filter):
+    """Drops diffusers' 'config attributes {'force_upcast': ...} ... will be ignored' (kept below instead)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("force_upcast" in message and "ignored" in message)
+
+
+@contextlib.contextmanager
+def quiet_upcast_warning():
+    """While loading: no warning for the force_upcast value that keep_force_upcast restores."""
+    logger = logging.getLogger("diffusers.configuration_utils")
+    quiet = _DropUpcastWarning()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
+def keep_force_upcast(pipe, folder: Path) -> bool:
+    """Restore the VAE config's force_upcast and, on a 16-bit load, decode in float32; return whether set."""
+    if not vae_upcast(folder):
+        return False
+    vae = pipe.vae
+    vae.register_to_config(force_upcast=True)
+    if vae.dtype != torch.float32:
+        vae.to(torch.float32)
+        first = vae.post_quant_conv if vae.post_quant_conv is not None else vae.decoder
+
+        def to_float32(module, args):  # the pipeline hands the decoder latents in the transformer's dtype
+            return tuple(a.to(torch.float32) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+        first.register_forward_pre_hook(to_float32)
+    return True
+
+
+def default_steps(folder: Path, settings) -> int:
+    """Steps when a request names none: --default-steps if given, else 4 (distilled) or 50 (base)."""
+    if getattr(settings, "default_steps_set", False):
+        return settings.default_steps
+    try:
+        distilled = json.loads((Path(folder) / "model_index.json").read_text()).get("is_distilled", True)
+    except (OSError, ValueError):
+        distilled = True
+    steps = settings.default_steps if distilled else NON_DISTILLED_STEPS
+    return min(steps, settings.max_steps)
