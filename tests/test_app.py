@@ -64,7 +64,8 @@ def test_chat_streams_with_history_and_controls(served):
 
 def test_chat_cancel_frees_the_engine(served):
     backend, client = served
-    job = client.submit(message="go on", max_new_tokens=200, temperature=1.0, api_name="/chat")
+    # greedy: runs all 200 tokens (a sampled demo reply may end at once, before the cancel)
+    job = client.submit(message="go on", max_new_tokens=200, greedy=True, api_name="/chat")
     deadline = time.time() + 30
     while not job.outputs() and time.time() < deadline:  # wait until the reply is streaming
         time.sleep(0.02)

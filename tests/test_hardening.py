@@ -160,7 +160,9 @@ DISCONNECTING_CLIENT = textwrap.dedent("""
     from gradio_client import Client
     client = Client(sys.argv[1], verbose=False)
     if sys.argv[2] == "chat":
-        job = client.submit(message="long story", max_new_tokens=4000, temperature=1.0, api_name="/chat")
+        # Greedy: the demo model then runs all 4000 tokens (~10-50 s). A sampled reply ends at a random
+        # <|im_end|> after ~50-100 tokens (~1 s), sometimes before the test looked: that was the race.
+        job = client.submit(message="long story", max_new_tokens=4000, greedy=True, api_name="/chat")
     else:
         job = client.submit(prompt="slow", size="96x64", steps=400, seed=3, guidance=None, api_name="/generate_image")
     import time

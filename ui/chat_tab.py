@@ -9,7 +9,7 @@ import gradio as gr
 from neuron_backend.chat.text import ChatRequest
 from neuron_backend.runtime import Backend
 
-from .api import user_errors
+from .chat_view import DEMO_THINKING_NOTE, LiteralChatbot, StoppedReplies, chat_refusals, current_session, session_of
 from .presentation import chat_stats_text, context_meter_text, conversation_markdown
 
 EXAMPLE_PROMPTS = [
@@ -17,10 +17,6 @@ EXAMPLE_PROMPTS = [
     "Write a haiku about compilers.",
     "What is 17 * 23? Think it through.",
 ]
-# Active-content tags a user may type (e.g. asking about HTML): the chatbot shows them as literal text
-# (Gradio's allow_tags escapes the listed tags) instead of its sanitizer silently deleting them.
-TAGS_SHOWN_AS_TEXT = ["script", "style", "iframe", "img", "svg", "object", "embed", "video", "audio",
-                      "form", "input", "textarea", "button", "link", "meta", "base", "math", "noscript"]
 
 
 def _text(content) -> str:
@@ -64,7 +60,8 @@ def build_chat_tab(backend: Backend) -> None:
                                 elem_id="context-meter")
     system_prompt = gr.Textbox(label="System prompt", placeholder="You are a helpful assistant.",
                                lines=1, render=False)
-    thinking = gr.Checkbox(label="Thinking (show the model's reasoning)", value=False, render=False)
+    thinking = gr.Checkbox(label="Thinking (show the model's reasoning)", value=False, render=False,
+                           info=DEMO_THINKING_NOTE if settings.demo else None)
     temperature = gr.Slider(0.05, 2.0, value=0.7, step=0.05, label="Temperature", render=False)
     top_p = gr.Slider(0.05, 1.0, value=0.8, step=0.05, label="top_p", render=False)
     top_k = gr.Slider(0, 100, value=20, step=1, label="top_k", render=False)
@@ -74,7 +71,9 @@ def build_chat_tab(backend: Backend) -> None:
     # Gradio 6.31 shows a Number of value None as 0 and sends 0 until it is cleared: -1 means random.
     chat_seed = gr.Number(label="Seed (-1 = random)", value=-1, minimum=-1, precision=0, render=False)
 
-    @user_errors
+    stopped_replies = StoppedReplies(backend)  # a stopped reply keeps its stats line (chat_view.py)
+
+    @chat_refusals(lambda: len(chat.additional_outputs))  # a refusal: a note, the other outputs kept
     def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed):
         request = ChatRequest(
             message=_text(message), history=tuple(history_for_engine(history)),
@@ -83,15 +82,16 @@ def build_chat_tab(backend: Backend) -> None:
             seed=None if seed is None or seed < 0 else int(seed),
         )
         update = None
-        for update in backend.stream_chat(request):
+        for update in stopped_replies.stream(current_session(), request):
             yield reply_messages(update), gr.skip(), gr.skip()
         if update is not None:
             yield (reply_messages(update), chat_stats_text(update.stats),
                    context_meter_text(update.stats, settings.buckets, settings.context_length))
 
-    chatbot = gr.Chatbot(label="Qwen3", height=420, elem_id="chatbot", editable="user",
-                         sanitize_html=True, allow_tags=TAGS_SHOWN_AS_TEXT, buttons=["copy", "copy_all"])
-    gr.ChatInterface(
+    # Text shows exactly as typed or generated, nothing live (LiteralChatbot escapes it for the renderer).
+    chatbot = LiteralChatbot(label="Qwen3", height=420, elem_id="chatbot", editable="user",
+                             sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"])
+    chat = gr.ChatInterface(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
                                                          top_k, max_new, greedy, chat_seed],
         additional_inputs_accordion=gr.Accordion("Sampling and system prompt", open=False, render=False),
@@ -99,6 +99,15 @@ def build_chat_tab(backend: Backend) -> None:
         run_examples_on_click=False, editable=True, concurrency_limit=settings.chat_batch,
         api_visibility="private", fill_height=False,
     )
+
+    def show_stopped_stats(request: gr.Request):
+        final = stopped_replies.stopped(session_of(request))
+        if final is None:
+            return gr.skip(), gr.skip()
+        return (chat_stats_text(final.stats),
+                context_meter_text(final.stats, settings.buckets, settings.context_length))
+
+    chat.textbox.stop(show_stopped_stats, None, [chat_stats, context_meter], queue=False, api_visibility="private")
 
     # Undo and clear take away the reply whose stats are shown: take the stats away too.
     def forget_stats():

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from datetime import datetime, timezone
+
+# Code the Markdown renderer shows verbatim: fenced blocks and inline code spans (escapes stay out of them).
+_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)|(`+)(?!`).+?(?<!`)\2(?!`)",
+                   re.M | re.S)
+_ESCAPABLE = re.compile(r"(\\*)([<&])")
 
 STATE_ICONS = {"queued": "⏳", "running": "⚙️", "ready": "✅", "failed": "❌", "skipped": "⏭️"}
 
@@ -21,7 +27,7 @@ def fmt_seconds(seconds: float | None) -> str:
 
 
 def status_bar_html(status: dict) -> str:
-    """The compact bar on top of every tab: banner, progress, ETA and the recompile alarm."""
+    """The compact warm-up bar on top of every tab: progress, ETA and the recompile alarm."""
     pct = round(100 * status["progress"])
     if status.get("warmup_done", status["ready"]):  # "ready" also needs every engine serving
         failed = len(status["failed"])
@@ -39,9 +45,9 @@ def status_bar_html(status: dict) -> str:
         if alarm
         else '<span class="recompile-quiet">no recompiles</span>'
     )
-    demo = ' <b style="color:#b26a00">DEMO</b>' if status["demo"] else ""
+    # What runs where (the banner) and the demo notice sit in the page header (header.py) and the details.
     return (
-        f'<div id="warmup-bar"><div id="banner">{html.escape(status["banner"])}{demo}</div>'
+        '<div id="warmup-bar">'
         f'<div style="display:flex;gap:12px;align-items:center">'
         f'<progress id="warmup-progress" value="{pct}" max="100" style="flex:1"></progress>'
         f'<span id="warmup-state">{state}</span> {alarm_html}</div></div>'
@@ -112,6 +118,33 @@ def conversation_markdown(messages: list[dict]) -> str:
         else:
             lines += [f"**{m.get('role', '?')}**:", "", text, ""]
     return "\n".join(lines)
+
+
+def _outside_code(text: str, change) -> str:
+    """Apply ``change`` to the parts of ``text`` that are not code spans or fenced code blocks."""
+    out, at = [], 0
+    for match in _CODE.finditer(text):
+        out += [change(text[at:match.start()]), match.group(0)]
+        at = match.end()
+    out.append(change(text[at:]))
+    return "".join(out)
+
+
+def markdown_literal(text: str) -> str:
+    """Chat text as Markdown that shows exactly what was typed: no live HTML, no lost angle brackets.
+
+    Every ``<`` and ``&`` outside code gets a backslash (backslashes already in front of one are
+    doubled), so the page's Markdown renderer shows ``List<String>`` and ``<div style=...>`` as text
+    instead of parsing a tag (which its sanitizer then deletes or keeps live). Code spans and fenced
+    blocks are shown verbatim by the renderer and are left alone. ``markdown_unliteral`` undoes it.
+    """
+    return _outside_code(text, lambda part: _ESCAPABLE.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), part))
+
+
+def markdown_unliteral(text: str) -> str:
+    """The text ``markdown_literal`` was given (for history coming back from the page)."""
+    return _outside_code(text, lambda part: _ESCAPABLE.sub(lambda m: m.group(1)[: len(m.group(1)) // 2] + m.group(2),
+                                                           part))
 
 
 def python_snippet(url: str, params: dict) -> str:

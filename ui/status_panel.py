@@ -7,8 +7,9 @@ import gradio as gr
 from neuron_backend.runtime import Backend
 
 from .api import user_errors
+from .header import header_html
 from .image_tab import ImageTab, size_choices
-from .presentation import status_bar_html, task_rows
+from .presentation import task_rows
 
 TASK_HEADERS = ["task", "shape", "state", "seconds", "compile cache", "error"]
 
@@ -30,7 +31,7 @@ def details_markdown(status: dict) -> str:
 
 def build_status_panel(backend: Backend) -> list:
     """The bar and the details accordion; returns the components the refresh writes (see wire_refresh)."""
-    status_bar = gr.HTML(status_bar_html(backend.status()), elem_id="status-bar")
+    status_bar = gr.HTML(header_html(backend.status()), elem_id="status-bar")  # title, chips, notice, bar
     with gr.Accordion("Warm-up details", open=False, elem_id="warmup-details"):
         tasks_table = gr.Dataframe(headers=TASK_HEADERS, value=task_rows(backend.status()),
                                    interactive=False, wrap=True, elem_id="warmup-table")
@@ -58,7 +59,7 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
         choices = size_choices(backend)
         size_update = gr.update(choices=choices) if choices != previous_choices else gr.skip()
         timer_update = gr.Timer(active=True, value=5.0 if status.get("warmup_done", status["ready"]) else 1.0)
-        return (status_bar_html(status), task_rows(status), details_markdown(status), size_update, choices,
+        return (header_html(status), task_rows(status), details_markdown(status), size_update, choices,
                 timer_update, gr.update(visible=not backend.image_distilled()))
 
     size_choices_state = gr.State(size_choices(backend))
