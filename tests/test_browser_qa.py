@@ -93,3 +93,45 @@ def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page):  # noqa: F811 - t
     picks = [p[p["pick"]] if p["pick"] != "tie" else "tie" for p in head["ab"]["pairs"]]
     assert picks == winners and head["ab"]["revealed"] is True
     page.get_by_role("tab", name="Chat").click()
+
+
+def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa: F811 - the fixture
+    _wait_ready(page)
+    page.get_by_role("tab", name="QA bench").click()
+    page.locator("#qa-prompts textarea").fill("a red fox\na blue boat")
+    # Issue 23 #5: a variant key (lowercased) echoed in the error toast stays text: no image element, no script.
+    page.locator("#qa-variants textarea").fill('{"name": "x", "<img src=x onerror=window.__qapwned=1>": 1}')
+    page.locator("#qa-run").click()
+    toast = page.locator(".toast-body", has_text="unknown setting").first
+    toast.wait_for(timeout=REPLY_TIMEOUT_MS)
+    assert "<img src=x onerror=window.__qapwned=1>" in toast.inner_text()
+    assert toast.locator("img").count() == 0 and page.evaluate("window.__qapwned") is None
+    page.evaluate("document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())")
+
+    page.locator("#qa-kind").get_by_text("both", exact=True).click()
+    page.locator("#qa-variants textarea").fill("small: size=64x64, steps=1, max_new_tokens=4, greedy=true\n"
+                                               "wide: size=96x64, steps=1, max_new_tokens=4, seed=7")
+    page.locator("#qa-run").click()
+    _wait_value(page, "#qa-status", "Finished: 8/8 cells done")
+    # Issue 18 #4: whole thumbnails (object-fit contain), each with its caption (cell, size, seed) visible.
+    page.wait_for_function("() => document.querySelectorAll('#qa-gallery .thumbnail-item').length === 4")
+    fits = page.locator("#qa-gallery .thumbnail-item img").evaluate_all(
+        "imgs => imgs.map(i => getComputedStyle(i).objectFit)")
+    assert set(fits) == {"contain"}, fits
+    labels = [item.locator(".caption-label") for item in page.locator("#qa-gallery .thumbnail-item").all()]
+    assert all(label.is_visible() for label in labels)
+    texts = [label.inner_text() for label in labels]
+    assert texts[1].startswith("cell 4 · #1 · wide · 96x64 · seed 7"), texts
+    _shot(page, "qa-gallery")
+
+    page.locator("#qa-compare").click()
+    _wait_value(page, "#qa-status", "Finished: 8/8 cells done")
+    grid = page.locator("#qa-compare-grid")
+    grid.get_by_text("What changed (0 of 8 cells changed)").first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    assert grid.get_by_text("same", exact=True).filter(visible=True).count() == 8  # fixed seeds: same output
+    page.locator("#qa-only-changed input").check()
+    page.wait_for_function("() => [...document.querySelectorAll('#qa-compare-grid td')]"
+                           ".filter(td => td.offsetParent !== null && td.innerText.trim() === 'same').length === 0")
+    assert _value(page, "#qa-diff") == ""
+    _shot(page, "qa-compare-only-changed")
+    page.get_by_role("tab", name="Chat").click()
