@@ -7,6 +7,7 @@ test-artifacts/screenshots/qa-*.png.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -123,12 +124,19 @@ def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa
     texts = [label.inner_text() for label in labels]
     assert texts[1].startswith("cell 4 · #1 · wide · 96x64 · seed 7"), texts
     _shot(page, "qa-gallery")
+    # Issue 18 #11 and notes: the status line follows a re-run cell; Cell # is 1-based; a new run clears the form.
+    page.locator("#qa-grid").get_by_text(re.compile(r"\[seed 7")).filter(visible=True).first.click()
+    page.wait_for_function("() => document.querySelector('#qa-cell input').value === '3'")
+    page.locator("#qa-comment textarea").fill("old note")
+    page.locator("#qa-rerun").click()
+    _wait_value(page, "#qa-status", "Re-ran cell 3: done · 8/8 cells done")
 
     page.locator("#qa-compare").click()
     _wait_value(page, "#qa-status", "Finished: 8/8 cells done")
     grid = page.locator("#qa-compare-grid")
     grid.get_by_text("What changed (0 of 8 cells changed)").first.wait_for(timeout=REPLY_TIMEOUT_MS)
     assert grid.get_by_text("same", exact=True).filter(visible=True).count() == 8  # fixed seeds: same output
+    assert page.locator("#qa-cell input").input_value() == "0" and _value(page, "#qa-comment") == ""
     page.locator("#qa-only-changed input").check()
     page.wait_for_function("() => [...document.querySelectorAll('#qa-compare-grid td')]"
                            ".filter(td => td.offsetParent !== null && td.innerText.trim() === 'same').length === 0")
