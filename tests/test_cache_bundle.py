@@ -227,13 +227,13 @@ WARM_START = textwrap.dedent("""
     from neuron_backend.settings import parse_settings
     extra = sys.argv[2:]
     s = parse_settings(["--models", "tiny", "--device", "cpu", "--compile", "on", "--no-image",
-                        "--chat-buckets", "16,32", "--context-length", "64", "--cache-dir", sys.argv[1], *extra],
+                        "--chat-buckets", "32,64", "--context-length", "96", "--cache-dir", sys.argv[1], *extra],
                        env={})
     backend = Backend(s)
     backend.runner.run()
     backend.warm_start.record()
     graphs = [list(backend.stream_chat(ChatRequest(message="demo " * n, max_new_tokens=3, greedy=True)))[-1]
-              .stats.compiled_graphs for n in (1, 6)]
+              .stats.compiled_graphs for n in (1, 4)]
     snap = backend.status()
     print(json.dumps({"tasks": snap["tasks"], "graphs": graphs, "since_ready": snap["compiles_since_ready"]}))
 """)
