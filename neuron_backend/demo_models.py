@@ -320,12 +320,17 @@ def is_demo_model(path: str | Path) -> bool:
     return (Path(path) / MARKER_NAME).is_file()
 
 
-def _is_complete(folder: Path) -> bool:
-    """True when `folder` was fully built by the current recipe."""
+def _is_complete(folder: Path, engine: str) -> bool:
+    """True when `folder` was fully built by the current recipe and its files are still whole: a truncated
+    or garbled file fails ``model_files.verify_folder`` (headers and configs only: milliseconds), so the
+    folder is rebuilt instead of failing to load on every start."""
+    from .model_files import verify_folder
+
     try:
-        return (folder / MARKER_NAME).read_text(encoding="utf-8").strip() == RECIPE_VERSION
+        marked = (folder / MARKER_NAME).read_text(encoding="utf-8").strip() == RECIPE_VERSION
     except OSError:
         return False
+    return marked and not verify_folder(folder, engine)
 
 
 @contextlib.contextmanager
@@ -346,11 +351,11 @@ def _build_lock(parent: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build_atomically(final: Path, build: Callable[[Path], Path]) -> None:
+def _build_atomically(final: Path, build: Callable[[Path], Path], engine: str) -> None:
     """Run `build` into a temp sibling of `final`, then swap it in with one rename."""
     parent = final.parent
     with _build_lock(parent):
-        if _is_complete(final):  # another process finished while we waited for the lock
+        if _is_complete(final, engine):  # another process finished while we waited for the lock
             return
         # Under the lock, any leftover temp/stale folder belongs to a builder that died.
         for leftover in parent.glob(f".{final.name}.*"):
@@ -370,16 +375,23 @@ def _build_atomically(final: Path, build: Callable[[Path], Path]) -> None:
             raise
 
 
-def ensure_demo_models(root: Path) -> DemoModels:
-    """Build the demo models under `root/demo-models/` unless already complete; return their folders.
+def ensure_demo_models(root: Path, engines: tuple[str, ...] = ("chat", "image")) -> DemoModels:
+    """Build the demo models of ``engines`` under `root/demo-models/` unless already complete and whole;
+    return both folders (a folder of an engine not asked for may not exist).
 
-    Safe to call from several processes at once: each model is built in a temporary sibling folder
-    and renamed into place, so no process ever sees half a folder.
+    Each engine's model is built on its own, so a failed image build (a full disk) leaves chat
+    working. Safe to call from several processes at once: each model is built in a temporary
+    sibling folder and renamed into place, so no process ever sees half a folder.
     """
     base = Path(root) / DEMO_DIR_NAME
     models = DemoModels(chat=base / CHAT_DIR_NAME, image=base / IMAGE_DIR_NAME)
-    for folder, build in ((models.chat, build_tiny_chat_model), (models.image, build_tiny_image_pipeline)):
-        if not _is_complete(folder):
-            base.mkdir(parents=True, exist_ok=True)
-            _build_atomically(folder, build)
+    for engine, folder, build in (("chat", models.chat, build_tiny_chat_model),
+                                  ("image", models.image, build_tiny_image_pipeline)):
+        if engine in engines and not _is_complete(folder, engine):
+            try:
+                base.mkdir(parents=True, exist_ok=True)
+                _build_atomically(folder, build, engine)
+            except OSError as exc:
+                raise OSError(f"could not build the demo {engine} model in {folder} ({exc}); free some space or "
+                              f"fix its permissions (deleting {folder} makes the next start rebuild it)") from exc
     return models

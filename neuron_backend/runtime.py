@@ -41,7 +41,7 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
     if settings.demo:
         from .demo_models import ensure_demo_models
 
-        demo = ensure_demo_models(settings.cache_dir)
+        demo = ensure_demo_models(settings.cache_dir, engines=(engine,))  # a failed build spares the other
         return demo.chat if engine == "chat" else demo.image
     from .model_sources import obtain
 

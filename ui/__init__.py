@@ -11,6 +11,8 @@ from .api import add_public_api
 from .chat_tab import build_chat_tab
 from .guards import Guards, LoginThrottle
 from .image_tab import build_image_tab
+from .mcp_tools import describe_tools, loopback_login
+from .probes import AuthGate, probe_routes, queue_depth
 from .qa_tab import build_qa_tab
 from .status_panel import build_status_panel, wire_refresh
 
@@ -34,6 +36,8 @@ def create_demo(backend: Backend) -> gr.Blocks:
             build_qa_tab(backend)
         wire_refresh(demo, backend, panel, image)
         add_public_api(backend, concurrency)
+    if settings.mcp:  # the tools Gradio's MCP server lists, named and documented for agents
+        describe_tools(demo, backend)
     return demo
 
 
@@ -45,6 +49,15 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         app = getattr(demo, "server_app", None)
         return settings.auth is not None, getattr(app, "tokens", {}), getattr(app, "cookie_id", "")
 
+    throttle = throttle or LoginThrottle()
+    app_kwargs = {
+        # /healthz, /readyz, /metrics (ui/probes.py), as FastAPI routes from the server's first request
+        "routes": probe_routes(backend),
+        "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state),
+                       Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle)],
+    }
+    if settings.mcp:
+        app_kwargs["lifespan"] = loopback_login(demo, settings.auth)
     return {
         "server_name": settings.host,
         "server_port": settings.port,
@@ -54,8 +67,8 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # Generated images and exports live under the cache root, which may sit outside the working
         # directory and the temp dir (the default ~/.cache/...): name exactly those two folders.
         "allowed_paths": [str(p) for p in backend.served_folders()],
-        "app_kwargs": {"middleware": [Middleware(Guards, throttle=throttle or LoginThrottle(),
-                                                 auth_state=auth_state)]},
+        "app_kwargs": app_kwargs,
+        "mcp_server": settings.mcp,
     }
 
 
@@ -64,5 +77,6 @@ def serve(backend: Backend, throttle: LoginThrottle | None = None, **kwargs):
     settings = backend.settings
     demo = create_demo(backend)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
+    backend.metrics.queue_depth = queue_depth(demo)
     launched = demo.launch(**{**launch_kwargs(backend, demo, throttle), **kwargs})
     return demo, launched

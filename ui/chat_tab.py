@@ -9,6 +9,7 @@ import gradio as gr
 from neuron_backend.chat.text import ChatRequest
 from neuron_backend.runtime import Backend
 
+from .chat_saved import keep_saved_chats, remember_reply, wire_feedback
 from .chat_view import DEMO_THINKING_NOTE, LiteralChatbot, StoppedReplies, chat_refusals, current_session, session_of
 from .presentation import chat_stats_text, context_meter_text, conversation_markdown
 
@@ -74,7 +75,7 @@ def build_chat_tab(backend: Backend) -> None:
     stopped_replies = StoppedReplies(backend)  # a stopped reply keeps its stats line (chat_view.py)
 
     @chat_refusals(lambda: len(chat.additional_outputs))  # a refusal: a note, the other outputs kept
-    def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed):
+    def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed, remembered):
         request = ChatRequest(
             message=_text(message), history=tuple(history_for_engine(history)),
             system_prompt=system or None, thinking=bool(think), temperature=temp, top_p=p,
@@ -83,22 +84,26 @@ def build_chat_tab(backend: Backend) -> None:
         )
         update = None
         for update in stopped_replies.stream(current_session(), request):
-            yield reply_messages(update), gr.skip(), gr.skip()
+            yield reply_messages(update), gr.skip(), gr.skip(), gr.skip()
         if update is not None:
             yield (reply_messages(update), chat_stats_text(update.stats),
-                   context_meter_text(update.stats, settings.buckets, settings.context_length))
+                   context_meter_text(update.stats, settings.buckets, settings.context_length),
+                   remember_reply(remembered, request, update))  # for a later 👍/👎 (chat_saved.py)
 
     # Text shows exactly as typed or generated, nothing live (LiteralChatbot escapes it for the renderer).
     chatbot = LiteralChatbot(label="Qwen3", height=420, elem_id="chatbot", editable="user",
                              sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"])
+    reply_records = gr.State({})  # this session's finished replies: settings and stats (chat_saved.py)
     chat = gr.ChatInterface(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
-                                                         top_k, max_new, greedy, chat_seed],
+                                                         top_k, max_new, greedy, chat_seed, reply_records],
         additional_inputs_accordion=gr.Accordion("Sampling and system prompt", open=False, render=False),
-        additional_outputs=[chat_stats, context_meter], examples=[[e] for e in EXAMPLE_PROMPTS],
+        additional_outputs=[chat_stats, context_meter, reply_records], examples=[[e] for e in EXAMPLE_PROMPTS],
         run_examples_on_click=False, editable=True, concurrency_limit=settings.chat_batch,
-        api_visibility="private", fill_height=False,
+        api_visibility="private", fill_height=False, save_history=True,
     )
+    keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser
+    wire_feedback(backend, chatbot, reply_records)
 
     def show_stopped_stats(request: gr.Request):
         final = stopped_replies.stopped(session_of(request))
