@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import devices
-from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
+from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .settings import Settings
 from .warmup import Step, Task, TimingHistory, WarmupRunner, versions_tag
@@ -41,14 +41,11 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
     if settings.demo:
         from .demo_models import ensure_demo_models
 
-        demo = ensure_demo_models(settings.cache_dir, engines=(engine,))  # a failed build spares the other
+        demo = ensure_demo_models(settings.cache_dir)
         return demo.chat if engine == "chat" else demo.image
     from .model_sources import obtain
 
-    # A download that receives nothing for this long is abandoned with what to do (model_sources.py).
-    stall = max(30.0, 6 * settings.hub_timeout)
-    return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress, engine,
-                  hub_timeout=settings.hub_timeout, stall_timeout=stall, flag=f"--{engine}-model")
+    return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress)
 
 
 def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str):
@@ -83,16 +80,10 @@ class Backend:
             log.warning(self.cache.problem)
         self.host = devices.detect() if host is None else host
         self.placements = devices.resolve_placements(settings, self.host)
-        image = self.placements.get("image")
-        if settings.compile_repeated_blocks and image is not None and not image.compile:  # never silently ignored
-            raise ConfigError("--compile-repeated-blocks", f"compiles nothing here: the image engine runs eager on "
-                              f"{image.device} (--compile {settings.compile}; auto compiles only on neuron)",
-                              "--compile on, or leave out --compile-repeated-blocks")
         self.description = devices.describe(self.placements, self.host)
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
-        self.fallbacks: dict[str, str] = {}  # engine -> why its real model gave way to the demo (--models auto)
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
         from .cache.warm_start import WarmStart  # compile-cache bundles (neuron_backend/cache)
@@ -110,7 +101,7 @@ class Backend:
 
     # ----- what runs where -------------------------------------------------------------------
     def model_id(self, engine: str) -> str:
-        if self.settings.demo or engine in self.fallbacks:
+        if self.settings.demo:
             return f"demo {'Qwen3' if engine == 'chat' else 'FLUX.2-klein'} (tiny, random weights)"
         return self.settings.chat_model if engine == "chat" else self.settings.image_model
 
@@ -121,8 +112,6 @@ class Backend:
             parts.append(f"{name}: {self.model_id(name)} on {p.label()}")
         where = self.description["accelerator"]
         tail = " · demo models with random weights: output is noise" if self.settings.demo else ""
-        for name, reason in self.fallbacks.items():
-            tail += f" · {name} FELL BACK to its demo model (random weights): {reason}"
         return f"{where} · " + " | ".join(parts) + tail
 
     def log_startup(self) -> None:
@@ -170,35 +159,14 @@ class Backend:
         def progress(fraction: float, text: str) -> None:
             task.progress, task.detail = fraction, text
 
-        try:
-            self._folders[task.engine] = model_folder(self.settings, task.engine, progress)
-        except Exception as exc:  # noqa: BLE001 - --models auto falls back; otherwise re-raised
-            self._fall_back(task.engine, exc)
+        self._folders[task.engine] = model_folder(self.settings, task.engine, progress)
         task.detail = str(self._folders[task.engine])
 
     def _load(self, task: Task) -> None:
-        try:
-            engine = self._create(task.engine)
-            engine.load(self._folders[task.engine])
-        except Exception as exc:  # noqa: BLE001 - as in _obtain
-            if task.engine in self.fallbacks:
-                raise
-            self._fall_back(task.engine, exc)
-            engine = self._create(task.engine)
-            engine.load(self._folders[task.engine])
-        task.detail = getattr(engine, "memory_note", None) or task.detail
+        engine = self._create(task.engine)
+        engine.load(self._folders[task.engine])
         with self._lock:
             self._engines[task.engine] = engine
-
-    def _fall_back(self, name: str, exc: Exception) -> None:
-        """--models auto: switch ``name`` to its demo model, loudly; else re-raise (full: that engine fails)."""
-        if (self.settings.models_requested != "auto" or self.settings.demo or name in self.fallbacks
-                or self.placements[name].tp > 1):
-            raise exc
-        reason = f"{type(exc).__name__}: {exc}"
-        log.error("%s engine: the real model failed (%s); falling back to the demo model", name, reason)
-        self.fallbacks[name] = reason
-        self._folders[name] = model_folder(self.settings.replace(models="tiny"), name)
 
     def _create(self, name: str):
         placement = self.placements[name]
@@ -252,9 +220,19 @@ class Backend:
         except ShapeNotReadyError as exc:
             raise self.explain_not_ready("image", exc) from None
 
-    def start_image(self, request) -> ImageCall:
-        """Generate an image on a worker thread so the caller can poll progress and cancel it."""
-        return ImageCall(self, request)
+    def generate_images(self, request, progress: Callable[[int, int, float], None] | None = None,
+                        cancel: threading.Event | None = None, preview: Callable | None = None) -> list:
+        """Generate ``request.count`` images (see ImageEngine.generate_run)."""
+        engine = self.engine("image")
+        try:
+            return engine.generate_run(request, progress, cancel, preview)
+        except ShapeNotReadyError as exc:
+            raise self.explain_not_ready("image", exc) from None
+
+    def start_image(self, request, preview: bool = False) -> ImageCall:
+        """Generate ``request.count`` images on a worker thread so the caller can poll progress and
+        preview frames (``preview``: keep the latest one) and cancel it."""
+        return ImageCall(self, request, preview)
 
     def image_distilled(self) -> bool:
         """Whether the image model ignores guidance (FLUX.2-klein is distilled; True until loaded)."""
@@ -279,12 +257,7 @@ class Backend:
     def status(self) -> dict:
         """The warm-up snapshot plus what runs where (JSON-serialisable)."""
         snap = self.runner.snapshot()
-        engines = {name: self._engine_state(name) for name in ENGINES}
         snap.update(
-            # ready: warm-up over AND every enabled engine serves (a failed engine is not ready)
-            warmup_done=snap["ready"],
-            ready=snap["ready"] and all(e["state"] == "ready" for e in engines.values() if e["state"] != "disabled"),
-            fallbacks=dict(self.fallbacks),
             banner=self.banner(),
             demo=self.settings.demo,
             models={name: self.model_id(name) for name in self.placements},
@@ -292,7 +265,7 @@ class Backend:
             device=self.description,
             cache_dir=str(self.settings.cache_dir),
             cache_problem=self.cache.problem,
-            engines=engines,
+            engines={name: self._engine_state(name) for name in ENGINES},
             limits=self.limits(),
         )
         return self.warm_start.annotate(snap)
@@ -318,26 +291,32 @@ class Backend:
 
 
 class ImageCall:
-    """One image request running on its own thread.
+    """One image request (``request.count`` images) running on its own thread.
 
-    The web handler polls ``wait()`` and reads ``progress``; when the client goes away it calls
-    ``cancel()``, which stops this request (not another user's) after its current step.
+    The web handler polls ``wait()`` and reads ``progress`` and ``preview`` (the latest preview
+    frame, when asked for); when the client goes away it calls ``cancel()``, which stops this
+    request (not another user's) at the next step boundary, or drops it if it has not started.
     """
 
-    def __init__(self, backend: Backend, request):
-        self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s)
+    def __init__(self, backend: Backend, request, preview: bool = False):
+        self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s), over the whole run
+        self.preview = None  # the latest image.steps.PreviewFrame (assigned whole: safe to read from any thread)
         self._cancel = threading.Event()
-        self._result = None
+        self._results: list = []
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(backend, request), name="image-call", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(backend, request, preview), name="image-call",
+                                        daemon=True)
         self._thread.start()
 
-    def _run(self, backend: Backend, request) -> None:
+    def _run(self, backend: Backend, request, preview: bool) -> None:
         def on_step(step: int, total: int, elapsed: float) -> None:
             self.progress = (step, total, elapsed)
 
+        def on_preview(frame) -> None:
+            self.preview = frame
+
         try:
-            self._result = backend.generate_image(request, on_step, self._cancel)
+            self._results = backend.generate_images(request, on_step, self._cancel, on_preview if preview else None)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
             self._error = exc
 
@@ -350,7 +329,11 @@ class ImageCall:
         self._cancel.set()
 
     def result(self):
-        """The ImageResult, or the exception the request raised."""
+        """The (first) ImageResult, or the exception the request raised."""
+        return self.results()[0]
+
+    def results(self) -> list:
+        """Every ImageResult of the run (fewer than asked when stopped), or the exception it raised."""
         if self._error is not None:
             raise self._error
-        return self._result
+        return list(self._results)

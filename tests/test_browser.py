@@ -558,3 +558,128 @@ def test_qa_bench_runs_a_set_marks_a_cell_and_exports(page):
     assert "too short" in report and "fail" in report and "&lt;b&gt;third&lt;/b&gt;" in report
     assert "<b>third</b>" not in report
     page.get_by_role("tab", name="Chat").click()
+
+
+# ----- image wing: live preview, several images, paste-back, stop while queued (issue 19, 18, 23) -----
+# The labels #image-out has shown, in order ("Preview · image 1 · step 3/50", ..., "Image").
+RECORD_IMAGE_LABELS_JS = """() => {
+  window.__imageLabels = [];
+  const record = () => {
+    const label = document.querySelector('#image-out [data-testid=block-label]');
+    const text = label ? label.textContent.trim() : '';
+    const img = document.querySelector('#image-out img');
+    const entry = text + ' | ' + (img ? img.naturalWidth + 'x' + img.naturalHeight : '');
+    if (text && window.__imageLabels[window.__imageLabels.length - 1] !== entry) window.__imageLabels.push(entry);
+  };
+  new MutationObserver(record).observe(document.body, {subtree: true, childList: true, characterData: true,
+                                                       attributes: true});
+}"""
+
+
+def _a1111_png(path: Path, size: str, steps: int, seed: int, prompt: str) -> Path:
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("parameters", f"{prompt}\nNegative prompt: blurry\nSteps: {steps}, Sampler: Euler a, "
+                                f"CFG scale: 7, Seed: {seed}, Size: {size}, Model hash: 0123abcd")
+    width, height = (int(v) for v in size.split("x"))
+    Image.new("RGB", (width, height), (90, 120, 200)).save(path, pnginfo=info)
+    return path
+
+
+def _wait_image_sizes_ready(page, url: str) -> None:
+    """Every image size warmed up, as /status says (the image wing's tests do not wait for the chat's)."""
+    from gradio_client import Client
+
+    client, deadline = Client(url, verbose=False), time.time() + READY_TIMEOUT_MS / 1000
+    while True:
+        tasks = [t for t in client.predict(api_name="/status")["tasks"]
+                 if t.get("engine") == "image" and t.get("kind") == "compile"]
+        if tasks and all(t.get("state") == "ready" for t in tasks):
+            break
+        assert time.time() < deadline, tasks
+        page.wait_for_timeout(500)
+    page.locator("#image-tab-button").click()
+
+
+def test_live_preview_appears_before_the_final_images_of_a_several_image_run(page, app_url):
+    _wait_image_sizes_ready(page, app_url)
+    page.evaluate(RECORD_IMAGE_LABELS_JS)
+    assert page.locator("#image-live-preview input").is_checked()
+    _set_number(page, "number input for Images per run", 2)
+    before = page.locator("#gallery .thumbnail-item").count()
+    page.locator("#image-prompt textarea").fill("a red fox in the snow")
+    _choose_size(page, "96x64")
+    _set_number(page, "number input for Steps", 50)
+    page.locator("#generate").click()
+    page.wait_for_function(f"() => document.querySelectorAll('#gallery .thumbnail-item').length === {before + 2}",
+                           timeout=REPLY_TIMEOUT_MS)
+    labels = page.evaluate("window.__imageLabels")
+    previews = [i for i, text in enumerate(labels) if text.startswith("Preview · image")]
+    finals = [i for i, text in enumerate(labels) if text.startswith("Image |") and text.endswith("96x64")]
+    assert previews and finals and previews[0] < finals[-1], labels
+    assert any(re.match(r"Preview · image \d · step \d+/50 \| 96x64", labels[i]) for i in previews), labels
+    captions = page.locator("#gallery img").evaluate_all("imgs => imgs.map(i => i.alt)")
+    seeds = [int(m.group(1)) for c in captions[-2:] if (m := re.match(r"seed (\d+) · 96x64", c))]
+    assert len(seeds) == 2 and seeds[1] == seeds[0] + 1, captions  # consecutive seeds
+    # Whole thumbnails: the picture is scaled to fit its tile (object-fit contain), captions shown.
+    fits = page.locator("#gallery .thumbnail-item img").evaluate_all(
+        "imgs => imgs.map(i => getComputedStyle(i).objectFit)")
+    assert set(fits) == {"contain"}, fits
+    for item in page.locator("#gallery .thumbnail-item").all()[-2:]:  # each caption inside the visible gallery
+        item.scroll_into_view_if_needed()
+        label, box = item.locator(".caption-label"), page.locator("#gallery .grid-wrap").bounding_box()
+        shown = label.bounding_box()
+        assert label.is_visible() and shown["y"] + shown["height"] <= box["y"] + box["height"] + 1, (shown, box)
+    assert page.locator("#png-file a.download-link").count() == 2
+    _set_number(page, "number input for Images per run", 1)
+    _shot(page, "06-image-preview-several")
+
+
+def test_dropped_png_fills_the_form_and_a_foreign_size_is_refused(page, tmp_path):
+    page.locator("#image-tab-button").click()
+    _open_accordion(page, "Restore settings from a PNG")
+    good = _a1111_png(tmp_path / "a1111.png", "64x64", 7, 4242, "a blue whale, ink drawing")
+    page.locator("#paste-png input[type=file]").set_input_files(str(good))
+    page.wait_for_function(
+        "() => document.querySelector('#image-prompt textarea').value === 'a blue whale, ink drawing'")
+    assert page.locator("#image-size input").input_value().startswith("64x64")
+    assert page.get_by_label("number input for Steps", exact=True).input_value() == "7"
+    assert page.locator("#image-seed input").input_value() == "4242"
+    assert not page.locator("#image-randomize input").is_checked()
+    page.locator("#paste-note", has_text="Restored from the PNG").wait_for()
+    _shot(page, "07-image-paste-back")
+    page.locator("#paste-png button[aria-label='Clear']").first.click()
+    foreign = _a1111_png(tmp_path / "foreign.png", "512x512", 20, 1, "not served here")
+    page.locator("#paste-png input[type=file]").set_input_files(str(foreign))
+    page.locator(".toast-body", has_text="Allowed sizes: 64x64, 96x64").first.wait_for()
+    assert page.locator("#image-prompt textarea").input_value() == "a blue whale, ink drawing"  # unchanged
+
+
+def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page, context):
+    page.locator("#image-tab-button").click()
+    other = context.new_page()
+    other.goto(page.url)
+    other.locator("#image-tab-button").click()
+    # The first tab holds the image engine with a long run (the slow size, 50 steps).
+    page.locator("#image-prompt textarea").fill("a long run")
+    _choose_size(page, SLOW_SIZE)
+    _set_number(page, "number input for Steps", 50)
+    page.locator("#generate").click()
+    page.locator("#image-tab .progress-level", has_text="step").first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    # The second tab's request waits in the queue; Stop there drops it before it starts.
+    other.locator("#image-prompt textarea").fill("queued then stopped")
+    other.locator("#generate").click()
+    other.locator("#image-tab .progress-text, #image-tab .eta-bar, #image-tab .progress-level").first.wait_for()
+    other.locator("#stop-image").click()
+    page.locator("#stop-image").click()  # and the running one stops at its next step boundary
+    other.locator(".toast-body", has_text="Stopped before it started").first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    assert other.locator("#gallery .thumbnail-item").count() == 0
+    page.wait_for_function("() => /stopped/.test(document.querySelector('#image-params').innerText)",
+                           timeout=REPLY_TIMEOUT_MS)
+    params = page.locator("#image-params").inner_text().replace("\n", "")
+    assert '"stopped":true' in params, params
+    snippet = page.locator("#python-snippet").inner_text()
+    assert "This image was stopped after" in snippet
+    _shot(other, "08-image-stopped-while-queued")
+    other.close()

@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import inspect
+import io
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from functools import wraps
 from typing import Any, TypedDict, get_type_hints
 
@@ -35,6 +38,18 @@ def user_errors(fn):
                 raise gr.Error(str(exc)) from None
 
         return gen_wrapper
+
+    if inspect.isasyncgenfunction(fn):
+
+        @wraps(fn)
+        async def async_gen_wrapper(*args, **kwargs):
+            try:
+                async for item in fn(*args, **kwargs):
+                    yield item
+            except ShowcaseError as exc:
+                raise gr.Error(str(exc)) from None
+
+        return async_gen_wrapper
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
@@ -67,6 +82,19 @@ def refusals_as_toast(outputs: int):
 
             return gen_wrapper
 
+        if inspect.isasyncgenfunction(fn):
+
+            @wraps(fn)
+            async def async_gen_wrapper(*args, **kwargs):
+                try:
+                    async for item in fn(*args, **kwargs):
+                        yield item
+                except ShowcaseError as exc:
+                    gr.Warning(str(exc))
+                    yield skip
+
+            return async_gen_wrapper
+
         @wraps(fn)
         def wrapper(*args, **kwargs):
             try:
@@ -96,6 +124,34 @@ def follow(call, interval: float = 0.1) -> Iterator[tuple[int, int, float] | Non
     finally:
         if not call.wait(0):
             call.cancel()
+
+
+async def follow_async(call, interval: float = 0.1) -> AsyncIterator[tuple[int, int, float] | None]:
+    """``follow`` for async handlers: yield progress until the call ends; cancel it if the handler ends first.
+
+    Image handlers are async generators because Gradio stops an event by cancelling its asyncio
+    task (gradio_client ``job.cancel()``, a closed page): the cancel lands at the ``await`` here,
+    even before the first update, and the ``finally`` stops the image at its next step boundary, or
+    drops it before its first step. A sync generator's thread is never interrupted that way: an image
+    cancelled right after submit ran all its steps (issue 23 #4).
+    """
+    try:
+        while not call.wait(0):
+            await asyncio.sleep(interval)
+            yield call.progress  # None while the request waits for the engine
+    finally:
+        if not call.wait(0):
+            call.cancel()
+
+
+def preview_data_url(frame, max_side: int = 256) -> str:
+    """A preview frame as a small PNG data URL (progress updates of API clients that ask for previews)."""
+    image = frame.image()
+    if max(image.size) > max_side:
+        image = image.resize((image.width * max_side // max(image.size), image.height * max_side // max(image.size)))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 class ChatReply(TypedDict):
@@ -160,6 +216,11 @@ def image_api_inputs(backend: Backend) -> list[Api]:
                              "description": "None: a random seed (returned in the parameters)"}), "seed"),
         Api(None, _nullable({"type": "number", "description": "None: the model's default (ignored by "
                                                               "distilled models)"}), "guidance"),
+        Api(1, {"type": "integer", "minimum": 1, "maximum": settings.max_images_per_run,
+                "description": f"images with seeds seed, seed+1, ... (1 to {settings.max_images_per_run}); "
+                               "above 1 the PNG and parameters outputs are lists"}, "images"),
+        Api(False, {"type": "boolean", "description": "progress updates carry preview frames (PNG data URLs)"},
+            "preview"),
     ]
 
 
@@ -172,8 +233,11 @@ def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
              thinking: bool = False, temperature: float | None = None, top_p: float | None = None,
              top_k: int | None = None, max_new_tokens: int | None = None, greedy: bool = False,
              seed: int | None = None) -> ChatReply:
-        """Stream a reply: each update is {"reasoning", "answer", "delta", "done", "dropped_turns", "stats"}."""
-        request = ChatRequest(message=message, history=tuple(history or ()), system_prompt=system_prompt or None,
+        """Stream a reply: each update is {"reasoning", "answer", "delta", "done", "dropped_turns", "stats", "notices"}.
+
+        ``history`` takes the Chat tab's messages or an exported conversation's "messages" as they are.
+        """
+        request = ChatRequest(message=message, history=history, system_prompt=system_prompt or None,
                               thinking=thinking, temperature=temperature, top_p=top_p, top_k=top_k,
                               max_new_tokens=max_new_tokens, greedy=greedy, seed=seed)
         for update in backend.stream_chat(request):
@@ -198,25 +262,38 @@ def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
         api_trigger = gr.Button()
 
     @user_errors
-    def generate_image_api(prompt: str, size: str | None = None, steps: int | None = None, seed: int | None = None,
-                           guidance: float | None = None):
-        """Generate one image; returns the PNG (parameters embedded) and its parameters.
+    async def generate_image_api(prompt: str, size: str | None = None, steps: int | None = None,
+                                 seed: int | None = None, guidance: float | None = None, images: int = 1,
+                                 preview: bool = False):
+        """Generate ``images`` images (default 1); returns the PNG (parameters embedded) and its parameters,
+        or, for several, the list of PNGs and the list of their parameters.
 
-        With submit(), progress dicts {"status", "step", "total", "elapsed_s"} stream first.
+        With submit(), progress dicts {"status", "step", "total", "elapsed_s"} stream first (steps
+        counted over the whole run); with ``preview`` true they also carry "preview" (a PNG data URL
+        of the latest preview frame, 1/8 of the size) and "preview_step".
         """
+        count = 1 if images in (None, "") else images
         request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
-                               guidance=guidance)
-        call = backend.start_image(request)
-        started = time.perf_counter()
-        for state in follow(call):
+                               guidance=guidance, count=count)
+        call = backend.start_image(request, preview=preview is True)
+        started, sent = time.perf_counter(), None
+        async for state in follow_async(call):
             # Progress updates stream to clients that submit(); each one also lets the server
             # notice a client that went away (and then stop the image within a step).
             step, total, _ = state or (0, None, 0.0)
-            yield gr.skip(), {"status": "running" if state else "waiting", "step": step, "total": total,
-                              "elapsed_s": round(time.perf_counter() - started, 2)}
-        result = call.result()
-        path = str(result.path) if result.path else str(backend.exports.write_png(result.image))
-        yield path, result.params
+            update = {"status": "running" if state else "waiting", "step": step, "total": total,
+                      "elapsed_s": round(time.perf_counter() - started, 2)}
+            frame = call.preview
+            if frame is not None and frame is not sent:
+                update.update(preview=preview_data_url(frame), preview_step=frame.step, preview_image=frame.index + 1)
+                sent = frame
+            yield gr.skip(), update
+        results = call.results()
+        paths = [str(r.path) if r.path else str(backend.exports.write_png(r.image)) for r in results]
+        if count == 1:
+            yield paths[0], results[0].params
+        else:
+            yield paths, [r.params for r in results]
 
     api_trigger.click(generate_image_api, api_inputs,
                       [api_png, api_params], api_name="generate_image", concurrency_limit=1,

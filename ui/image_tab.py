@@ -1,4 +1,10 @@
-"""The Image tab: precompiled sizes only, progress with ETA, stop, this session's gallery, the PNG."""
+"""The Image tab: precompiled sizes only, live preview, progress with ETA, stop, several images per run,
+paste-back of a dropped PNG's settings, this session's gallery, the PNGs and their parameters.
+
+Stop (``press_stop``, not queued) reaches the server at once: a running request stops at its next
+step boundary; one still waiting in Gradio's queue is marked and dropped when its turn comes
+(nothing run, nothing saved).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,20 @@ import time
 from dataclasses import dataclass
 
 import gradio as gr
+from PIL import Image
 
+from neuron_backend.errors import CancelledError
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
+from neuron_backend.image.paste_back import read_settings
 from neuron_backend.runtime import Backend
 
-from .api import follow, user_errors
+from .api import follow_async, refusals_as_toast
 from .presentation import python_snippet, size_choice_label
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
+PREVIEW_EVERY_S = 0.3  # the page gets a new preview frame at most this often
+WAITING, STOPPED = "waiting", "stopped"
 
 
 @dataclass
@@ -32,77 +43,167 @@ def size_choices(backend: Backend) -> list[tuple[str, str]]:
     return [(size_choice_label(s, states.get(s.label)), s.label) for s in backend.settings.sizes]
 
 
+def image_snippet(url: str, params: dict) -> str:
+    """The gradio_client call for an image; a stopped image says plainly that the call makes the finished one."""
+    code = python_snippet(url, params)
+    if params.get("stopped"):
+        code = (f"# This image was stopped after {params.get('steps_done')} of {params.get('steps')} steps.\n"
+                f"# The call below runs all {params.get('steps')} steps: it makes the finished image, not the\n"
+                "# stopped one shown (a stopped image cannot be reproduced by asking for fewer steps).\n") + code
+    return code
+
+
+def caption(params: dict) -> str:
+    stopped = f" · stopped {params.get('steps_done')}/{params.get('steps')}" if params.get("stopped") else ""
+    return f"seed {params['seed']} · {params['size']}{stopped}"
+
+
+def preview_picture(frame) -> Image.Image:
+    """A preview frame scaled up to the image's size, so the picture does not jump when the final one arrives."""
+    return frame.image().resize((frame.width, frame.height), Image.BILINEAR)
+
+
 def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
     """Components and events of the Image tab (call inside a gr.Tab)."""
     settings = backend.settings
     last_seed = gr.State(None)
-    session_gallery = gr.State([])
+    session_images = gr.State([])  # this session's images: [{"path", "params"}], oldest first
     with gr.Row():
         with gr.Column(scale=2):
             prompt = gr.Textbox(label="Prompt", lines=2, elem_id="image-prompt",
                                 max_length=settings.max_prompt_chars)
             size = gr.Dropdown(choices=size_choices(backend), value=settings.sizes[0].label,
                                label="Size (precompiled only)", elem_id="image-size")
-            steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label="Steps")
+            steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label="Steps",
+                              elem_id="image-steps")
+            count = gr.Slider(1, settings.max_images_per_run, value=1, step=1, label="Images per run",
+                              info="consecutive seeds, made one after another", elem_id="image-count",
+                              visible=settings.max_images_per_run > 1)
             with gr.Row():
-                seed = gr.Number(label="Seed", value=0, precision=0, minimum=0, maximum=SEED_MAX)
-                randomize = gr.Checkbox(label="Randomize seed", value=True)
+                seed = gr.Number(label="Seed", value=0, precision=0, minimum=0, maximum=SEED_MAX,
+                                 elem_id="image-seed")
+                randomize = gr.Checkbox(label="Randomize seed", value=True, elem_id="image-randomize")
                 reuse = gr.Button("Reuse last seed", size="sm")
             guidance = gr.Slider(GUIDANCE_MIN, GUIDANCE_MAX, value=DEFAULT_GUIDANCE, step=0.5, label="Guidance",
-                                 visible=not backend.image_distilled())
+                                 visible=not backend.image_distilled(), elem_id="image-guidance")
+            live = gr.Checkbox(label="Live preview", value=settings.image_preview, elem_id="image-live-preview",
+                               interactive=settings.image_preview,
+                               info=None if settings.image_preview else "off on this server (--no-image-preview)")
             with gr.Row():
                 generate_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-image")
+            with gr.Accordion("Restore settings from a PNG", open=False):
+                dropped = gr.File(label="Drop a PNG (this app's or A1111-style) to fill the form",
+                                  file_types=[".png"], type="filepath", elem_id="paste-png")
+                paste_note = gr.Markdown(elem_id="paste-note")
             gr.Examples(IMAGE_EXAMPLES, inputs=prompt)
         with gr.Column(scale=3):
             image_out = gr.Image(label="Image", type="filepath", format="png", elem_id="image-out")
-            png_file = gr.File(label="PNG with embedded parameters", elem_id="png-file")
+            png_file = gr.File(label="PNG with embedded parameters", elem_id="png-file", file_count="multiple")
             params_out = gr.JSON(label="Parameters", elem_id="image-params")
             snippet = gr.Code(label="Use from Python", language="python", elem_id="python-snippet")
-    gallery = gr.Gallery(label="This session's images", columns=6, height=220, object_fit="contain",
-                         elem_id="gallery")
+    # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
+    # images to the full width, and their caption (seed and size) then falls below the visible height.
+    gallery = gr.Gallery(label="This session's images (click one for its PNG and parameters)", columns=5,
+                         fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery")
 
     active_calls: dict[str, object] = {}  # session -> its running ImageCall, for Stop
+    queued: dict[str, str] = {}  # session -> WAITING, or STOPPED when Stop came while it waited in the queue
 
-    @user_errors
-    def press_generate(text, size_label, n_steps, seed_value, randomize_seed, guidance_value, past,
-                       request: gr.Request, progress=gr.Progress()):
+    def session_of(request: gr.Request) -> str:
+        return getattr(request, "session_hash", None) or "anonymous"
+
+    def base_url(request: gr.Request) -> str:
+        return str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
+
+    def mark_waiting(request: gr.Request):
+        queued[session_of(request)] = WAITING
+
+    @refusals_as_toast(outputs=7)
+    async def press_generate(text, size_label, n_steps, n_images, seed_value, randomize_seed, guidance_value,
+                             want_preview, past, request: gr.Request, progress=gr.Progress()):
+        session = session_of(request)
+        if queued.pop(session, None) == STOPPED:
+            raise CancelledError("Stopped before it started: no step ran and nothing was saved.")
         chosen = random.randint(0, SEED_MAX) if randomize_seed else seed_value
         started = time.perf_counter()
         call = backend.start_image(
             ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=int(chosen),
-                         guidance=None if backend.image_distilled() else guidance_value))
-        session = getattr(request, "session_hash", None) or "anonymous"
+                         guidance=None if backend.image_distilled() else guidance_value, count=int(n_images or 1)),
+            preview=bool(want_preview) and settings.image_preview)
         active_calls[session] = call
+        shown, shown_at = None, 0.0
         try:
-            for state in follow(call):
+            async for state in follow_async(call):
                 if state is None:
                     progress(0.0, desc="starting (or waiting for the image engine)")
                 else:
                     step, total, elapsed = state
                     eta = elapsed / max(step, 1) * (total - step)
                     progress((step, total), desc=f"step {step}/{total} · ~{eta:.1f} s left", unit="steps")
-                yield (gr.skip(),) * 7
+                frame = call.preview
+                if frame is not None and frame is not shown and time.perf_counter() - shown_at >= PREVIEW_EVERY_S:
+                    shown, shown_at = frame, time.perf_counter()
+                    label = f"Preview · image {frame.index + 1} · step {frame.step}/{frame.total}"
+                    yield (gr.update(value=preview_picture(frame), label=label),) + (gr.skip(),) * 6
+                else:
+                    yield (gr.skip(),) * 7
         finally:
             active_calls.pop(session, None)
-        result = call.result()
-        params = dict(result.params, wall_s=round(time.perf_counter() - started, 3))
-        path = str(result.path) if result.path else str(backend.exports.write_png(result.image))
-        gallery_items = [*past, (path, f"seed {result.seed} · {params['size']}")]
-        url = str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
-        yield (path, path, params, python_snippet(url, params), result.seed, gallery_items, gallery_items)
+        results = call.results()
+        wall = round(time.perf_counter() - started, 3)
+        made = []
+        for result in results:
+            path = str(result.path) if result.path else str(backend.exports.write_png(result.image))
+            made.append({"path": path, "params": dict(result.params, wall_s=wall)})
+        items = [*past, *made]
+        first = made[0]["params"]
+        shown_params = first if len(made) == 1 else [m["params"] for m in made]
+        yield (gr.update(value=made[0]["path"], label="Image"), [m["path"] for m in made], shown_params,
+               image_snippet(base_url(request), first), results[0].seed, items, gallery_value(items))
 
     def press_stop(request: gr.Request):
-        call = active_calls.get(getattr(request, "session_hash", None) or "anonymous")
+        session = session_of(request)
+        call = active_calls.get(session)
         if call is not None:
             call.cancel()
+        elif queued.get(session) == WAITING:
+            queued[session] = STOPPED
 
-    generate_btn.click(
-        press_generate, [prompt, size, steps, seed, randomize, guidance, session_gallery],
-        [image_out, png_file, params_out, snippet, last_seed, session_gallery, gallery],
+    def pick_image(items, evt: gr.SelectData, request: gr.Request):
+        if not items or evt.index is None or not 0 <= evt.index < len(items):
+            return (gr.skip(),) * 4
+        item = items[evt.index]
+        return (gr.update(value=item["path"], label="Image"), [item["path"]], item["params"],
+                image_snippet(base_url(request), item["params"]))
+
+    @refusals_as_toast(outputs=7)
+    def drop_png(path):
+        if not path:
+            return (gr.skip(),) * 7
+        pasted = read_settings(path, settings)
+        notes = "".join(f"; {n}" for n in pasted.notes)
+        message = f"Restored from the PNG ({pasted.source}): size {pasted.size}{notes}."
+        keep = gr.skip()
+        return (pasted.prompt, pasted.size, keep if pasted.steps is None else pasted.steps,
+                keep if pasted.seed is None else pasted.seed, pasted.seed is None,
+                keep if pasted.guidance is None else pasted.guidance, message)
+
+    generate_btn.click(mark_waiting, None, None, queue=False, api_visibility="private").then(
+        press_generate, [prompt, size, steps, count, seed, randomize, guidance, live, session_images],
+        [image_out, png_file, params_out, snippet, last_seed, session_images, gallery],
         concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private",
     )
     stop_btn.click(press_stop, None, None, queue=False, api_visibility="private")
+    gallery.select(pick_image, session_images, [image_out, png_file, params_out, snippet],
+                   api_visibility="private")
+    dropped.upload(drop_png, dropped, [prompt, size, steps, seed, randomize, guidance, paste_note],
+                   api_name="paste_png")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")
     return ImageTab(size=size, guidance=guidance)
+
+
+def gallery_value(items: list[dict]) -> list[tuple[str, str]]:
+    """The gallery's (file, caption) pairs: whole thumbnails, each captioned with its seed and size."""
+    return [(item["path"], caption(item["params"])) for item in items]
