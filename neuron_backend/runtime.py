@@ -14,6 +14,7 @@ from pathlib import Path
 from . import devices
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
+from .metrics import Metrics
 from .settings import Settings
 from .warmup import Step, Task, TimingHistory, WarmupRunner, versions_tag
 
@@ -91,6 +92,7 @@ class Backend:
         self.warm_start = WarmStart(self)
         self.runner = WarmupRunner(self.warm_start.plan_with_bundle(self._plan()), history)
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
+        self.metrics = Metrics(lambda: self.runner.tasks, self.engine_states, self.runner.compiles_since_ready)
 
     def served_folders(self) -> list[Path]:
         """The only folders whose files the page hands out (launch's allowed_paths): images and exports.
@@ -204,21 +206,35 @@ class Backend:
         return ShapeNotReadyError(f"{exc}{when}", exc.shape)
 
     def stream_chat(self, request) -> Iterator:
-        """Stream a chat reply (see ChatEngine.stream)."""
-        engine = self.engine("chat")
-        try:
-            yield from engine.stream(request)
-        except ShapeNotReadyError as exc:
-            raise self.explain_not_ready("chat", exc) from None
+        """Stream a chat reply (see ChatEngine.stream); counted once in the metrics with its outcome."""
+        with self.metrics.track("chat") as tracked:
+            engine = self.engine("chat")
+            try:
+                for update in engine.stream(request):
+                    if update.stats is not None:
+                        self.metrics.observe_chat(update.stats)
+                        tracked.outcome = "cancelled" if update.stats.stopped else "ok"
+                    yield update
+            except ShapeNotReadyError as exc:
+                raise self.explain_not_ready("chat", exc) from None
 
     def generate_image(self, request, progress: Callable[[int, int, float], None] | None = None,
                        cancel: threading.Event | None = None):
-        """Generate one image (see ImageEngine.generate)."""
-        engine = self.engine("image")
-        try:
-            return engine.generate(request, progress, cancel)
-        except ShapeNotReadyError as exc:
-            raise self.explain_not_ready("image", exc) from None
+        """Generate one image (see ImageEngine.generate); counted once in the metrics with its outcome."""
+        with self.metrics.track("image") as tracked:
+            engine = self.engine("image")
+            try:
+                result = engine.generate(request, progress, cancel)
+            except ShapeNotReadyError as exc:
+                raise self.explain_not_ready("image", exc) from None
+            self._observe_images([result], tracked)
+            return result
+
+    def _observe_images(self, results: list, tracked) -> None:
+        for result in results:
+            self.metrics.observe_image(str(result.params.get("size")), result.seconds)
+            if result.stopped:
+                tracked.outcome = "cancelled"
 
     def generate_images(self, request, progress: Callable[[int, int, float], None] | None = None,
                         cancel: threading.Event | None = None, preview: Callable | None = None) -> list:
