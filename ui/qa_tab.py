@@ -68,7 +68,7 @@ def build_qa_tab(backend: Backend) -> None:
         comment = gr.Textbox(label="Comment", elem_id="qa-comment")
         save_mark_btn = gr.Button("Save mark", elem_id="qa-save-mark")
         rerun_btn = gr.Button("Re-run cell", elem_id="qa-rerun")
-    with gr.Accordion("Speed and cost per cell (click a header to sort)", open=False, elem_id="qa-speed-box"):
+    with gr.Accordion("Speed and cost per cell (sort from a column's ⋮ menu)", open=False, elem_id="qa-speed-box"):
         speed = gr.Dataframe(headers=qa_grid.SPEED_HEADERS, datatype=qa_grid.SPEED_TYPES, interactive=False,
                              elem_id="qa-speed")
     with gr.Accordion("Blind A/B: two variants, names hidden, sides shuffled", open=False, elem_id="qa-ab-box"):
