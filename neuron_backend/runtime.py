@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import devices
-from .errors import EngineUnavailableError, ShapeNotReadyError
+from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .metrics import Metrics
 from .settings import Settings
@@ -42,11 +42,14 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
     if settings.demo:
         from .demo_models import ensure_demo_models
 
-        demo = ensure_demo_models(settings.cache_dir)
+        demo = ensure_demo_models(settings.cache_dir, engines=(engine,))  # a failed build spares the other
         return demo.chat if engine == "chat" else demo.image
     from .model_sources import obtain
 
-    return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress)
+    # A download that receives nothing for this long is abandoned with what to do (model_sources.py).
+    stall = max(30.0, 6 * settings.hub_timeout)
+    return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress, engine,
+                  hub_timeout=settings.hub_timeout, stall_timeout=stall, flag=f"--{engine}-model")
 
 
 def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str):
@@ -81,10 +84,16 @@ class Backend:
             log.warning(self.cache.problem)
         self.host = devices.detect() if host is None else host
         self.placements = devices.resolve_placements(settings, self.host)
+        image = self.placements.get("image")
+        if settings.compile_repeated_blocks and image is not None and not image.compile:  # never silently ignored
+            raise ConfigError("--compile-repeated-blocks", f"compiles nothing here: the image engine runs eager on "
+                              f"{image.device} (--compile {settings.compile}; auto compiles only on neuron)",
+                              "--compile on, or leave out --compile-repeated-blocks")
         self.description = devices.describe(self.placements, self.host)
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
+        self.fallbacks: dict[str, str] = {}  # engine -> why its real model gave way to the demo (--models auto)
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
         from .cache.warm_start import WarmStart  # compile-cache bundles (neuron_backend/cache)
@@ -103,7 +112,7 @@ class Backend:
 
     # ----- what runs where -------------------------------------------------------------------
     def model_id(self, engine: str) -> str:
-        if self.settings.demo:
+        if self.settings.demo or engine in self.fallbacks:
             return f"demo {'Qwen3' if engine == 'chat' else 'FLUX.2-klein'} (tiny, random weights)"
         return self.settings.chat_model if engine == "chat" else self.settings.image_model
 
@@ -114,6 +123,8 @@ class Backend:
             parts.append(f"{name}: {self.model_id(name)} on {p.label()}")
         where = self.description["accelerator"]
         tail = " · demo models with random weights: output is noise" if self.settings.demo else ""
+        for name, reason in self.fallbacks.items():
+            tail += f" · {name} FELL BACK to its demo model (random weights): {reason}"
         return f"{where} · " + " | ".join(parts) + tail
 
     def log_startup(self) -> None:
@@ -161,14 +172,35 @@ class Backend:
         def progress(fraction: float, text: str) -> None:
             task.progress, task.detail = fraction, text
 
-        self._folders[task.engine] = model_folder(self.settings, task.engine, progress)
+        try:
+            self._folders[task.engine] = model_folder(self.settings, task.engine, progress)
+        except Exception as exc:  # noqa: BLE001 - --models auto falls back; otherwise re-raised
+            self._fall_back(task.engine, exc)
         task.detail = str(self._folders[task.engine])
 
     def _load(self, task: Task) -> None:
-        engine = self._create(task.engine)
-        engine.load(self._folders[task.engine])
+        try:
+            engine = self._create(task.engine)
+            engine.load(self._folders[task.engine])
+        except Exception as exc:  # noqa: BLE001 - as in _obtain
+            if task.engine in self.fallbacks:
+                raise
+            self._fall_back(task.engine, exc)
+            engine = self._create(task.engine)
+            engine.load(self._folders[task.engine])
+        task.detail = getattr(engine, "memory_note", None) or task.detail
         with self._lock:
             self._engines[task.engine] = engine
+
+    def _fall_back(self, name: str, exc: Exception) -> None:
+        """--models auto: switch ``name`` to its demo model, loudly; else re-raise (full: that engine fails)."""
+        if (self.settings.models_requested != "auto" or self.settings.demo or name in self.fallbacks
+                or self.placements[name].tp > 1):
+            raise exc
+        reason = f"{type(exc).__name__}: {exc}"
+        log.error("%s engine: the real model failed (%s); falling back to the demo model", name, reason)
+        self.fallbacks[name] = reason
+        self._folders[name] = model_folder(self.settings.replace(models="tiny"), name)
 
     def _create(self, name: str):
         placement = self.placements[name]
@@ -273,7 +305,12 @@ class Backend:
     def status(self) -> dict:
         """The warm-up snapshot plus what runs where (JSON-serialisable)."""
         snap = self.runner.snapshot()
+        engines = {name: self._engine_state(name) for name in ENGINES}
         snap.update(
+            # ready: warm-up over AND every enabled engine serves (a failed engine is not ready)
+            warmup_done=snap["ready"],
+            ready=snap["ready"] and all(e["state"] == "ready" for e in engines.values() if e["state"] != "disabled"),
+            fallbacks=dict(self.fallbacks),
             banner=self.banner(),
             demo=self.settings.demo,
             models={name: self.model_id(name) for name in self.placements},
@@ -281,7 +318,7 @@ class Backend:
             device=self.description,
             cache_dir=str(self.settings.cache_dir),
             cache_problem=self.cache.problem,
-            engines={name: self._engine_state(name) for name in ENGINES},
+            engines=engines,
             limits=self.limits(),
         )
         return self.warm_start.annotate(snap)
