@@ -251,6 +251,8 @@ def test_feedback_from_the_page_is_written_and_imported_by_the_qa_bench(browser,
         page.locator("#chatbot .message-row.bot-row").last.hover()
         page.locator("#chatbot button[aria-label='Dislike']").last.click()
         page.locator("#feedback-comment textarea").fill("too short")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "feedback-comment.png"), full_page=True)
         page.locator("#feedback-save").click()
         page.locator("#feedback-row").wait_for(state="hidden")
         ARTIFACTS.mkdir(exist_ok=True)
@@ -276,3 +278,21 @@ def test_feedback_rows_keep_only_qa_columns(tmp_path):
     log = FeedbackLog(tmp_path)
     log.record("up", "p", "r", {"temperature": 0.3, "not_a_setting": 1})
     assert json.loads(log.prompt_set.read_text()) == {"prompt": "p", "temperature": 0.3}
+
+
+def test_saved_chats_keep_their_key_and_secret_across_restarts(tmp_path):
+    """Gradio's default BrowserState secret is new at every start: every visitor's saved chats would vanish."""
+    import ui
+    from neuron_backend.runtime import Backend
+    from neuron_backend.settings import parse_settings
+    from ui.chat_saved import SAVED_CHATS_KEY
+
+    def saved_chats_state():
+        settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path)], env={})
+        demo = ui.create_demo(Backend(settings))
+        states = [b for b in demo.blocks.values() if type(b).__name__ == "BrowserState"]
+        return [(s.storage_key, s.secret) for s in states]
+
+    first, second = saved_chats_state(), saved_chats_state()
+    assert first == second and [key for key, _ in first] == [SAVED_CHATS_KEY]
+    assert len(first[0][1]) >= 16
