@@ -30,6 +30,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                              "the whole cache); a step attends over the smallest window that holds the text so far"),
     ("max-new-tokens", "int", "most tokens one reply may generate"),
     ("chat-batch", "int", "chat replies generated together in one fixed batch of N slots (1: one at a time)"),
+    ("prefill-chunk", "str", "N|auto|0: with compile on, the prompt runs through the compiled forward in "
+                             "chunks of N tokens, which must divide every bucket (auto: the largest such N; "
+                             "0 or off: eager prefill)"),
     ("default-steps", "int", "default denoising steps"),
     ("max-steps", "int", "most denoising steps one request may ask for"),
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
@@ -39,8 +42,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("port", "int", "port to listen on"),
     ("share", "bool", "create a public Gradio share link"),
     ("auth", "str", "user:password protecting the UI and the API"),
-    ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp/"),
-    ("feedback-max-bytes", "int", "size of the feedback file (chat 👍/👎 marks) before it is rotated"),
     ("no-chat", "bool", "disable the chat engine"),
     ("no-image", "bool", "disable the image engine"),
     ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),
@@ -143,6 +144,14 @@ def _parse_windows(value: object) -> tuple[int, ...]:
     if str(value).strip().lower() in ("", "none"):
         return ()
     return tuple(sorted({_as_int("cache-windows", p) for p in str(value).split(",") if p.strip()}))
+
+
+def _parse_prefill_chunk(value: object) -> int | None:
+    """None: auto (the largest chunk that divides every bucket); 0: eager prefill."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None
+    return 0 if text == "off" else _as_int("prefill-chunk", text)
 
 
 def _parse_buckets(value: object) -> tuple[int, ...]:

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import devices
+from .chat import prefill
 from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
-from .metrics import Metrics
 from .settings import Settings
 from .warmup import Step, Task, TimingHistory, WarmupRunner, versions_tag
 
@@ -30,9 +30,13 @@ def shape_keys(settings: Settings, engine: str) -> list[str]:
     return [s.label for s in settings.sizes]
 
 
-def shape_title(engine: str, key: str, first: bool, batch: int = 1) -> str:
+def shape_title(engine: str, key: str, first: bool, batch: int = 1, chunk: int = 0) -> str:
+    """A warm-up task's title; ``chunk``: the compiled prefill chunk (0: eager prefill, chat/prefill.py)."""
     if engine == "chat":
-        title = f"prompt bucket {key.removeprefix('prefill-')} tokens" + (f" × batch {batch}" if batch > 1 else "")
+        bucket = int(key.removeprefix("prefill-"))
+        title = f"prompt bucket {bucket} tokens" + (f" × batch {batch}" if batch > 1 else "")
+        if chunk:
+            title += f" in {bucket // chunk} compiled chunk{'s' if bucket > chunk else ''} of {chunk}"
         return title + " + decode graphs" if first else title
     return f"size {key}"
 
@@ -42,7 +46,7 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
     if settings.demo:
         from .demo_models import ensure_demo_models
 
-        demo = ensure_demo_models(settings.cache_dir, engines=(engine,))  # a failed build spares the other
+        demo = ensure_demo_models(settings.cache_dir)
         return demo.chat if engine == "chat" else demo.image
     from .model_sources import obtain
 
@@ -101,7 +105,6 @@ class Backend:
         self.warm_start = WarmStart(self)
         self.runner = WarmupRunner(self.warm_start.plan_with_bundle(self._plan()), history)
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
-        self.metrics = Metrics(lambda: self.runner.tasks, self.engine_states, self.runner.compiles_since_ready)
 
     def served_folders(self) -> list[Path]:
         """The only folders whose files the page hands out (launch's allowed_paths): images and exports.
@@ -156,9 +159,11 @@ class Backend:
             head.append(Step(Task(f"{engine} · obtain weights", engine, "weights"), self._obtain, key("weights")))
             head.append(Step(Task(f"{engine} · load on {p.device}", engine, "load"), self._load, key("load")))
             batch = self.settings.chat_batch if engine == "chat" else 1
+            chunk = prefill.chunk_size(self.settings, p.compile) if engine == "chat" else 0
             for i, shape in enumerate(shape_keys(self.settings, engine)):
-                task = Task(f"{engine} · {shape_title(engine, shape, i == 0, batch)}", engine, "compile", shape)
+                task = Task(f"{engine} · {shape_title(engine, shape, i == 0, batch, chunk)}", engine, "compile", shape)
                 timed = shape if batch == 1 else f"{shape}@batch{batch}"  # batch N warms up other graphs
+                timed += f"@chunk{chunk}" if chunk else ""  # compiled prefill chunks: other graphs, other times
                 (head if i == 0 else tail).append(Step(task, self._warm_up, key("compile", timed)))
         return head + tail
 
@@ -238,49 +243,25 @@ class Backend:
         return ShapeNotReadyError(f"{exc}{when}", exc.shape)
 
     def stream_chat(self, request) -> Iterator:
-        """Stream a chat reply (see ChatEngine.stream); counted once in the metrics with its outcome."""
-        with self.metrics.track("chat") as tracked:
-            engine = self.engine("chat")
-            try:
-                for update in engine.stream(request):
-                    if update.stats is not None:
-                        self.metrics.observe_chat(update.stats)
-                        tracked.outcome = "cancelled" if update.stats.stopped else "ok"
-                    yield update
-            except ShapeNotReadyError as exc:
-                raise self.explain_not_ready("chat", exc) from None
+        """Stream a chat reply (see ChatEngine.stream)."""
+        engine = self.engine("chat")
+        try:
+            yield from engine.stream(request)
+        except ShapeNotReadyError as exc:
+            raise self.explain_not_ready("chat", exc) from None
 
     def generate_image(self, request, progress: Callable[[int, int, float], None] | None = None,
                        cancel: threading.Event | None = None):
-        """Generate one image (see ImageEngine.generate); counted once in the metrics with its outcome."""
-        with self.metrics.track("image") as tracked:
-            engine = self.engine("image")
-            try:
-                result = engine.generate(request, progress, cancel)
-            except ShapeNotReadyError as exc:
-                raise self.explain_not_ready("image", exc) from None
-            self._observe_images([result], tracked)
-            return result
-
-    def _observe_images(self, results: list, tracked) -> None:
-        for result in results:
-            self.metrics.observe_image(str(result.params.get("size")), result.seconds)
-            if result.stopped:
-                tracked.outcome = "cancelled"
-
-    def generate_images(self, request, progress: Callable[[int, int, float], None] | None = None,
-                        cancel: threading.Event | None = None, preview: Callable | None = None) -> list:
-        """Generate ``request.count`` images (see ImageEngine.generate_run)."""
+        """Generate one image (see ImageEngine.generate)."""
         engine = self.engine("image")
         try:
-            return engine.generate_run(request, progress, cancel, preview)
+            return engine.generate(request, progress, cancel)
         except ShapeNotReadyError as exc:
             raise self.explain_not_ready("image", exc) from None
 
-    def start_image(self, request, preview: bool = False) -> ImageCall:
-        """Generate ``request.count`` images on a worker thread so the caller can poll progress and
-        preview frames (``preview``: keep the latest one) and cancel it."""
-        return ImageCall(self, request, preview)
+    def start_image(self, request) -> ImageCall:
+        """Generate an image on a worker thread so the caller can poll progress and cancel it."""
+        return ImageCall(self, request)
 
     def image_distilled(self) -> bool:
         """Whether the image model ignores guidance (FLUX.2-klein is distilled; True until loaded)."""
@@ -344,32 +325,26 @@ class Backend:
 
 
 class ImageCall:
-    """One image request (``request.count`` images) running on its own thread.
+    """One image request running on its own thread.
 
-    The web handler polls ``wait()`` and reads ``progress`` and ``preview`` (the latest preview
-    frame, when asked for); when the client goes away it calls ``cancel()``, which stops this
-    request (not another user's) at the next step boundary, or drops it if it has not started.
+    The web handler polls ``wait()`` and reads ``progress``; when the client goes away it calls
+    ``cancel()``, which stops this request (not another user's) after its current step.
     """
 
-    def __init__(self, backend: Backend, request, preview: bool = False):
-        self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s), over the whole run
-        self.preview = None  # the latest image.steps.PreviewFrame (assigned whole: safe to read from any thread)
+    def __init__(self, backend: Backend, request):
+        self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s)
         self._cancel = threading.Event()
-        self._results: list = []
+        self._result = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(backend, request, preview), name="image-call",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(backend, request), name="image-call", daemon=True)
         self._thread.start()
 
-    def _run(self, backend: Backend, request, preview: bool) -> None:
+    def _run(self, backend: Backend, request) -> None:
         def on_step(step: int, total: int, elapsed: float) -> None:
             self.progress = (step, total, elapsed)
 
-        def on_preview(frame) -> None:
-            self.preview = frame
-
         try:
-            self._results = backend.generate_images(request, on_step, self._cancel, on_preview if preview else None)
+            self._result = backend.generate_image(request, on_step, self._cancel)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
             self._error = exc
 
@@ -382,11 +357,7 @@ class ImageCall:
         self._cancel.set()
 
     def result(self):
-        """The (first) ImageResult, or the exception the request raised."""
-        return self.results()[0]
-
-    def results(self) -> list:
-        """Every ImageResult of the run (fewer than asked when stopped), or the exception it raised."""
+        """The ImageResult, or the exception the request raised."""
         if self._error is not None:
             raise self._error
-        return list(self._results)
+        return self._result

@@ -9,6 +9,7 @@ backend reads ``os.environ``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from .flags import (  # noqa: F401 - env_name and build_parser are part of this 
     _parse_auth,
     _parse_buckets,
     _parse_list,
+    _parse_prefill_chunk,
     _parse_sizes,
     _parse_windows,
     _raw_values,
@@ -91,6 +93,7 @@ class Settings:
     cache_windows: tuple[int, ...] = TINY_PRESET.cache_windows  # context_length is always the last window
     max_new_tokens: int = TINY_PRESET.max_new_tokens
     chat_batch: int = 1  # chat batch slots: replies generated together (1: one at a time)
+    prefill_chunk: int | None = None  # compiled prefill chunk in tokens (None: auto; 0: eager prefill)
     default_steps: int = TINY_PRESET.default_steps
     default_steps_set: bool = False  # --default-steps given; else a non-distilled image model defaults to 50
     max_steps: int = 50
@@ -101,8 +104,6 @@ class Settings:
     port: int = 7860
     share: bool = False
     auth: tuple[str, str] | None = None
-    mcp: bool = False  # serve the public endpoints as MCP tools too
-    feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
     chat: bool = True
     image: bool = True
     warmup_order: tuple[str, ...] = ("chat", "image")
@@ -122,6 +123,11 @@ class Settings:
     @property
     def demo(self) -> bool:
         return self.models == "tiny"
+
+    @property
+    def prefill_chunk_tokens(self) -> int:
+        """The compiled prefill chunk (0: eager): as given, or the largest that divides every bucket."""
+        return math.gcd(*self.buckets) if self.prefill_chunk is None else self.prefill_chunk
 
     def replace(self, **changes) -> Settings:
         """Return a copy with ``changes`` applied and validated again."""
@@ -165,6 +171,7 @@ def parse_settings(
             if w < _as_int("context-length", raw.get("context_length", preset.context_length))),
         max_new_tokens=_as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
         chat_batch=_as_int("chat-batch", raw.get("chat_batch", 1)),
+        prefill_chunk=_parse_prefill_chunk(raw["prefill_chunk"]) if "prefill_chunk" in raw else None,
         default_steps=_as_int("default-steps", raw.get("default_steps", preset.default_steps)),
         default_steps_set="default_steps" in raw,
         max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
@@ -175,8 +182,6 @@ def parse_settings(
         port=_as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
-        mcp=bool(raw.get("mcp", False)),
-        feedback_max_bytes=_as_int("feedback-max-bytes", raw.get("feedback_max_bytes", 2_000_000)),
         chat=not raw.get("no_chat", False),
         image=not raw.get("no_image", False),
         warmup_order=_parse_list(raw.get("warmup_order", "chat,image")),
@@ -247,6 +252,12 @@ def validate(s: Settings) -> Settings:
         if not 1 <= window <= s.context_length:
             raise ConfigError("--cache-windows", f"window {window} is outside 1..{s.context_length}",
                               f"token counts up to --context-length {s.context_length}, or 'none'")
+    if s.prefill_chunk is not None and s.prefill_chunk < 0:
+        raise ConfigError("--prefill-chunk", f"{s.prefill_chunk} is negative", "tokens per chunk, auto, or 0 (eager)")
+    uneven = [b for b in s.buckets if s.prefill_chunk and b % s.prefill_chunk]
+    if uneven:  # a shorter last chunk would be one more graph per bucket
+        raise ConfigError("--prefill-chunk", f"{s.prefill_chunk} does not divide bucket {uneven[0]} of --chat-buckets",
+                          f"a divisor of every bucket, e.g. {math.gcd(*s.buckets)} (auto), or 0 for eager prefill")
     if s.max_new_tokens < 1:
         raise ConfigError("--max-new-tokens", f"{s.max_new_tokens} is not positive", "1 or more")
     if not 1 <= s.chat_batch <= 16:
@@ -260,8 +271,6 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--default-steps", f"{s.default_steps} is out of range", f"1 to --max-steps ({s.max_steps})")
     if not 0 <= s.port <= 65535:
         raise ConfigError("--port", f"{s.port} is out of range", "0 to 65535")
-    if s.feedback_max_bytes < 10_000:
-        raise ConfigError("--feedback-max-bytes", f"{s.feedback_max_bytes} is too small", "10000 or more")
     if s.queue_size < 1:
         raise ConfigError("--queue-size", f"{s.queue_size} is not positive", "1 or more")
     if s.max_prompt_chars < 1:

@@ -31,8 +31,8 @@ def record_windows(engine) -> list[int]:
     cache = engine._cache(1)
     select = cache.select
 
-    def recording(length: int) -> int:
-        seen.append(select(length))
+    def recording(length: int, prefill: bool = False) -> int:
+        seen.append(select(length, prefill))
         return seen[-1]
 
     cache.select = recording

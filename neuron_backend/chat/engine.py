@@ -39,6 +39,7 @@ from ..devices import CompileCounter, Placement, synchronize
 from ..engine import SerialJobs, ShapeRegistry
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..settings import Settings
+from . import prefill
 from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
 from .kv_windows import WindowedStaticCache, attach, declared, window_for
 from .prompt import Prompt as _Prompt
@@ -67,7 +68,9 @@ class ChatEngine:
         self.settings, self.placement, self.model_id = settings, placement, model_id
         self.buckets = tuple(settings.buckets)
         self.shapes = ShapeRegistry(self.name, [f"prefill-{b}" for b in self.buckets])
-        self.shape_labels = {f"prefill-{b}": f"prompt bucket {b} tokens" for b in self.buckets}
+        self.prefill_chunk = prefill.chunk_size(settings, placement.compile)  # 0: eager prefill (prefill.py)
+        self.shape_labels = {f"prefill-{b}": f"prompt bucket {b} tokens, "
+                             + prefill.label(b, self.prefill_chunk, self._windows()) for b in self.buckets}
         first = f"prefill-{self.buckets[0]}"
         windows = ", ".join(str(w) for w in self._windows())
         self.shape_labels[first] += f" + the decode graphs (cache {settings.context_length} tokens, windows {windows})"
@@ -116,6 +119,10 @@ class ChatEngine:
         self._eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
         attach(model)  # generate() picks the cache window before every forward (kv_windows.py)
+        if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (prefill.py)
+            prefill.use_static_masks(model)
+            wanted = prefill.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
         self.tokenizer, self.model = tokenizer, model
         self._prompts = PromptBuilder(tokenizer, self.buckets, self.settings.context_length)
         self._generate_thread()  # now, not in the first reply: it is a thread for the engine's lifetime
@@ -235,11 +242,14 @@ class ChatEngine:
         )
         if not request.greedy:  # passed only when sampling: generate() warns about unused flags
             kwargs.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k)
-        if self._compile_config is not None:
-            kwargs["compile_config"] = self._compile_config
-        else:
-            kwargs["disable_compile"] = True
-        return kwargs
+        return {**kwargs, **self._compile_kwargs()}
+
+    def _compile_kwargs(self) -> dict:
+        """generate() flags of the compile choice: compiled decode, and compiled prefill chunks if on."""
+        if self._compile_config is None:
+            return {"disable_compile": True}
+        chunked = {"prefill_chunk_size": self.prefill_chunk} if self.prefill_chunk else {}
+        return {"compile_config": self._compile_config, **chunked}
 
     def _windows(self) -> tuple[int, ...]:
         return declared(self.settings.cache_windows, self.settings.context_length)
@@ -250,6 +260,8 @@ class ChatEngine:
         if cache is None:
             cache = self._caches[batch] = WindowedStaticCache(self.model.config, self.settings.context_length,
                                                               self.settings.cache_windows)
+            if self.prefill_chunk:
+                prefill.early_init(cache, self.model, batch)
         cache.reset()
         cache.floor = floor
         return cache
@@ -330,11 +342,7 @@ class ChatEngine:
     def _generate_batch(self, window_floor: int = 0, **kwargs) -> torch.Tensor:
         """model.generate with what every call shares: the fixed static cache and the compile choice."""
         batch = kwargs["input_ids"].shape[0]
-        kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor))
-        if self._compile_config is not None:
-            kwargs["compile_config"] = self._compile_config
-        else:
-            kwargs["disable_compile"] = True
+        kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor), **self._compile_kwargs())
         return self.model.generate(**kwargs)
 
     def _warm_up_batch(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:

@@ -13,10 +13,14 @@ specialised to it (dynamo guards on its value): one graph per window, all compil
 reused afterwards. The same idea as NeuronX Distributed Inference's token-generation buckets.
 
 How the window is chosen: ``attach(model)`` wraps ``model.prepare_inputs_for_generation``, which
-``generate()`` calls in Python before every forward with the whole sequence so far (``[B, length]``,
-no device read); ``WindowedStaticCache.select(length)`` sets the window for that forward. The
-first forward after ``reset()`` is the prefill. ``floor`` raises the decode window (warm-up uses
-it to compile a window's graph without generating thousands of tokens).
+``generate()`` calls in Python before every forward; ``WindowedStaticCache.select(length, prefill)``
+sets the window for that forward from the length of the whole sequence once it has run. That
+length is the 2D attention mask's (``[B, length]``, no device read), not ``input_ids``: in a
+decode step ``input_ids`` is the whole sequence too, but a chunked prefill
+(``prefill_chunk_size``, prefill.py) passes each chunk alone (``[B, chunk]``) with the mask cut
+to the chunk's end. The prefill forwards are those ``generate()`` marks ``is_first_iteration``
+(one, or one per chunk). ``floor`` raises the decode window only (warm-up uses it to compile a
+window's graph without generating thousands of tokens).
 Layers other than plain full-attention ``StaticLayer`` (sliding-window ones) keep the full cache.
 """
 
@@ -70,22 +74,16 @@ class WindowedStaticCache(StaticCache):
         self.windows = declared(windows, max_cache_len)
         self.window = max_cache_len  # what the next forward attends over
         self.floor = 0  # warm-up: the smallest window a decode step may use
-        self._forwards = 0  # forwards since reset(): the first one is the prefill
         self.layers = [WindowedStaticLayer(max_cache_len, self) if type(layer) is StaticLayer else layer
                        for layer in self.layers]
 
-    def select(self, length: int) -> int:
+    def select(self, length: int, prefill: bool = False) -> int:
         """Set the window for the next forward, which ends with ``length`` tokens in the cache."""
         window = window_for(self.windows, length)
-        if self._forwards > 0:
+        if not prefill:
             window = max(window, window_for(self.windows, self.floor))
-        self._forwards += 1
         self.window = window
         return window
-
-    def reset(self) -> None:
-        super().reset()
-        self._forwards = 0
 
 
 def attach(model) -> None:
@@ -97,9 +95,26 @@ def attach(model) -> None:
     @functools.wraps(original)
     def prepare_inputs_for_generation(input_ids, *args, **kwargs):
         cache = kwargs.get("cache")
-        if isinstance(cache, WindowedStaticCache):
-            cache.select(input_ids.shape[1])
+        if not isinstance(cache, WindowedStaticCache):
+            return original(input_ids, *args, **kwargs)
+        mask = kwargs.get("attention_mask")
+        length = mask.shape[-1] if mask is not None and mask.ndim == 2 else input_ids.shape[1]
+        cache.select(length, prefill=bool(kwargs.get("is_first_iteration")))
+        if kwargs.get("position_ids") is not None:  # still on the host here
+            kwargs["position_ids"] = _dense(kwargs["position_ids"])
         return original(input_ids, *args, **kwargs)
 
     prepare_inputs_for_generation._kv_windows = True
     model.prepare_inputs_for_generation = prepare_inputs_for_generation
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with the strides of a fresh tensor of its shape. A prefill chunk's positions are a slice
+    of the bucket's (``[B, chunk]``, stride ``(bucket, 1)``; ``is_contiguous()`` ignores a stride of
+    a size-1 dim, dynamo does not): a compiled graph guards on strides, so without this every bucket
+    compiled its own chunk graph."""
+    dense, step = [], 1
+    for size in reversed(t.shape):
+        dense.insert(0, step)
+        step *= size
+    return t if tuple(t.stride()) == tuple(dense) else t.clone(memory_format=torch.contiguous_format)
