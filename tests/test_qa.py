@@ -212,6 +212,8 @@ def test_marks_and_their_errors(chat_run):
         qa.set_mark(run, 10, "pass")
     with pytest.raises(InvalidRequestError, match="at most 2000"):
         qa.set_mark(run, 0, "pass", "x" * 2001)
+    with pytest.raises(InvalidRequestError, match="The comment contains .* lone surrogate"):
+        qa.set_mark(run, 0, "pass", "bad \ud800")  # it could not be exported as UTF-8
     assert qa_grid.grid_cell(run, 1, 3) == 3
     assert qa_grid.grid_cell(run, 0, 1) is None and qa_grid.grid_cell(run, 5, 2) is None
 

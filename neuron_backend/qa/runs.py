@@ -48,6 +48,7 @@ from .inputs import (
     PromptRow,
     Variant,
     allowed_columns,
+    check_text,
     parse_prompt_set,
     parse_variants,
 )
@@ -320,7 +321,7 @@ def set_mark(run: QARun, index: int, mark: str | None, comment: str | None = Non
     if comment is not None:
         if not isinstance(comment, str) or len(comment) > MAX_COMMENT_CHARS:
             raise InvalidRequestError(f"A comment must be text of at most {MAX_COMMENT_CHARS} characters.")
-        cell.comment = comment.strip()
+        cell.comment = check_text(comment.strip(), "The comment")
     cell.mark = mark
     return cell
 
