@@ -42,6 +42,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("port", "int", "port to listen on"),
     ("share", "bool", "create a public Gradio share link"),
     ("auth", "str", "user:password protecting the UI and the API"),
+    ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp/"),
+    ("feedback-max-bytes", "int", "size of the feedback file (chat 👍/👎 marks) before it is rotated"),
     ("no-chat", "bool", "disable the chat engine"),
     ("no-image", "bool", "disable the image engine"),
     ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),

@@ -15,6 +15,7 @@ from . import devices
 from .chat import prefill
 from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
+from .metrics import Metrics
 from .settings import Settings
 from .warmup import Step, Task, TimingHistory, WarmupRunner, versions_tag
 
@@ -46,7 +47,7 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
     if settings.demo:
         from .demo_models import ensure_demo_models
 
-        demo = ensure_demo_models(settings.cache_dir)
+        demo = ensure_demo_models(settings.cache_dir, engines=(engine,))  # a failed build spares the other
         return demo.chat if engine == "chat" else demo.image
     from .model_sources import obtain
 
@@ -105,6 +106,7 @@ class Backend:
         self.warm_start = WarmStart(self)
         self.runner = WarmupRunner(self.warm_start.plan_with_bundle(self._plan()), history)
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
+        self.metrics = Metrics(lambda: self.runner.tasks, self.engine_states, self.runner.compiles_since_ready)
 
     def served_folders(self) -> list[Path]:
         """The only folders whose files the page hands out (launch's allowed_paths): images and exports.
@@ -243,25 +245,49 @@ class Backend:
         return ShapeNotReadyError(f"{exc}{when}", exc.shape)
 
     def stream_chat(self, request) -> Iterator:
-        """Stream a chat reply (see ChatEngine.stream)."""
-        engine = self.engine("chat")
-        try:
-            yield from engine.stream(request)
-        except ShapeNotReadyError as exc:
-            raise self.explain_not_ready("chat", exc) from None
+        """Stream a chat reply (see ChatEngine.stream); counted once in the metrics with its outcome."""
+        with self.metrics.track("chat") as tracked:
+            engine = self.engine("chat")
+            try:
+                for update in engine.stream(request):
+                    if update.stats is not None:
+                        self.metrics.observe_chat(update.stats)
+                        tracked.outcome = "cancelled" if update.stats.stopped else "ok"
+                    yield update
+            except ShapeNotReadyError as exc:
+                raise self.explain_not_ready("chat", exc) from None
 
     def generate_image(self, request, progress: Callable[[int, int, float], None] | None = None,
                        cancel: threading.Event | None = None):
-        """Generate one image (see ImageEngine.generate)."""
+        """Generate one image (see ImageEngine.generate); counted once in the metrics with its outcome."""
+        with self.metrics.track("image") as tracked:
+            engine = self.engine("image")
+            try:
+                result = engine.generate(request, progress, cancel)
+            except ShapeNotReadyError as exc:
+                raise self.explain_not_ready("image", exc) from None
+            self._observe_images([result], tracked)
+            return result
+
+    def _observe_images(self, results: list, tracked) -> None:
+        for result in results:
+            self.metrics.observe_image(str(result.params.get("size")), result.seconds)
+            if result.stopped:
+                tracked.outcome = "cancelled"
+
+    def generate_images(self, request, progress: Callable[[int, int, float], None] | None = None,
+                        cancel: threading.Event | None = None, preview: Callable | None = None) -> list:
+        """Generate ``request.count`` images (see ImageEngine.generate_run)."""
         engine = self.engine("image")
         try:
-            return engine.generate(request, progress, cancel)
+            return engine.generate_run(request, progress, cancel, preview)
         except ShapeNotReadyError as exc:
             raise self.explain_not_ready("image", exc) from None
 
-    def start_image(self, request) -> ImageCall:
-        """Generate an image on a worker thread so the caller can poll progress and cancel it."""
-        return ImageCall(self, request)
+    def start_image(self, request, preview: bool = False) -> ImageCall:
+        """Generate ``request.count`` images on a worker thread so the caller can poll progress and
+        preview frames (``preview``: keep the latest one) and cancel it."""
+        return ImageCall(self, request, preview)
 
     def image_distilled(self) -> bool:
         """Whether the image model ignores guidance (FLUX.2-klein is distilled; True until loaded)."""
@@ -325,26 +351,32 @@ class Backend:
 
 
 class ImageCall:
-    """One image request running on its own thread.
+    """One image request (``request.count`` images) running on its own thread.
 
-    The web handler polls ``wait()`` and reads ``progress``; when the client goes away it calls
-    ``cancel()``, which stops this request (not another user's) after its current step.
+    The web handler polls ``wait()`` and reads ``progress`` and ``preview`` (the latest preview
+    frame, when asked for); when the client goes away it calls ``cancel()``, which stops this
+    request (not another user's) at the next step boundary, or drops it if it has not started.
     """
 
-    def __init__(self, backend: Backend, request):
-        self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s)
+    def __init__(self, backend: Backend, request, preview: bool = False):
+        self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s), over the whole run
+        self.preview = None  # the latest image.steps.PreviewFrame (assigned whole: safe to read from any thread)
         self._cancel = threading.Event()
-        self._result = None
+        self._results: list = []
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(backend, request), name="image-call", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(backend, request, preview), name="image-call",
+                                        daemon=True)
         self._thread.start()
 
-    def _run(self, backend: Backend, request) -> None:
+    def _run(self, backend: Backend, request, preview: bool) -> None:
         def on_step(step: int, total: int, elapsed: float) -> None:
             self.progress = (step, total, elapsed)
 
+        def on_preview(frame) -> None:
+            self.preview = frame
+
         try:
-            self._result = backend.generate_image(request, on_step, self._cancel)
+            self._results = backend.generate_images(request, on_step, self._cancel, on_preview if preview else None)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
             self._error = exc
 
@@ -357,7 +389,11 @@ class ImageCall:
         self._cancel.set()
 
     def result(self):
-        """The ImageResult, or the exception the request raised."""
+        """The (first) ImageResult, or the exception the request raised."""
+        return self.results()[0]
+
+    def results(self) -> list:
+        """Every ImageResult of the run (fewer than asked when stopped), or the exception it raised."""
         if self._error is not None:
             raise self._error
-        return self._result
+        return list(self._results)

@@ -104,6 +104,8 @@ class Settings:
     port: int = 7860
     share: bool = False
     auth: tuple[str, str] | None = None
+    mcp: bool = False  # serve the public endpoints as MCP tools too
+    feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
     chat: bool = True
     image: bool = True
     warmup_order: tuple[str, ...] = ("chat", "image")
@@ -182,6 +184,8 @@ def parse_settings(
         port=_as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
+        mcp=bool(raw.get("mcp", False)),
+        feedback_max_bytes=_as_int("feedback-max-bytes", raw.get("feedback_max_bytes", 2_000_000)),
         chat=not raw.get("no_chat", False),
         image=not raw.get("no_image", False),
         warmup_order=_parse_list(raw.get("warmup_order", "chat,image")),
@@ -271,6 +275,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--default-steps", f"{s.default_steps} is out of range", f"1 to --max-steps ({s.max_steps})")
     if not 0 <= s.port <= 65535:
         raise ConfigError("--port", f"{s.port} is out of range", "0 to 65535")
+    if s.feedback_max_bytes < 10_000:
+        raise ConfigError("--feedback-max-bytes", f"{s.feedback_max_bytes} is too small", "10000 or more")
     if s.queue_size < 1:
         raise ConfigError("--queue-size", f"{s.queue_size} is not positive", "1 or more")
     if s.max_prompt_chars < 1:
