@@ -117,8 +117,11 @@ def app_url(chromium, tmp_path_factory) -> str:
     """The app on the demo models in a subprocess; its log goes to test-artifacts/browser-app.log."""
     ARTIFACTS.mkdir(exist_ok=True)
     port = _free_port()
+    # The cache root sits outside the working directory and the temp dir, as the default ~/.cache does:
+    # images and exports must still come back (Gradio serves only what launch(allowed_paths=) names).
+    cache_root = Path.home() / f".showcase-browser-{port}"
     cmd = [sys.executable, str(ROOT / "app.py"), "--models", "tiny", "--device", "cpu",
-           "--cache-dir", str(tmp_path_factory.mktemp("browser-cache")), "--port", str(port),
+           "--cache-dir", str(cache_root), "--port", str(port),
            "--sizes", ",".join((*SIZES, SLOW_SIZE)), "--max-new-tokens", str(MAX_NEW_TOKENS)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOWCASE_")}  # flags only
     env.update(HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
@@ -136,6 +139,7 @@ def app_url(chromium, tmp_path_factory) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        shutil.rmtree(cache_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +242,8 @@ def _set_number(page, label: str, value) -> None:
 
 
 def _bot_texts(page) -> list[str]:
-    return [t.strip() for t in page.locator("#chatbot .message-row.bot-row").all_inner_texts()]
+    """Each reply's answer: the first line of its row (notices such as "stopped at the limit" follow it)."""
+    return [t.strip().split("\n")[0] for t in page.locator("#chatbot .message-row.bot-row").all_inner_texts()]
 
 
 def _user_texts(page) -> list[str]:
@@ -317,14 +322,24 @@ def _generate(page, prompt: str, size: str, steps: int) -> Image.Image:
 
 # ----- scenarios --------------------------------------------------------------------------------
 def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
-    banner = page.locator("#banner")
-    for part in ("CPU", "chat: demo Qwen3 (tiny, random weights) on cpu",
-                 "image: demo FLUX.2-klein (tiny, random weights) on cpu", "DEMO"):
-        assert part in banner.inner_text(), f"the banner does not name {part!r}: {banner.inner_text()!r}"
+    # A first visitor's view (issue 18): a title and a sentence, one chip per engine, the demo notice.
+    header = page.locator("#page-header")
+    assert header.locator("h1").inner_text() == "Hugging Face models on AWS Trainium"
+    assert "Qwen3-0.6B" in header.locator(".summary").inner_text()
+    chips = page.locator("#engine-chips .chip").all_inner_texts()
+    assert [c.split(" · ")[:3] for c in chips] == [["Chat", "demo Qwen3 (tiny)", "cpu"],
+                                                   ["Image", "demo FLUX.2-klein (tiny)", "cpu"]], chips
+    notice = page.locator("#demo-notice")
+    assert "noise" in notice.inner_text() and "--models tiny" in notice.inner_text()
+    assert notice.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 243, 205)"  # coloured
     state = page.locator("#warmup-state").inner_text()
     assert state.startswith("Warming up"), f"the page should open during warm-up, it says {state!r}"
 
-    _open_accordion(page, "Warm-up details")
+    _open_accordion(page, "Warm-up details")  # what runs where: one click away
+    details = page.locator("#warmup-details-text")
+    for part in ("CPU", "chat: demo Qwen3 (tiny, random weights) on cpu",
+                 "image: demo FLUX.2-klein (tiny, random weights) on cpu"):
+        details.get_by_text(part, exact=False).first.wait_for()
     page.wait_for_function(f"() => ({TABLE_ROWS_JS})().length >= 10")
     early = _table_states(page)
     assert any("ready" not in s for s in early.values()), f"nothing left to warm up when the page opened: {early}"
@@ -338,7 +353,7 @@ def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
     page.locator("#image-tab-button").click()
     page.locator("#image-prompt textarea").fill("a lighthouse at dusk")
     label = _choose_size(page, SLOW_SIZE)
-    assert label.endswith("compiling") or ", ~" in label, \
+    assert re.search(r"· (queued|compiling)(, ~.*)?$", label), \
         f"warm-up of {SLOW_SIZE} ended before the page could ask for it (label {label!r}); the test needs a slower size"
     page.locator("#generate").click()
     toast = page.get_by_test_id("toast-body").filter(has_text=f"{SLOW_SIZE} is still warming up")
@@ -349,7 +364,9 @@ def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
 
     _wait_ready(page)
     page.wait_for_function(f"() => ({TABLE_ROWS_JS})().every(r => r[2].includes('ready'))")
-    assert all("✅ ready" == s for s in _table_states(page).values())
+    assert all(s.startswith("✅ ready") for s in _table_states(page).values()), _table_states(page)
+    page.wait_for_function("() => [...document.querySelectorAll('#engine-chips .chip')].every(c => "
+                           "c.dataset.state === 'ready')")
     assert page.locator(".recompile-alarm").count() == 0
     assert page.locator("#status-bar .recompile-quiet").inner_text() == "no recompiles"
     _shot(page, "03-warmup-ready")
@@ -370,6 +387,9 @@ def test_chat_streams_stops_retries_and_undoes(page):
     assert len(streamed) >= 2 and len(streamed[0]) < len(streamed[-1]), f"the reply did not stream: {streamed}"
     stopped = _bot_texts(page)[-1]
     assert 0 < len(stopped.split()) < MAX_NEW_TOKENS, "stop did not cut the reply short"
+    # The stopped reply keeps its stats line, marked stopped (issue 18 #7).
+    page.locator("#chat-stats", has_text="stopped").wait_for(timeout=REPLY_TIMEOUT_MS)
+    assert "tokens/s" in page.locator("#chat-stats").inner_text()
 
     # Retry: the same question, a fresh (sampled, short) answer in place of the stopped one.
     page.get_by_label("Greedy (no sampling)").uncheck()
@@ -496,9 +516,54 @@ def test_hostile_text_is_shown_and_runs_nothing(page):
     _generate(page, HOSTILE, "64x64", steps=1)
     assert "<script>window.__pwned=1</script>" in page.locator("#image-params").inner_text()
     assert "<script>window.__pwned=1</script>" in page.locator("#python-snippet").inner_text()
+    assert page.locator("#python-snippet .cm-lineNumbers").count() == 0  # no gutter to drift from the lines
     assert page.locator("#image-tab script, #image-tab img[onerror]").count() == 0
     assert page.evaluate("typeof window.__pwned") == "undefined"
     _shot(page, "07-hostile-image")
+
+
+# Typed text that the old chatbot lost or made live (issue 23 #6/#7): each must show exactly as typed.
+LITERAL_TEXTS = ["List<String>", "if a<b and c>d", "<unknown-tag>inside</unknown-tag>",
+                 '<div style="position:fixed;inset:0;background:red" id="cover">covered</div>',
+                 '<a href="http://127.0.0.1:9/x" id="live-link">link</a>',
+                 "<details open><summary>sum</summary>hidden</details>"]
+
+
+def test_chat_shows_text_exactly_as_typed_and_nothing_live(page):
+    _wait_ready(page)
+    page.locator("#chat-tab-button").click()
+    # Four messages: each must fit the demo preset's largest prompt bucket (128 byte-level tokens).
+    for message in (" ".join(LITERAL_TEXTS[:3]), *LITERAL_TEXTS[3:]):
+        bots = len(_bot_texts(page))
+        _send(page, message)
+        _wait_reply(page, bots + 1)
+        assert message in _user_texts(page)[-1], f"{message!r} not shown as typed: {_user_texts(page)[-1]!r}"
+    chat = page.locator("#chatbot")
+    assert chat.locator("details, unknown-tag, #cover, #live-link, a[href*='127.0.0.1:9']").count() == 0
+    assert chat.locator("[style*=fixed]").count() == 0
+    _shot(page, "09-chat-literal-text")
+
+
+def test_a_refused_message_leaves_the_chat_usable(page):
+    """Issue 23 #8: after a refusal the box is enabled again, Stop is gone, the next message works."""
+    _wait_ready(page)
+    page.locator("#chat-tab-button").click()
+    bots = len(_bot_texts(page))
+    _send(page, "x" * 20_001)  # over --max-prompt-chars (20000)
+    toast = page.get_by_test_id("toast-body").filter(has_text="20000")
+    toast.first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    page.locator("#chatbot", has_text="Not answered").wait_for()
+    page.wait_for_function("() => { const s = document.querySelector('#chat-tab button.stop-button');"
+                           " return !(s && s.offsetParent !== null); }")
+    box = _message_box(page)
+    page.wait_for_function("() => !document.querySelector('#chat-tab textarea').disabled")
+    assert page.locator("#chat-tab .error, #chat-tab [data-testid=status-tracker] .error").count() == 0
+    _shot(page, "10-chat-refused")
+    page.evaluate("document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())")
+    _send(page, "and now a normal one")
+    _wait_reply(page, bots + 2)  # the note, then a real reply
+    page.wait_for_function("() => !document.querySelector('#chat-tab textarea').disabled")
+    assert box.is_editable()
 
 
 def test_two_tabs_at_once_both_get_answers(page, context):

@@ -101,7 +101,10 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
             image_out = gr.Image(label="Image", type="filepath", format="png", elem_id="image-out")
             png_file = gr.File(label="PNG with embedded parameters", elem_id="png-file", file_count="multiple")
             params_out = gr.JSON(label="Parameters", elem_id="image-params")
-            snippet = gr.Code(label="Use from Python", language="python", elem_id="python-snippet")
+            # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so the
+            # numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
+            snippet = gr.Code(label="Use from Python", language="python", elem_id="python-snippet",
+                              show_line_numbers=False)
     # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
     # images to the full width, and their caption (seed and size) then falls below the visible height.
     gallery = gr.Gallery(label="This session's images (click one for its PNG and parameters)", columns=5,
