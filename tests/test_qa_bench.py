@@ -364,3 +364,10 @@ def test_variants_as_an_object_a_list_or_one_object_per_line(backend):
         qa.parse_variants('[{"name": "a"}, 5]', settings=settings)
     with pytest.raises(InvalidRequestError, match="variant 'cold': unknown setting 'colour'"):
         qa.parse_variants('{"name": "cold", "colour": "red"}', settings=settings)
+
+
+def test_huge_numbers_get_a_short_message(backend):
+    for spec in ("x: seed=" + "9" * 5000, [{"name": "x", "seed": 10**5000}]):
+        with pytest.raises(InvalidRequestError, match="seed must be") as caught:
+            qa.parse_variants(spec, settings=backend.settings)
+        assert len(str(caught.value)) < 200  # the 5,000 digits are not echoed (nor crash repr's digit limit)

@@ -72,6 +72,15 @@ def allowed_columns() -> str:
     return "prompt (required), " + ", ".join(SETTINGS) + "; expectations: " + ", ".join(CHECKS)
 
 
+def shown(value: object, limit: int = 40) -> str:
+    """A value as it appears in a message: its repr, cut to ``limit`` characters (a 5,000-digit seed is not echoed)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print (Python's 4,300-digit limit)
+        return "a number that is far too long"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def check_text(value: str, what: str) -> str:
     """``value`` unchanged if it can be stored and shown as UTF-8 text (no lone surrogate)."""
     try:
@@ -209,15 +218,15 @@ def coerce_setting(key: str, value: object, settings: Settings, where: str) -> o
         return size.label
     if kind == "text":
         if not isinstance(value, str):
-            raise InvalidRequestError(f"{where}: {key} must be text, got {value!r}.")
+            raise InvalidRequestError(f"{where}: {key} must be text, got {shown(value)}.")
         return check_text(_CONTROL.sub("", value), f"{where}: {key}")
     if kind == "bool":
         return _as_bool(key, value, text, where)
     number = _as_number(key, value, text, kind, where)
     low, high = _range(key, settings)
     if not low <= number <= high or (key in ("temperature", "top_p") and number <= 0):
-        shown = f"above 0 and at most {high:g}" if key in ("temperature", "top_p") else f"from {low} to {high:g}"
-        raise InvalidRequestError(f"{where}: {key} must be {shown}, got {value!r}.")
+        allowed = f"above 0 and at most {high:g}" if key in ("temperature", "top_p") else f"from {low} to {high}"
+        raise InvalidRequestError(f"{where}: {key} must be {allowed}, got {shown(value)}.")
     return number
 
 
@@ -226,7 +235,7 @@ def _as_bool(key: str, value: object, text: str | None, where: str) -> bool:
         return value
     if text is not None and text.lower() in _TRUE + _FALSE:
         return text.lower() in _TRUE
-    raise InvalidRequestError(f"{where}: {key} must be true or false, got {value!r}.")
+    raise InvalidRequestError(f"{where}: {key} must be true or false, got {shown(value)}.")
 
 
 def _as_number(key: str, value: object, text: str | None, kind: str, where: str) -> int | float:
@@ -242,7 +251,7 @@ def _as_number(key: str, value: object, text: str | None, kind: str, where: str)
             return int(value)
         return float(value)
     except (ValueError, OverflowError):
-        raise InvalidRequestError(f"{where}: {key} must be {wanted}, got {value!r}.") from None
+        raise InvalidRequestError(f"{where}: {key} must be {wanted}, got {shown(value)}.") from None
 
 
 def _range(key: str, settings: Settings) -> tuple[float, float]:
