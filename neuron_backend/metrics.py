@@ -8,7 +8,7 @@ from the warm-up runner when Prometheus scrapes, so they cost nothing between sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
@@ -83,6 +83,22 @@ class _Tracked:
 
     def __init__(self, metrics: Metrics, endpoint: str):
         self.metrics, self.endpoint, self.outcome = metrics, endpoint, "ok"
+
+    def chat(self, updates: Iterable) -> Iterator:
+        """Pass a reply's updates through; observe the final one's stats (a stopped reply: cancelled)."""
+        for update in updates:
+            if update.stats is not None:
+                self.metrics.observe_chat(update.stats)
+                self.outcome = "cancelled" if update.stats.stopped else "ok"
+            yield update
+
+    def images(self, results: list) -> list:
+        """Observe each ImageResult's seconds under its size; a stopped run counts as cancelled."""
+        for result in results:
+            self.metrics.observe_image(str(result.params.get("size")), result.seconds)
+            if result.stopped:
+                self.outcome = "cancelled"
+        return results
 
     def __enter__(self) -> _Tracked:
         self.metrics.in_progress.labels(self.endpoint).inc()

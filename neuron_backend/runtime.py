@@ -249,11 +249,7 @@ class Backend:
         with self.metrics.track("chat") as tracked:
             engine = self.engine("chat")
             try:
-                for update in engine.stream(request):
-                    if update.stats is not None:
-                        self.metrics.observe_chat(update.stats)
-                        tracked.outcome = "cancelled" if update.stats.stopped else "ok"
-                    yield update
+                yield from tracked.chat(engine.stream(request))
             except ShapeNotReadyError as exc:
                 raise self.explain_not_ready("chat", exc) from None
 
@@ -266,14 +262,7 @@ class Backend:
                 result = engine.generate(request, progress, cancel)
             except ShapeNotReadyError as exc:
                 raise self.explain_not_ready("image", exc) from None
-            self._observe_images([result], tracked)
-            return result
-
-    def _observe_images(self, results: list, tracked) -> None:
-        for result in results:
-            self.metrics.observe_image(str(result.params.get("size")), result.seconds)
-            if result.stopped:
-                tracked.outcome = "cancelled"
+            return tracked.images([result])[0]
 
     def generate_images(self, request, progress: Callable[[int, int, float], None] | None = None,
                         cancel: threading.Event | None = None, preview: Callable | None = None) -> list:
