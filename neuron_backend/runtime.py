@@ -266,12 +266,14 @@ class Backend:
 
     def generate_images(self, request, progress: Callable[[int, int, float], None] | None = None,
                         cancel: threading.Event | None = None, preview: Callable | None = None) -> list:
-        """Generate ``request.count`` images (see ImageEngine.generate_run)."""
-        engine = self.engine("image")
-        try:
-            return engine.generate_run(request, progress, cancel, preview)
-        except ShapeNotReadyError as exc:
-            raise self.explain_not_ready("image", exc) from None
+        """Generate ``request.count`` images (see ImageEngine.generate_run); one request in the metrics."""
+        with self.metrics.track("image") as tracked:
+            engine = self.engine("image")
+            try:
+                results = engine.generate_run(request, progress, cancel, preview)
+            except ShapeNotReadyError as exc:
+                raise self.explain_not_ready("image", exc) from None
+            return tracked.images(results)
 
     def start_image(self, request, preview: bool = False) -> ImageCall:
         """Generate ``request.count`` images on a worker thread so the caller can poll progress and
