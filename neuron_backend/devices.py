@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import DeviceUnavailableError
+from .errors import ConfigError, DeviceUnavailableError
 from .settings import Settings
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -287,3 +287,11 @@ def _version(dist: str) -> str | None:
     except metadata.PackageNotFoundError:
         return None
 
+
+def refuse_idle_compile_flags(settings: Settings, placements: dict[str, Placement]) -> None:
+    """ConfigError when --compile-repeated-blocks would be ignored: the image engine runs eager here."""
+    image = placements.get("image")
+    if settings.compile_repeated_blocks and image is not None and not image.compile:
+        raise ConfigError("--compile-repeated-blocks", f"compiles nothing here: the image engine runs eager on "
+                          f"{image.device} (--compile {settings.compile}; auto compiles only on neuron)",
+                          "--compile on, or leave out --compile-repeated-blocks")

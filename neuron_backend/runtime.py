@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import devices
 from .chat import prefill
-from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
+from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .metrics import Metrics
 from .settings import Settings
@@ -89,11 +89,7 @@ class Backend:
             log.warning(self.cache.problem)
         self.host = devices.detect() if host is None else host
         self.placements = devices.resolve_placements(settings, self.host)
-        image = self.placements.get("image")
-        if settings.compile_repeated_blocks and image is not None and not image.compile:  # never silently ignored
-            raise ConfigError("--compile-repeated-blocks", f"compiles nothing here: the image engine runs eager on "
-                              f"{image.device} (--compile {settings.compile}; auto compiles only on neuron)",
-                              "--compile on, or leave out --compile-repeated-blocks")
+        devices.refuse_idle_compile_flags(settings, self.placements)  # --compile-repeated-blocks without compile
         self.description = devices.describe(self.placements, self.host)
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
@@ -195,7 +191,8 @@ class Backend:
             self._fall_back(task.engine, exc)
             engine = self._create(task.engine)
             engine.load(self._folders[task.engine])
-        task.detail = getattr(engine, "memory_note", None) or task.detail
+        fell = f"demo model instead: {self.fallbacks[task.engine]}" if task.engine in self.fallbacks else None
+        task.detail = getattr(engine, "memory_note", None) or fell or task.detail
         with self._lock:
             self._engines[task.engine] = engine
 

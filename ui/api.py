@@ -27,6 +27,11 @@ SEED_MAX = 2**32 - 1
 
 
 def user_errors(fn):
+def shown(exc: Exception) -> str:
+    """An error's message as toast text: Gradio renders toasts as HTML, and messages may echo user input."""
+    return html.escape(str(exc), quote=False)
+
+
     """Turn backend errors a user can fix into gr.Error (shown in the UI, returned by the API)."""
     if inspect.isgeneratorfunction(fn):
 
@@ -35,7 +40,7 @@ def user_errors(fn):
             try:
                 yield from fn(*args, **kwargs)
             except ShowcaseError as exc:
-                raise gr.Error(str(exc)) from None
+                raise gr.Error(shown(exc)) from None
 
         return gen_wrapper
 
@@ -47,7 +52,7 @@ def user_errors(fn):
                 async for item in fn(*args, **kwargs):
                     yield item
             except ShowcaseError as exc:
-                raise gr.Error(str(exc)) from None
+                raise gr.Error(shown(exc)) from None
 
         return async_gen_wrapper
 
@@ -56,7 +61,7 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ShowcaseError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(shown(exc)) from None
 
     return wrapper
 
@@ -77,7 +82,7 @@ def refusals_as_toast(outputs: int):
                 try:
                     yield from fn(*args, **kwargs)
                 except ShowcaseError as exc:
-                    gr.Warning(str(exc))
+                    gr.Warning(shown(exc))
                     yield skip
 
             return gen_wrapper
@@ -90,7 +95,7 @@ def refusals_as_toast(outputs: int):
                     async for item in fn(*args, **kwargs):
                         yield item
                 except ShowcaseError as exc:
-                    gr.Warning(str(exc))
+                    gr.Warning(shown(exc))
                     yield skip
 
             return async_gen_wrapper
@@ -100,7 +105,7 @@ def refusals_as_toast(outputs: int):
             try:
                 return fn(*args, **kwargs)
             except ShowcaseError as exc:
-                gr.Warning(str(exc))
+                gr.Warning(shown(exc))
                 return skip
 
         return wrapper

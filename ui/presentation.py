@@ -50,8 +50,17 @@ def status_bar_html(status: dict) -> str:
         '<div id="warmup-bar">'
         f'<div style="display:flex;gap:12px;align-items:center">'
         f'<progress id="warmup-progress" value="{pct}" max="100" style="flex:1"></progress>'
-        f'<span id="warmup-state">{state}</span> {alarm_html}</div></div>'
+        f'<span id="warmup-state">{state}</span> {alarm_html}</div>{fallback_html(status)}</div>'
     )
+
+
+def fallback_html(status: dict) -> str:
+    """A loud line per engine whose real model failed under --models auto and gave way to its demo model."""
+    return "".join(
+        f'<div class="fallback-alarm" style="color:#fff;background:#b26a00;padding:2px 6px;border-radius:4px;'
+        f'margin-top:4px">⚠ {html.escape(name)}: the real model failed, so its demo model (random weights) '
+        f"runs instead: {html.escape(reason)}</div>"
+        for name, reason in (status.get("fallbacks") or {}).items())
 
 
 def task_rows(status: dict) -> list[list]:
