@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import inspect
 import io
 import time
@@ -26,12 +27,12 @@ from neuron_backend.runtime import Backend
 SEED_MAX = 2**32 - 1
 
 
-def user_errors(fn):
 def shown(exc: Exception) -> str:
     """An error's message as toast text: Gradio renders toasts as HTML, and messages may echo user input."""
     return html.escape(str(exc), quote=False)
 
 
+def user_errors(fn):
     """Turn backend errors a user can fix into gr.Error (shown in the UI, returned by the API)."""
     if inspect.isgeneratorfunction(fn):
 
