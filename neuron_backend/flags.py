@@ -49,6 +49,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),
     ("queue-size", "int", "most requests waiting in the queue before 'busy, try again'"),
     ("max-prompt-chars", "int", "longest accepted prompt in characters"),
+    ("max-history-messages", "int", "most chat history messages one request may carry (refused above)"),
+    ("max-history-chars", "int", "most characters of chat history one request may carry (refused above)"),
     ("max-saved-images", "int", "images kept under the cache root; the oldest are removed"),
     ("no-image-preview", "bool", "no live preview while an image denoises (on by default; host-side, no compile)"),
     ("max-images-per-run", "int", "most images one Image-tab run may ask for (consecutive seeds, one after another)"),

@@ -111,6 +111,8 @@ class Settings:
     warmup_order: tuple[str, ...] = ("chat", "image")
     queue_size: int = 16
     max_prompt_chars: int = 20_000
+    max_history_messages: int = 200  # a chat request's history, refused above (checked before tokenizing)
+    max_history_chars: int = 100_000
     max_saved_images: int = 200
     image_preview: bool = True  # live latent preview on the host (image/preview.py); --no-image-preview
     max_images_per_run: int = 4  # images one run may ask for: generated one after another, same shape
@@ -191,6 +193,8 @@ def parse_settings(
         warmup_order=_parse_list(raw.get("warmup_order", "chat,image")),
         queue_size=_as_int("queue-size", raw.get("queue_size", 16)),
         max_prompt_chars=_as_int("max-prompt-chars", raw.get("max_prompt_chars", 20_000)),
+        max_history_messages=_as_int("max-history-messages", raw.get("max_history_messages", 200)),
+        max_history_chars=_as_int("max-history-chars", raw.get("max_history_chars", 100_000)),
         max_saved_images=_as_int("max-saved-images", raw.get("max_saved_images", 200)),
         image_preview=not raw.get("no_image_preview", False),
         max_images_per_run=_as_int("max-images-per-run", raw.get("max_images_per_run", 4)),
@@ -281,6 +285,10 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--queue-size", f"{s.queue_size} is not positive", "1 or more")
     if s.max_prompt_chars < 1:
         raise ConfigError("--max-prompt-chars", f"{s.max_prompt_chars} is not positive", "1 or more")
+    if s.max_history_messages < 0:
+        raise ConfigError("--max-history-messages", f"{s.max_history_messages} is negative", "0 or more")
+    if s.max_history_chars < 0:
+        raise ConfigError("--max-history-chars", f"{s.max_history_chars} is negative", "0 or more")
     if s.max_saved_images < 0:
         raise ConfigError("--max-saved-images", f"{s.max_saved_images} is negative", "0 or more")
     if not 1 <= s.max_images_per_run <= 16:

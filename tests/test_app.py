@@ -62,6 +62,35 @@ def test_chat_streams_with_history_and_controls(served):
     assert again["answer"] == final["answer"]  # same seed, same reply
 
 
+def test_chat_takes_the_chat_tabs_export_and_says_what_is_wrong(served):
+    """/chat history: the Export JSON document's messages as they are (one normaliser for both sides);
+    refusals say what is allowed; the final update names a cut at the token limit; deltas join to the answer."""
+    from gradio_client.exceptions import AppError
+
+    from neuron_backend.chat.history import export_document
+
+    shown = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+             {"role": "assistant", "content": "weighing", "metadata": {"title": "💭 Reasoning", "status": "done"}},
+             {"role": "assistant", "content": "hello there"}]
+    document = export_document(shown, model="m", system_prompt=None, settings={})
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]
+    replies = [list(served[1].submit(message="more", history=h, greedy=True, max_new_tokens=3, api_name="/chat"))
+               for h in (document["messages"], shown, plain)]
+    finals = [r[-1] for r in replies]
+    assert finals[0]["stats"]["prompt_tokens"] == finals[1]["stats"]["prompt_tokens"] \
+        == finals[2]["stats"]["prompt_tokens"] and finals[0]["answer"] == finals[2]["answer"]
+    for updates in replies:
+        assert "".join(u["delta"] for u in updates) == updates[-1]["answer"]  # no stray leading space
+    if finals[0]["stats"]["finish_reason"] == "length":
+        assert finals[0]["notices"] and "limit of 3 new tokens" in finals[0]["notices"][0]
+    for bad, allowed in ((5, "The history must be a list of"), ([{"role": "user", "content": "x"}] * 201,
+                                                              "at most 200")):
+        with pytest.raises(AppError, match=allowed):
+            served[1].predict(message="x", history=bad, api_name="/chat")
+    with pytest.raises(AppError, match="from 0.01 to 2"):
+        served[1].predict(message="x", temperature=1e-300, api_name="/chat")
+
+
 def test_chat_cancel_frees_the_engine(served):
     backend, client = served
     # greedy: runs all 200 tokens (a sampled demo reply may end at once, before the cancel)
@@ -155,5 +184,7 @@ def test_reasoning_is_folded_apart_and_not_fed_back():
     history = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
                {"role": "assistant", "content": "weighing options", "metadata": {"title": "💭 Reasoning"}},
                {"role": "assistant", "content": "The answer."}]
-    assert chat_tab.history_for_engine(history) == [{"role": "user", "content": "hi"},
-                                               {"role": "assistant", "content": "The answer."}]
+    from neuron_backend.chat.history import HistoryLimits, normalize_history
+
+    assert normalize_history(history, HistoryLimits()) == ({"role": "user", "content": "hi"},
+                                                          {"role": "assistant", "content": "The answer."})

@@ -461,9 +461,14 @@ def test_export_downloads_json_and_markdown(page):
                            "?.endsWith('.json')")
     with page.expect_download() as download:
         link.click()
-    messages = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+    document = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+    assert document["format"] == "trainium-showcase-chat" and document["version"] == 1
+    messages = document["messages"]
     assert [m["role"] for m in messages][:2] == ["user", "assistant"]
     assert "Tell me a long story about compilers." in json.dumps(messages)
+    assert set(document["settings"]) >= {"thinking", "temperature", "seed"} and "model" in document
+    assert any("seed" in m.get("stats", {}) for m in messages if m["role"] == "assistant")  # per-reply stats
+    assert all(isinstance(m["content"], str) for m in messages)  # text, not Gradio's parts
 
     page.locator("#export-md").click()
     page.wait_for_function("() => (document.querySelector('#export-file a.download-link') || {}).download"
@@ -471,8 +476,43 @@ def test_export_downloads_json_and_markdown(page):
     with page.expect_download() as download:
         link.click()
     markdown = Path(download.value.path()).read_text(encoding="utf-8")
-    assert markdown.startswith("# Conversation exported")
-    assert "**user**:" in markdown and "Tell me a long story about compilers." in markdown
+    assert markdown.startswith("# Conversation with")
+    assert "## You" in markdown and "## Assistant" in markdown and "Tell me a long story about compilers." in markdown
+    assert '"type": "text"' not in markdown and "tokens/s" in markdown  # reads as a conversation, stats per reply
+
+
+def test_a_json_export_loads_back_into_the_chat(page, tmp_path):
+    """Load JSON: an exported conversation (reasoning, notices, stats, settings) fills the chat and the
+    controls; the conversation goes on from there, and exports again with its stats."""
+    _wait_ready(page)
+    document = {"format": "trainium-showcase-chat", "version": 1, "model": "x", "system_prompt": "Loaded system",
+                "settings": {"temperature": 0.3, "seed": 77, "greedy": False},
+                "messages": [{"role": "user", "content": "Loaded question"},
+                             {"role": "assistant", "content": "Loaded answer", "reasoning": "Loaded reasoning",
+                              "stats": {"new_tokens": 2, "seed": 77, "tokens_per_s": 1.0,
+                                        "time_to_first_token_s": 0.1, "finish_reason": "eos"}}]}
+    path = tmp_path / "conversation.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    with page.expect_file_chooser() as chooser:
+        page.locator("#load-json").click()
+    chooser.value.set_files(str(path))
+    page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('Loaded answer')")
+    assert _user_texts(page) == ["Loaded question"]
+    assert page.get_by_label("System prompt").input_value() == "Loaded system"
+    assert page.get_by_label("number input for Temperature").input_value() == "0.3"
+    assert _seed_box(page).input_value() == "77"
+    _close_accordion(page, "Warm-up details")
+    _shot(page, "05-chat-loaded")
+    _send(page, "and then?")
+    _wait_reply(page, 2)
+    assert _user_texts(page) == ["Loaded question", "and then?"]
+    page.locator("#export-json").click()
+    page.wait_for_function("() => (document.querySelector('#export-file a.download-link') || {}).download"
+                           "?.endsWith('.json')")
+    with page.expect_download() as download:
+        page.locator("#export-file a.download-link").click()
+    again = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))["messages"]
+    assert again[1] == {**document["messages"][1]} and again[2]["content"] == "and then?"
 
 
 def test_image_sizes_progress_png_parameters_and_gallery(page):

@@ -130,16 +130,17 @@ def test_single_message_too_long_names_the_limit(engine):
 TEXT = "<think>\nstep one\nstep two\n</think>\n\nThe answer is 42."
 
 
-def split_all(chunks, in_reasoning=False):
-    splitter = ThinkSplitter(in_reasoning)
+def split_all(chunks, in_reasoning=False, tags=True):
+    splitter = ThinkSplitter(in_reasoning, tags)
     deltas = [splitter.feed(c) for c in chunks] + [splitter.finish()]
     return splitter.reasoning, splitter.answer, "".join(deltas)
 
 
 @pytest.mark.parametrize("cut", range(len(TEXT) + 1))
 def test_splitter_any_two_chunks(cut):
+    # the deltas joined are exactly reasoning + answer: no stray whitespace where a part begins
     assert split_all([TEXT[:cut], TEXT[cut:]]) == ("step one\nstep two", "The answer is 42.",
-                                                    "\nstep one\nstep two\n\n\nThe answer is 42.")
+                                                    "step one\nstep twoThe answer is 42.")
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
@@ -157,10 +158,25 @@ def test_splitter_edge_cases():
     assert split_all(["<think></think>", "\n\nhi"])[:2] == ("", "hi")
 
 
-def test_strip_reasoning():
+def test_think_tags_are_text_where_they_mean_nothing():
+    # thinking off: the template closed the think block in the prompt; tags the model writes are text
+    assert split_all(["<think>a</think>b"], tags=False)[:2] == ("", "<think>a</think>b")
+    assert split_all(["Use </th", "ink> to close"], tags=False)[:2] == ("", "Use </think> to close")
+    # thinking on: only a <think> that opens the reply, and the first </think>, are markers
+    assert split_all(["<think>a</think>b <think>c</think>"])[:2] == ("a", "b <think>c</think>")
+    assert split_all(["An answer with <th", "ink>x</think> in it"])[:2] == ("", "An answer with <think>x</think> in it")
+
+
+def test_streamed_deltas_have_no_leading_space_the_answer_lacks():
+    splitter = ThinkSplitter(tags=False)
+    deltas = [splitter.feed(c) for c in (" hello", " world", " ")] + [splitter.finish()]
+    assert deltas[0] == "hello" and "".join(deltas) == splitter.answer == "hello world"
+
+
+def test_strip_reasoning_follows_the_official_template():
     assert strip_reasoning("<think>\nsecret\n</think>\n\nvisible") == "visible"
     assert strip_reasoning("secret</think>visible") == "visible"
-    assert strip_reasoning("visible<think>cut off") == "visible"
+    assert strip_reasoning("  indented\n    code\n\n") == "  indented\n    code\n\n"  # whitespace kept
 
 
 def test_enable_thinking_reaches_the_template_and_old_reasoning_is_dropped(engine):
@@ -304,14 +320,23 @@ def test_validate_fills_the_defaults_of_each_mode(engine):
         ({"message": "x" * 20_001}, "at most 20000"),
         ({"history": "hi"}, '"role": "user" or "assistant"'),
         ({"history": [{"role": "system", "content": "x"}]}, '"role": "user" or "assistant"'),
-        ({"history": [{"role": "user", "content": ["x"]}]}, "must be text"),
-        ({"temperature": 0}, "above 0 and at most 2"),
-        ({"temperature": 2.5}, "above 0 and at most 2"),
-        ({"temperature": "0.7"}, "above 0 and at most 2"),
-        ({"temperature": True}, "above 0 and at most 2"),
+        ({"history": [{"role": "user", "content": [{"type": "file", "file": {}}]}]}, "only text parts"),
+        ({"history": [{"role": "user", "content": 5}]}, "text or a list of text parts"),
+        ({"history": 5}, "must be a list of"),
+        ({"history": [{"role": "user", "content": "x"}] * 201}, "201 messages; this server accepts at most 200"),
+        ({"history": [{"role": "user", "content": "x" * 20_000}] * 6}, "at most 100000"),
+        ({"message": "bad \ud800 text"}, "lone surrogate"),
+        ({"system_prompt": "\udfff"}, "lone surrogate"),
+        ({"temperature": 0}, "from 0.01 to 2"),
+        ({"temperature": 1e-300}, "from 0.01 to 2 .*use greedy"),
+        ({"temperature": 2.5}, "from 0.01 to 2"),
+        ({"temperature": 10**5000}, r"from 0.01 to 2 .*got a whole number of about 50\d\d digits"),
+        ({"temperature": "0.7"}, "from 0.01 to 2"),
+        ({"temperature": True}, "from 0.01 to 2"),
         ({"top_p": 1.5}, "above 0 and at most 1"),
-        ({"top_k": -1}, "whole number of 0 or more"),
-        ({"top_k": 2.0}, "whole number of 0 or more"),
+        ({"top_k": -1}, "whole number from 0 to 1000"),
+        ({"top_k": 2.0}, "whole number from 0 to 1000"),
+        ({"seed": 10**5000}, r"from 0 to 4294967295, got a whole number of about 50\d\d digits"),
         ({"max_new_tokens": 0}, "from 1 to 64"),
         ({"max_new_tokens": 65}, "from 1 to 64"),
         ({"max_new_tokens": True}, "from 1 to 64"),

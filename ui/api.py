@@ -19,7 +19,7 @@ from typing import Any, TypedDict, get_type_hints
 import gradio as gr
 from gradio.components.api_component import Api
 
-from neuron_backend.chat.text import ChatRequest  # not chat.engine: that imports transformers, slowing the start
+from neuron_backend.chat.text import ChatRequest, reply_notices  # not chat.engine: it imports transformers
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
@@ -169,6 +169,7 @@ class ChatReply(TypedDict):
     done: bool
     dropped_turns: int
     stats: dict[str, Any] | None
+    notices: list[str]  # final update: e.g. stopped at the token limit (still reasoning?), greedy with thinking
 
 
 class WarmupStatus(TypedDict):
@@ -249,7 +250,8 @@ def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
         for update in backend.stream_chat(request):
             yield {"reasoning": update.reasoning, "answer": update.answer, "delta": update.delta,
                    "done": update.done, "dropped_turns": update.dropped_turns,
-                   "stats": None if update.stats is None else vars(update.stats)}
+                   "stats": None if update.stats is None else vars(update.stats),
+                   "notices": [str(n) for n in reply_notices(update, request)] if update.done else []}
 
     def status() -> WarmupStatus:
         """The warm-up status snapshot (JSON)."""

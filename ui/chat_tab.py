@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import gradio as gr
 
-from neuron_backend.chat.text import ChatRequest
+from neuron_backend.chat.history import NOTICE_PREFIX, REASONING_TITLE, trim_to_limits
+from neuron_backend.chat.text import ChatRequest, reply_notices
 from neuron_backend.runtime import Backend
 
+from .chat_export import history_limits, wire_conversation_files
 from .chat_saved import keep_saved_chats, remember_reply, wire_feedback
-from .chat_view import DEMO_THINKING_NOTE, LiteralChatbot, StoppedReplies, chat_refusals, current_session, session_of
-from .presentation import chat_stats_text, context_meter_text, conversation_markdown
+from .chat_view import LiteralChatbot, StoppedReplies, chat_refusals, current_session, session_of
+from .i18n import t
+from .presentation import chat_stats_text, context_meter_text
 
 EXAMPLE_PROMPTS = [
     "Explain what a NeuronCore is in two sentences.",
@@ -20,36 +21,20 @@ EXAMPLE_PROMPTS = [
 ]
 
 
-def _text(content) -> str:
-    """Gradio message content may be a string or a list of parts; keep the text."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    if isinstance(content, dict):
-        return str(content.get("text", ""))
-    return "" if content is None else str(content)
-
-
-def history_for_engine(history: list[dict]) -> list[dict]:
-    """Chatbot messages -> engine history: drop folded reasoning blocks, keep role and text."""
-    out = []
-    for m in history or []:
-        if (m.get("metadata") or {}).get("title"):
-            continue
-        out.append({"role": m.get("role"), "content": _text(m.get("content"))})
-    return out
-
-
-def reply_messages(update) -> list[gr.ChatMessage]:
-    """A chat update as chatbot messages: folded reasoning first, then the answer."""
+def reply_messages(update, request: ChatRequest | None = None) -> list[gr.ChatMessage]:
+    """A chat update as chatbot messages: folded reasoning first, then the answer, then (when done)
+    notices such as "stopped at the token limit" (bubbles: shown, never fed back to the model)."""
     messages = []
     if update.reasoning:
         status = "done" if update.answer or update.done else "pending"
         messages.append(gr.ChatMessage(role="assistant", content=update.reasoning,
-                                       metadata={"title": "💭 Reasoning", "status": status}))
+                                       metadata={"title": REASONING_TITLE, "status": status}))
     if update.answer or not messages:
         messages.append(gr.ChatMessage(role="assistant", content=update.answer))
+    if update.done:
+        for notice in reply_notices(update, request):
+            messages.append(gr.ChatMessage(role="assistant", content=notice.detail,
+                                           metadata={"title": f"{NOTICE_PREFIX} {notice.title}"}))
     return messages
 
 
@@ -59,25 +44,28 @@ def build_chat_tab(backend: Backend) -> None:
     chat_stats = gr.Markdown(elem_id="chat-stats")
     context_meter = gr.Markdown(context_meter_text(None, settings.buckets, settings.context_length),
                                 elem_id="context-meter")
-    system_prompt = gr.Textbox(label="System prompt", placeholder="You are a helpful assistant.",
+    system_prompt = gr.Textbox(label=t("chat_system_prompt"), placeholder=t("chat_system_placeholder"),
                                lines=1, render=False)
-    thinking = gr.Checkbox(label="Thinking (show the model's reasoning)", value=False, render=False,
-                           info=DEMO_THINKING_NOTE if settings.demo else None)
-    temperature = gr.Slider(0.05, 2.0, value=0.7, step=0.05, label="Temperature", render=False)
-    top_p = gr.Slider(0.05, 1.0, value=0.8, step=0.05, label="top_p", render=False)
-    top_k = gr.Slider(0, 100, value=20, step=1, label="top_k", render=False)
+    thinking = gr.Checkbox(label=t("chat_thinking"), value=False, render=False,
+                           info=t("chat_demo_thinking") if settings.demo else None)
+    temperature = gr.Slider(0.05, 2.0, value=0.7, step=0.05, label=t("chat_temperature"), render=False)
+    top_p = gr.Slider(0.05, 1.0, value=0.8, step=0.05, label=t("chat_top_p"), render=False)
+    top_k = gr.Slider(0, 100, value=20, step=1, label=t("chat_top_k"), render=False)
     max_new = gr.Slider(1, settings.max_new_tokens, value=settings.max_new_tokens, step=1,
-                        label="Max new tokens", render=False)
-    greedy = gr.Checkbox(label="Greedy (no sampling)", value=False, render=False)
+                        label=t("chat_max_new_tokens"), render=False)
+    greedy = gr.Checkbox(label=t("chat_greedy"), value=False, render=False)
     # Gradio 6.31 shows a Number of value None as 0 and sends 0 until it is cleared: -1 means random.
-    chat_seed = gr.Number(label="Seed (-1 = random)", value=-1, minimum=-1, precision=0, render=False)
+    chat_seed = gr.Number(label=t("chat_seed"), value=-1, minimum=-1, precision=0, render=False)
 
+    limits = history_limits(settings)
     stopped_replies = StoppedReplies(backend)  # a stopped reply keeps its stats line (chat_view.py)
 
     @chat_refusals(lambda: len(chat.additional_outputs))  # a refusal: a note, the other outputs kept
     def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed, remembered):
+        # The chatbot's messages go as they are: the engine's history normaliser (chat/history.py)
+        # reads text parts and drops the folded bubbles; the oldest turns beyond the limits stay home.
         request = ChatRequest(
-            message=_text(message), history=tuple(history_for_engine(history)),
+            message=message, history=trim_to_limits(history or [], limits),
             system_prompt=system or None, thinking=bool(think), temperature=temp, top_p=p,
             top_k=int(k), max_new_tokens=int(max_tokens), greedy=bool(is_greedy),
             seed=None if seed is None or seed < 0 else int(seed),
@@ -86,21 +74,21 @@ def build_chat_tab(backend: Backend) -> None:
         for update in stopped_replies.stream(current_session(), request):
             yield reply_messages(update), gr.skip(), gr.skip(), gr.skip()
         if update is not None:
-            yield (reply_messages(update), chat_stats_text(update.stats),
+            yield (reply_messages(update, request), chat_stats_text(update.stats),
                    context_meter_text(update.stats, settings.buckets, settings.context_length),
                    remember_reply(remembered, request, update))  # for a later 👍/👎 (chat_saved.py)
 
     # Text shows exactly as typed or generated, nothing live (LiteralChatbot escapes it for the renderer).
-    chatbot = LiteralChatbot(label="Qwen3", height=420, elem_id="chatbot", editable="user",
+    chatbot = LiteralChatbot(label=t("chat_chatbot"), height=420, elem_id="chatbot", editable="user",
                              sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"])
     reply_records = gr.State({})  # this session's finished replies: settings and stats (chat_saved.py)
     chat = gr.ChatInterface(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
                                                          top_k, max_new, greedy, chat_seed, reply_records],
-        additional_inputs_accordion=gr.Accordion("Sampling and system prompt", open=False, render=False),
+        additional_inputs_accordion=gr.Accordion(t("chat_settings"), open=False, render=False),
         additional_outputs=[chat_stats, context_meter, reply_records], examples=[[e] for e in EXAMPLE_PROMPTS],
-        run_examples_on_click=False, editable=True, concurrency_limit=settings.chat_batch,
-        api_visibility="private", fill_height=False, save_history=True,
+        examples_label=t("chat_examples"), run_examples_on_click=False, editable=True,
+        concurrency_limit=settings.chat_batch, api_visibility="private", fill_height=False, save_history=True,
     )
     keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser
     wire_feedback(backend, chatbot, reply_records)
@@ -120,23 +108,13 @@ def build_chat_tab(backend: Backend) -> None:
 
     for event in (chatbot.undo, chatbot.clear):
         event(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
-    with gr.Row():
-        export_json_btn = gr.Button("Export JSON", size="sm", elem_id="export-json")
-        export_md_btn = gr.Button("Export Markdown", size="sm", elem_id="export-md")
-    export_file = gr.File(label="Conversation export", height=90, elem_id="export-file")
-
-    def export_conversation_json(history):
-        return str(backend.exports.write(json.dumps(history or [], ensure_ascii=False, indent=1, default=str),
-                                          ".json", "conversation"))
-
-    def export_conversation_markdown(history):
-        return str(backend.exports.write(conversation_markdown(history or []), ".md", "conversation"))
-
-    export_json_btn.click(export_conversation_json, chatbot, export_file, api_visibility="private")
-    export_md_btn.click(export_conversation_markdown, chatbot, export_file, api_visibility="private")
+    # Export JSON / Markdown and Load JSON (chat_export.py)
+    wire_conversation_files(backend, chat, [system_prompt, thinking, temperature, top_p, top_k, max_new, greedy,
+                                            chat_seed], reply_records)
 
     def follow_thinking_defaults(think):
         # Qwen's recommended sampling per mode (NOTES.md section 2).
         return (0.6, 0.95) if think else (0.7, 0.8)
 
-    thinking.change(follow_thinking_defaults, thinking, [temperature, top_p], api_visibility="private")
+    # .input, not .change: a loaded conversation sets thinking and its own temperature together
+    thinking.input(follow_thinking_defaults, thinking, [temperature, top_p], api_visibility="private")

@@ -6,7 +6,6 @@ Everything user- or model-written that ends up in HTML goes through ``html.escap
 from __future__ import annotations
 
 import html
-import json
 import re
 from datetime import datetime, timezone
 
@@ -94,13 +93,17 @@ def size_choice_label(size, state: dict | None) -> str:
 
 
 def chat_stats_text(stats) -> str:
-    """'0.12 s to first token · 35.1 tokens/s · 40 new tokens · no compile'."""
-    if stats is None:
+    """'0.12 s to first token · 35.1 tokens/s · 40 new tokens · seed 7 · no compile' (ChatStats or its dict)."""
+    if not stats:
         return ""
-    compiled = "⚠ compiled a graph" if stats.compiled_graphs else "no compile"
-    stopped = " · stopped" if stats.stopped else ""
-    return (f"{stats.time_to_first_token_s:.2f} s to first token · {stats.tokens_per_s:.1f} tokens/s · "
-            f"{stats.new_tokens} new tokens · {compiled}{stopped}")
+    get = stats.get if isinstance(stats, dict) else lambda key, default=None: getattr(stats, key, default)
+    first = get("time_to_first_token_s")
+    compiled = "⚠ compiled a graph" if get("compiled_graphs") else "no compile"
+    seed = f" · seed {get('seed')}" if get("seed") is not None else ""
+    stopped = " · stopped" if get("stopped") else ""
+    limit = f" · cut at the {get('max_new_tokens')}-token limit" if get("finish_reason") == "length" else ""
+    return (f"{'?' if first is None else f'{first:.2f}'} s to first token · {get('tokens_per_s') or 0:.1f} tokens/s · "
+            f"{get('new_tokens')} new tokens{seed} · {compiled}{stopped}{limit}")
 
 
 def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> str:
@@ -115,18 +118,31 @@ def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> 
     return text
 
 
-def conversation_markdown(messages: list[dict]) -> str:
-    """A chat history as Markdown (reasoning kept as a quoted block)."""
-    lines = [f"# Conversation exported {datetime.now(timezone.utc).isoformat(timespec='seconds')}", ""]
-    for m in messages:
-        title = (m.get("metadata") or {}).get("title")
-        content = m.get("content")
-        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        if title:
-            lines += [f"> **{title}**", ">", *[f"> {line}" for line in text.splitlines()], ""]
-        else:
-            lines += [f"**{m.get('role', '?')}**:", "", text, ""]
+def conversation_markdown(document: dict) -> str:
+    """An exported conversation (``chat.history.export_document``) as Markdown that reads as a
+    conversation: who said what, each reply's reasoning as a quote, its notices and stats under it."""
+    settings = document.get("settings") or {}
+    shown = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
+    lines = [f"# Conversation with {document.get('model') or 'the chat model'}", "",
+             f"Exported {document.get('exported_at') or datetime.now(timezone.utc).isoformat(timespec='seconds')}"
+             + (f" · {shown}" if shown else ""), ""]
+    if document.get("system_prompt"):
+        lines += ["**System prompt:**", "", *_quoted(document["system_prompt"]), ""]
+    for m in document.get("messages") or []:
+        lines += [f"## {'You' if m.get('role') == 'user' else 'Assistant'}", ""]
+        if m.get("reasoning"):
+            lines += ["> 💭 **Reasoning**", ">", *_quoted(m["reasoning"]), ""]
+        lines += [m.get("content") or "*(no answer)*", ""]
+        lines += [f"> ⚠ {notice}" for notice in m.get("notices") or []]
+        if m.get("stats"):
+            lines += [f"*{chat_stats_text(m['stats'])}*"]
+        if m.get("notices") or m.get("stats"):
+            lines.append("")
     return "\n".join(lines)
+
+
+def _quoted(text: str) -> list[str]:
+    return [f"> {line}" if line else ">" for line in text.splitlines()]
 
 
 def _outside_code(text: str, change) -> str:

@@ -50,6 +50,7 @@ from .text import (
     ChatRequest,
     ChatStats,
     ChatUpdate,
+    HistoryLimits,
     PromptInfo,
     ThinkSplitter,
     normalize_request,
@@ -160,7 +161,9 @@ class ChatEngine:
     # ----- requests ------------------------------------------------------------------------------
     def validate(self, request: ChatRequest | Mapping, allow_empty: bool = False) -> ChatRequest:
         """Check and normalise a request, filling the sampling defaults of its mode."""
-        return normalize_request(request, self.settings.max_prompt_chars, self.settings.max_new_tokens, allow_empty)
+        s = self.settings
+        limits = HistoryLimits(s.max_history_messages, s.max_history_chars, s.max_prompt_chars)
+        return normalize_request(request, s.max_prompt_chars, s.max_new_tokens, allow_empty, limits)
 
     def stream(self, request: ChatRequest | Mapping) -> Iterator[ChatUpdate]:
         """Validate, fit the prompt into a bucket, then stream the reply (the last update has stats).
@@ -275,7 +278,7 @@ class ChatEngine:
     def _run(self, request: ChatRequest, prompt: _Prompt, min_new_tokens: int = 0,
              follower: bool = False) -> Iterator[ChatUpdate]:
         """Generate under the job lock, streaming updates; the final update is yielded after the lock is freed."""
-        splitter = ThinkSplitter(prompt.starts_in_reasoning)
+        splitter = ThinkSplitter(prompt.starts_in_reasoning, tags=prompt.thinking)
         with self._jobs.job() as cancelled:
             graphs_before = CompileCounter.graphs()
             seed = None if request.greedy else (request.seed if request.seed is not None else secrets.randbits(32))
@@ -355,7 +358,7 @@ class ChatEngine:
 
     def _run_batched(self, request: ChatRequest, prompt: _Prompt) -> Iterator[ChatUpdate]:
         """Stream one reply from a slot of a shared batch; closing this stops only this reply."""
-        scheduler, splitter = self._scheduler(), ThinkSplitter(prompt.starts_in_reasoning)
+        scheduler, splitter = self._scheduler(), ThinkSplitter(prompt.starts_in_reasoning, tags=prompt.thinking)
         row = BatchRow(prompt.ids, prompt.bucket, prompt.max_new_tokens, Sampling.of(request),
                        None if request.greedy else request.seed)
         scheduler.submit(row)

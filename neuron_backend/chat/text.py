@@ -7,20 +7,25 @@ Everything a user types passes ``normalize_request``; streamed model text passes
 from __future__ import annotations
 
 import numbers
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from ..errors import InvalidRequestError
+from .history import THINK_CLOSE, THINK_OPEN, HistoryLimits, clean_text, normalize_history, strip_reasoning
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ChatRequest", "ChatStats", "ChatUpdate", "HistoryLimits", "Notice",
+           "PromptInfo", "ThinkSplitter", "normalize_request", "reply_notices", "strip_reasoning"]
 # Qwen's recommended sampling per mode.
 SAMPLING_DEFAULTS = {
     "thinking": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
     "chat": {"temperature": 0.7, "top_p": 0.8, "top_k": 20},
 }
-_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all C0/C1 controls except \t and \n
-_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)\s*", re.DOTALL)
+MIN_TEMPERATURE = 0.01  # below this, sampling overflows (1e-300 divides the logits to inf): use greedy
+MAX_TOP_K = 1000
+# Qwen3's model card, "Best Practices": its advice against greedy decoding in thinking mode.
+GREEDY_THINKING_ADVICE = ("Qwen advises against greedy decoding with thinking on: \"DO NOT use greedy decoding, "
+                          "as it can lead to performance degradation and endless repetitions.\" Untick Greedy to "
+                          "sample with its thinking defaults (temperature 0.6, top_p 0.95, top_k 20).")
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class ChatRequest:
     """One chat turn as the UI or the API sends it; ``ChatEngine.validate`` fills the defaults."""
 
     message: str
-    history: tuple[dict, ...] | list[dict] = ()  # {"role": "user"|"assistant", "content": str}, oldest first
+    history: object = ()  # {"role": "user"|"assistant", "content": text or parts}, oldest first (history.py)
     system_prompt: str | None = None
     thinking: bool = False
     temperature: float | None = None
@@ -40,10 +45,11 @@ class ChatRequest:
 
 
 def normalize_request(request: ChatRequest | Mapping, limit: int, max_new_tokens: int,
-                      allow_empty: bool = False) -> ChatRequest:
+                      allow_empty: bool = False, history_limits: HistoryLimits | None = None) -> ChatRequest:
     """Check a request (a ChatRequest or a dict of its fields); fill the sampling defaults of its mode.
 
-    ``limit`` is the most characters of any one text; ``max_new_tokens`` the server's cap.
+    ``limit`` is the most characters of any one text; ``max_new_tokens`` the server's cap;
+    ``history_limits`` the most history messages and characters (checked before anything is copied).
     """
     if isinstance(request, Mapping):
         names = [f.name for f in fields(ChatRequest)]
@@ -54,20 +60,22 @@ def normalize_request(request: ChatRequest | Mapping, limit: int, max_new_tokens
         request = ChatRequest(**request)
     if not isinstance(request, ChatRequest):
         raise InvalidRequestError("A chat request must be a ChatRequest or a dict of its fields.")
-    message = _clean_text("The message", request.message, limit).strip()
+    limits = history_limits or HistoryLimits(message_chars=limit)
+    history = normalize_history(request.history, HistoryLimits(limits.messages, limits.chars, limit))
+    message = clean_text("The message", request.message, limit).strip()
     if not message and not allow_empty:
         raise InvalidRequestError("The message is empty: type something to send.")
-    system = _clean_text("The system prompt", request.system_prompt or "", limit).strip() or None
+    system = clean_text("The system prompt", request.system_prompt or "", limit).strip() or None
     thinking, greedy = _flag("thinking", request.thinking), _flag("greedy", request.greedy)
     defaults = SAMPLING_DEFAULTS["thinking" if thinking else "chat"]
     return ChatRequest(
         message=message,
-        history=_clean_history(request.history, limit),
+        history=history,
         system_prompt=system,
         thinking=thinking,
-        temperature=_real("temperature", request.temperature, defaults["temperature"], 2.0),
+        temperature=_real("temperature", request.temperature, defaults["temperature"], 2.0, MIN_TEMPERATURE),
         top_p=_real("top_p", request.top_p, defaults["top_p"], 1.0),
-        top_k=_whole("top_k", request.top_k, defaults["top_k"], 0, None),
+        top_k=_whole("top_k", request.top_k, defaults["top_k"], 0, MAX_TOP_K),
         max_new_tokens=_whole("max_new_tokens", request.max_new_tokens, max_new_tokens, 1, max_new_tokens),
         greedy=greedy,
         seed=_whole("seed", request.seed, None, 0, 2**32 - 1),
@@ -77,55 +85,86 @@ def normalize_request(request: ChatRequest | Mapping, limit: int, max_new_tokens
 class ThinkSplitter:
     """Split streamed text into reasoning (inside <think>...</think>) and answer.
 
+    Think tags count only where they mean something. With ``tags=False`` (thinking off: the
+    template closed an empty think block in the prompt) every tag the model writes is answer text.
+    With tags, only a ``<think>`` that opens the reply starts the reasoning and the first
+    ``</think>`` ends it; later tags, and every tag after a literal ``<think>``, are answer text.
+    A ``</think>`` with no ``<think>`` before it (a template that opens the block in the prompt)
+    turns everything so far into reasoning.
     Tags may arrive split across chunks ("<th" + "ink>"): a tail that could begin a tag is held
-    back until the next chunk decides. A ``</think>`` with no ``<think>`` before it (a template that
-    opens the block in the prompt) turns everything so far into reasoning.
+    back until the next chunk decides.
+
+    Whitespace: each part drops its leading whitespace and holds trailing whitespace back until more
+    text follows, so the deltas joined are exactly reasoning + answer (no stray leading space).
     """
 
-    def __init__(self, in_reasoning: bool = False):
+    def __init__(self, in_reasoning: bool = False, tags: bool = True):
         self.in_reasoning = in_reasoning
-        self._reasoning, self._answer, self._pending = [], [], ""
-        self._seen_block = in_reasoning
+        self._parts: dict[bool, list[str]] = {True: [], False: []}  # by "in reasoning"
+        self._held = {True: "", False: ""}
+        self._pending = ""
+        self._tags = tags
+        self._seen_block = in_reasoning  # a think block was opened (in the reply or the prompt)
+        self._closed = False  # the think block ended: no more tags
+        self._started = False  # answer text came first: a later <think> is text
 
     @property
     def reasoning(self) -> str:
-        return "".join(self._reasoning).strip()
+        return "".join(self._parts[True])
 
     @property
     def answer(self) -> str:
-        return "".join(self._answer).strip()
+        return "".join(self._parts[False])
+
+    def _active_tags(self) -> tuple[str, ...]:
+        if not self._tags or self._closed:
+            return ()
+        return (THINK_CLOSE,) if self.in_reasoning or self._seen_block else (THINK_OPEN, THINK_CLOSE)
 
     def feed(self, chunk: str) -> str:
         """Add a chunk; return the text it added to reasoning or answer (tags removed)."""
         text, self._pending, added = self._pending + chunk, "", []
         while text:
-            tags = (THINK_CLOSE,) if self.in_reasoning else (THINK_OPEN, THINK_CLOSE)
+            tags = self._active_tags()
             found = [(text.find(tag), tag) for tag in tags if tag in text]
             if not found:
-                keep = max(_partial_tag_length(text, tag) for tag in tags)
+                keep = max((_partial_tag_length(text, tag) for tag in tags), default=0)
                 added.append(self._emit(text[: len(text) - keep]))
                 self._pending = text[len(text) - keep :]
                 break
             index, tag = min(found)
+            if tag == THINK_OPEN and (self._started or text[:index].strip()):  # not where a reply begins: text
+                added.append(self._emit(text[: index + len(tag)]))
+                text, self._closed = text[index + len(tag) :], True
+                continue
             added.append(self._emit(text[:index]))
             text = text[index + len(tag) :]
             if tag == THINK_OPEN:
                 self.in_reasoning = self._seen_block = True
             elif self.in_reasoning:
-                self.in_reasoning = False
-            elif not self._seen_block:  # a close tag whose open tag was in the prompt
-                self._reasoning += self._answer
-                self._answer, self._seen_block = [], True
+                self.in_reasoning, self._closed = False, True
+            else:  # a close tag whose open tag was in the prompt: what came so far was reasoning
+                self._parts[True] += self._parts[False]
+                self._parts[False], self._held[False] = [], ""
+                self._seen_block = self._closed = True
         return "".join(added)
 
     def finish(self) -> str:
-        """Flush a held-back tail at the end of the stream."""
+        """Flush a held-back tail at the end of the stream (trailing whitespace is dropped)."""
         text, self._pending = self._pending, ""
         return self._emit(text)
 
     def _emit(self, text: str) -> str:
-        (self._reasoning if self.in_reasoning else self._answer).append(text)
-        return text
+        part = self.in_reasoning
+        text = self._held[part] + text
+        if not self._parts[part]:
+            text = text.lstrip()
+        kept = text.rstrip()
+        self._held[part] = text[len(kept):]
+        if kept:
+            self._parts[part].append(kept)
+            self._started = self._started or not part
+        return kept
 
 
 def _partial_tag_length(text: str, tag: str) -> int:
@@ -136,51 +175,25 @@ def _partial_tag_length(text: str, tag: str) -> int:
     return 0
 
 
-def strip_reasoning(content: str) -> str:
-    """An assistant turn without its think block(s), as it is fed back to the model."""
-    if THINK_CLOSE in content and THINK_OPEN not in content.split(THINK_CLOSE)[0]:
-        content = content.split(THINK_CLOSE, 1)[1]  # the open tag was in the prompt, not the reply
-    return _THINK_BLOCK.sub("", content).strip()
-
-
-def _clean_text(what: str, value: object, limit: int) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequestError(f"{what} must be text, got {type(value).__name__}.")
-    value = _CONTROL_CHARS.sub("", value)
-    if len(value) > limit:
-        raise InvalidRequestError(f"{what} is {len(value)} characters; at most {limit} are allowed.")
-    return value
-
-
-def _clean_history(history: object, limit: int) -> tuple[dict, ...]:
-    allowed = 'a list of {"role": "user" or "assistant", "content": text}, oldest first'
-    if history is None:
-        return ()
-    if not isinstance(history, (list, tuple)):
-        raise InvalidRequestError(f"The history must be {allowed}; got {type(history).__name__}.")
-    cleaned = []
-    for i, item in enumerate(history):
-        if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
-            raise InvalidRequestError(f"History item {i} is not valid: it must be {allowed}.")
-        content = _clean_text(f"The content of history item {i}", item.get("content"), limit)
-        if item["role"] == "assistant":
-            content = strip_reasoning(content)
-        cleaned.append({"role": item["role"], "content": content})
-    return tuple(cleaned)
-
-
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequestError(f"{name} must be true or false, got {_shown(value)}.")
     return value
 
 
-def _real(name: str, value: object, default: float, high: float) -> float:
+def _real(name: str, value: object, default: float, high: float, low: float | None = None) -> float:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= high:
-        raise InvalidRequestError(f"{name} must be a number above 0 and at most {high:g}, got {_shown(value)}.")
-    return float(value)
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    try:
+        number = float(value) if ok else None
+    except OverflowError:  # an integer too large for a float
+        number = None
+    if number is None or not ((low is None and 0 < number) or (low is not None and low <= number)) or number > high:
+        span = f"from {low:g} to {high:g}" if low is not None else f"above 0 and at most {high:g}"
+        hint = " (for the most likely token every time, use greedy)" if low is not None else ""
+        raise InvalidRequestError(f"{name} must be a number {span}{hint}, got {_shown(value)}.")
+    return number
 
 
 def _whole(name: str, value: object, default: int | None, low: int, high: int | None) -> int | None:
@@ -194,7 +207,14 @@ def _whole(name: str, value: object, default: int | None, low: int, high: int | 
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**40:
+        return f"a whole number of about {int(value.bit_length() * 0.30103) + 1} digits"  # str() fails past 4300
+    if isinstance(value, str) and len(value) > 40:
+        value = value[:37]
+    try:
+        text = repr(value)
+    except ValueError:
+        text = type(value).__name__
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -243,3 +263,32 @@ class PromptInfo:
     max_new_tokens: int  # the most new tokens a reply may have at this bucket
     fits: bool
     problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something a reader of a reply should know: a short title and what to do about it."""
+
+    title: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.title}. {self.detail}"
+
+
+def reply_notices(update: ChatUpdate, request: ChatRequest | None = None) -> list[Notice]:
+    """Notices for a final update: cut at the token limit (and whether still reasoning), greedy with thinking."""
+    notices = []
+    stats = update.stats
+    if stats is not None and stats.finish_reason == "length":
+        if update.reasoning and not update.answer:
+            where = "while still reasoning: no answer yet"
+        else:
+            where = "before the reply was finished"
+        fix = "Raise max_new_tokens for a longer reply"
+        if request is not None and request.thinking:
+            fix += " (reasoning often takes many more tokens than the answer), or turn thinking off"
+        notices.append(Notice(f"Stopped at the limit of {stats.max_new_tokens} new tokens, {where}", fix + "."))
+    if request is not None and request.greedy and request.thinking:
+        notices.append(Notice("Greedy decoding with thinking on", GREEDY_THINKING_ADVICE))
+    return notices

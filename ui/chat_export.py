@@ -1,0 +1,122 @@
+"""The Chat tab's conversation files: Export JSON / Markdown, and Load JSON (an export back into the chat).
+
+The JSON schema is ``neuron_backend.chat.history.export_document`` (README, "Chat export format");
+the same file's ``messages`` are accepted as ``history`` by ``/chat``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+
+from neuron_backend.chat.history import (
+    NOTICE_PREFIX,
+    REASONING_TITLE,
+    HistoryLimits,
+    export_document,
+    load_document,
+)
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.runtime import Backend
+
+from .api import user_errors
+from .chat_saved import _key
+from .i18n import t
+from .presentation import conversation_markdown
+
+MAX_FILE_OVERHEAD = 1_000_000  # bytes a loaded file may hold beyond its history's character limit
+
+
+def history_limits(settings) -> HistoryLimits:
+    return HistoryLimits(settings.max_history_messages, settings.max_history_chars, settings.max_prompt_chars)
+
+
+def conversation_document(backend: Backend, history, system, think, temp, p, k, max_tokens, is_greedy, seed,
+                          records) -> dict:
+    """The export of what the Chat tab shows, with the controls' settings and each reply's stats."""
+    settings = backend.settings
+    model = settings.chat_model + (" (demo model, random weights)" if settings.demo else "")
+    whole = {"top_k": k, "max_new_tokens": max_tokens, "seed": seed}
+    controls = {"thinking": bool(think), "greedy": bool(is_greedy), "temperature": temp, "top_p": p,
+                **{key: None if value is None else int(value) for key, value in whole.items()}}
+    records = records or {}
+
+    def stats_of(answer: str):
+        return (records.get(_key(answer)) or {}).get("stats")
+
+    return export_document(history or [], model=model, system_prompt=system or None, settings=controls,
+                           stats_of=stats_of)
+
+
+def shown_messages(document: dict) -> list[dict]:
+    """Chatbot messages of a loaded conversation: reasoning folded above each answer, notices below."""
+    messages = []
+    for m in document["messages"]:
+        if m.get("reasoning"):
+            messages.append({"role": "assistant", "content": m["reasoning"],
+                             "metadata": {"title": REASONING_TITLE, "status": "done"}})
+        messages.append({"role": m["role"], "content": m["content"]})
+        for notice in m.get("notices") or []:
+            title, _, detail = notice.partition(". ")
+            messages.append({"role": "assistant", "content": detail,
+                             "metadata": {"title": f"{NOTICE_PREFIX} {title}", "status": "done"}})
+    return messages
+
+
+def read_conversation(path: str, limits: HistoryLimits) -> dict:
+    """A conversation file, checked: size, JSON, the export schema and the history limits."""
+    limit = 4 * limits.chars + MAX_FILE_OVERHEAD  # JSON escapes can take several bytes per character
+    size = Path(path).stat().st_size
+    if size > limit:
+        raise InvalidRequestError(f"The file is {size} bytes; a conversation file may be at most {limit} bytes.")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InvalidRequestError(f"The file is not a JSON conversation export ({type(exc).__name__}).") from None
+    return load_document(data, limits)
+
+
+def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: list, reply_records: gr.State) -> None:
+    """Export JSON / Export Markdown / Load JSON under the chat. ``controls``: system prompt, thinking,
+    temperature, top_p, top_k, max new tokens, greedy, seed (in that order)."""
+    limits = history_limits(backend.settings)
+    with gr.Row():
+        export_json_btn = gr.Button(t("chat_export_json"), size="sm", elem_id="export-json")
+        export_md_btn = gr.Button(t("chat_export_md"), size="sm", elem_id="export-md")
+        load_btn = gr.UploadButton(t("chat_load_json"), size="sm", file_types=[".json"], elem_id="load-json")
+    export_file = gr.File(label=t("chat_export_file"), height=90, elem_id="export-file")
+
+    def export_json(history, *values):
+        document = conversation_document(backend, history, *values)
+        return str(backend.exports.write(json.dumps(document, ensure_ascii=False, indent=1), ".json", "conversation"))
+
+    def export_markdown(history, *values):
+        document = conversation_document(backend, history, *values)
+        return str(backend.exports.write(conversation_markdown(document), ".md", "conversation"))
+
+    @user_errors
+    def load_conversation(file, records):
+        document = read_conversation(file if isinstance(file, str) else file.name, limits)
+        settings = document["settings"]
+        records = dict(records or {})
+        for m in document["messages"]:
+            if m["role"] == "assistant" and m.get("stats"):
+                records[_key(m["content"])] = {"settings": settings, "stats": m["stats"]}
+        ranges = {"temperature": (0.05, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 100),
+                  "max_new_tokens": (1, backend.settings.max_new_tokens), "seed": (-1, 2**32 - 1)}
+        values = [document["system_prompt"] or ""]
+        for key in ("thinking", "temperature", "top_p", "top_k", "max_new_tokens", "greedy", "seed"):
+            value = settings.get(key)
+            if value is not None and key in ranges:  # the sliders' ranges
+                value = min(max(value, ranges[key][0]), ranges[key][1])
+            values.append(-1 if key == "seed" and value is None else gr.skip() if value is None else value)
+        return [shown_messages(document), *values, records]
+
+    inputs = [chat.chatbot, *controls, reply_records]
+    export_json_btn.click(export_json, inputs, export_file, api_visibility="private")
+    export_md_btn.click(export_markdown, inputs, export_file, api_visibility="private")
+    # chatbot_value: Gradio's way to set the chat from outside (it syncs ChatInterface's own state)
+    load_btn.upload(load_conversation, [load_btn, reply_records], [chat.chatbot_value, *controls, reply_records],
+                    api_visibility="private")
