@@ -26,6 +26,7 @@ from .model_files import (
     missing_in_folder,
     needs_for,
     pipeline_components,
+    verify_folder,
 )
 
 _MARKERS = ("config.json", "model_index.json")
@@ -154,6 +155,22 @@ def weights_available(model: str, timeout: float, kind: str | None = None) -> tu
 
 
 def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = None, *,
+           hub_timeout: float = 10.0, stall_timeout: float = 60.0, flag: str = "--chat-model") -> Path:
+    """Return a local folder holding every file ``model`` needs, each one whole (see ``find_or_fetch``).
+
+    Raises EngineUnavailableError naming every missing or damaged file (a truncated shard, an
+    unreadable config) and what to do.
+    """
+    folder = find_or_fetch(model, progress, kind, hub_timeout=hub_timeout, stall_timeout=stall_timeout, flag=flag)
+    problems = verify_folder(folder, kind or kind_of_folder(folder))
+    if problems:
+        raise EngineUnavailableError(
+            f"{model} in {folder} has damaged or missing files: {'; '.join(problems[:12])}. Fetch them again "
+            f"(`{_hf_download_command(model, [])}`) or pass a complete folder with {flag}.")
+    return folder
+
+
+def find_or_fetch(model: str, progress: ProgressFn | None = None, kind: str | None = None, *,
            hub_timeout: float = 10.0, stall_timeout: float = 60.0, flag: str = "--chat-model") -> Path:
     """Return a local folder holding every file ``model`` needs, downloading only the missing ones.
 

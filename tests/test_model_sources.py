@@ -173,3 +173,11 @@ def test_a_stalled_hub_ends_with_what_to_do(hf_cache, demo_models, monkeypatch):
         assert time.monotonic() - start < 10
     message = str(err.value)
     assert "stalled" in message and f"hf download {CHAT_REPO}" in message and "--chat-model" in message
+
+
+def test_a_truncated_cached_shard_is_named_before_loading(hf_cache, demo_models):
+    snapshot = add_to_cache(hf_cache, CHAT_REPO, demo_models.chat)
+    truncate(snapshot / "model.safetensors")  # the blob behind the link, as an interrupted copy leaves it
+    with pytest.raises(EngineUnavailableError) as err:
+        model_sources.obtain(CHAT_REPO, kind="chat")
+    assert "model.safetensors: truncated" in str(err.value) and "--chat-model" in str(err.value)
