@@ -213,3 +213,15 @@ def test_image_path_with_the_genuine_qwen3_tokenizer(tmp_path, flux_folder):
                                        add_generation_prompt=True, enable_thinking=False)
     assert result.params["prompt_tokens"] == len(genuine(text)["input_ids"]) > 10
     assert engine._pipe.tokenizer.convert_tokens_to_ids("<|im_end|>") == 151645
+
+
+def test_auto_falls_back_on_a_wrong_architecture_too(tmp_path, demo_models):
+    wrong = copy(demo_models.chat, tmp_path / "wrong-arch")
+    (wrong / ".complete").unlink()
+    config = json.loads((wrong / "config.json").read_text())
+    (wrong / "config.json").write_text(json.dumps({**config, "model_type": "no-such-architecture"}))
+    backend = Backend(settings_for(tmp_path, "--chat-model", str(wrong), "--no-image", models="auto"))
+    backend.runner.run()
+    status = backend.status()
+    assert status["ready"] and "no-such-architecture" in status["fallbacks"]["chat"]
+    assert "FELL BACK" in status["banner"]
