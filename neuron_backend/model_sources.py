@@ -166,7 +166,8 @@ def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = No
     if problems:
         raise EngineUnavailableError(
             f"{model} in {folder} has damaged or missing files: {'; '.join(problems[:12])}. Fetch them again "
-            f"(`{_hf_download_command(model, [])}`) or pass a complete folder with {flag}.")
+            f"(`{_hf_download_command('<repo>' if local_folder(model) else model, [])}`) or pass a complete "
+            f"folder with {flag}.")
     return folder
 
 
