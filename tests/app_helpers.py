@@ -19,7 +19,8 @@ def free_port() -> int:
 
 def start_app(root, *extra, warm=True):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
-                               "--port", str(free_port()), "--max-new-tokens", "200", *extra], env={})
+                               "--port", str(free_port()), "--max-new-tokens", "200",
+                               "--chat-buckets", "32,64,128", "--context-length", "256", *extra], env={})
     backend = Backend(settings)
     if warm:
         backend.runner.run()

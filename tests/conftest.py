@@ -16,6 +16,9 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="showca
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 
+SMALL_SHAPES = ("--chat-buckets", "32,64,128", "--context-length", "256")
+
+
 @pytest.fixture(scope="session")
 def session_root(tmp_path_factory):
     """A cache root shared by the whole test session (demo models live here)."""
@@ -35,4 +38,5 @@ def tiny_settings(tmp_path, session_root):
     """Settings for the demo models on CPU with a per-test cache root."""
     from neuron_backend.settings import parse_settings
 
-    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path)], env={})
+    # The engine tests' small shapes (the demo preset's are larger: a pasted paragraph must fit there)
+    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), *SMALL_SHAPES], env={})

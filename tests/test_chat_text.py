@@ -294,3 +294,26 @@ def test_engine_prompt_buckets_and_dropped_turns(real_engine, qwen_tokenizer):
     assert len(official_ids(qwen_tokenizer, None, history[2 * info.dropped_turns - 2:], "latest", False)) > 256
     short = real_engine.count_prompt_tokens({"message": "hi"})
     assert short.bucket == 64 and short.dropped_turns == 0
+
+
+def test_the_demo_preset_takes_a_pasted_paragraph_and_keeps_several_turns(demo_models, tmp_path):
+    """The tiny preset with the byte-level demo tokenizer (about a token per character): a 2,000-character
+    paragraph fits, and four more turns keep it (the old 128-token bucket refused 700 characters)."""
+    from neuron_backend.chat.engine import ChatEngine
+    from neuron_backend.settings import TINY_PRESET, parse_settings
+
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path)], env={})
+    assert settings.buckets == TINY_PRESET.buckets and settings.context_length == TINY_PRESET.context_length
+    engine = ChatEngine(settings, resolve_placements(settings, CPU_ONLY)["chat"], "demo Qwen3")
+    engine.load(demo_models.chat)
+    paragraph = ("Neuron compiles one graph per input shape; a compile takes minutes, so the app declares "
+                 "its shapes up front and pays for them once. ") * 20
+    paragraph = paragraph[:2000]
+    first = engine.reply(ChatRequest(paragraph, greedy=True, max_new_tokens=8))
+    assert first.stats.prompt_tokens > 1000 and first.stats.bucket == 3072  # byte-level, a few whole words
+    history = [{"role": "user", "content": paragraph}, {"role": "assistant", "content": first.answer}]
+    for turn in range(4):
+        question = f"Follow-up question {turn}: what does that mean for a chat of many turns?"
+        final = engine.reply(ChatRequest(question, history=history, greedy=True, max_new_tokens=8))
+        assert final.stats.dropped_turns == 0, f"turn {turn} dropped the paragraph"
+        history += [{"role": "user", "content": question}, {"role": "assistant", "content": final.answer}]

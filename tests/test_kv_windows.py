@@ -55,7 +55,8 @@ def test_windows_are_settings_with_errors_that_say_what_is_allowed():
     assert parse_settings(["--models", "full", "--context-length", "1000", "--chat-buckets", "64,256"],
                           env={}).cache_windows == (512,)
     with pytest.raises(ConfigError, match="--cache-windows: window 300 is outside 1..256"):
-        parse_settings(["--models", "tiny", "--cache-windows", "300"], env={})
+        parse_settings(["--models", "tiny", "--context-length", "256", "--chat-buckets", "32,64,128",
+                        "--cache-windows", "300"], env={})
 
 
 def test_each_forward_uses_the_smallest_window_that_holds_the_sequence(windowed, demo_models):

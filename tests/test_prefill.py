@@ -62,11 +62,11 @@ def warm_up(engine: ChatEngine) -> list[int]:
 # ----- settings and plan ------------------------------------------------------------------------------
 def test_chunk_defaults_to_the_largest_that_divides_every_bucket():
     tiny, full = ["--models", "tiny"], ["--models", "full"]
-    assert parse_settings(tiny, env={}).prefill_chunk_tokens == 32
+    assert parse_settings(tiny, env={}).prefill_chunk_tokens == 64  # the demo preset's buckets 64, 256, 1024, 3072
     assert parse_settings(full, env={}).prefill_chunk_tokens == 64
     assert parse_settings([*tiny, "--chat-buckets", "48,128"], env={}).prefill_chunk_tokens == 16
     assert parse_settings(tiny, env={"SHOWCASE_PREFILL_CHUNK": "16"}).prefill_chunk_tokens == 16
-    assert parse_settings([*tiny, "--prefill-chunk", "auto"], env={}).prefill_chunk_tokens == 32
+    assert parse_settings([*tiny, "--prefill-chunk", "auto"], env={}).prefill_chunk_tokens == 64
     for off in ("0", "off"):
         assert parse_settings([*tiny, "--prefill-chunk", off], env={}).prefill_chunk_tokens == 0
     # auto follows the buckets of a copy
@@ -74,7 +74,7 @@ def test_chunk_defaults_to_the_largest_that_divides_every_bucket():
 
 
 @pytest.mark.parametrize(("value", "problem"), [
-    ("48", "48 does not divide bucket 32 of --chat-buckets .*e.g. 32 .*0 for eager prefill"),
+    ("48", "48 does not divide bucket 64 of --chat-buckets .*e.g. 64 .*0 for eager prefill"),
     ("-8", "is negative"),
     ("big", "not a whole number"),
 ])

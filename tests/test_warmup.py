@@ -20,7 +20,8 @@ ROOT = Path(__file__).parents[1]
 
 def make_backend(tmp_path, *extra):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
-                               "--sizes", "64x64,96x64", *extra], env={})
+                               "--sizes", "64x64,96x64", "--chat-buckets", "32,64,128", "--context-length", "256",
+                               *extra], env={})
     return Backend(settings)
 
 
