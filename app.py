@@ -1,24 +1,66 @@
 """Gradio app: Qwen3 chat and FLUX.2-klein images on AWS Trainium (or whatever this host has).
 
-The entry point only: settings, the torchrun branch, the ``Backend``, ``ui.serve``. The page lives
-in ``ui/``, the engines in ``neuron_backend/``. Run ``python app.py --help`` for every flag.
+The entry point only: settings, the compile-cache folders, the torchrun branch, the ``Backend``,
+``ui.serve``. The page lives in ``ui/``, the engines in ``neuron_backend/``. Run ``python app.py
+--help`` for every flag, ``python app.py --doctor`` for a first-run checklist of this host.
+
+Order matters on Trainium (NOTES.md 1b): the settings and the NEFF cache variables come first,
+without torch; ``import torch`` then autoloads torch-neuronx, which reads them, and a torch /
+torch-neuronx mismatch fails right there, so that import is guarded with a message saying what to do.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from importlib import metadata
 
-from neuron_backend import parallel
-from neuron_backend.devices import configure_compile_cache, resolve_placements
+from neuron_backend.compile_cache import configure_compile_cache  # imports no torch
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.runtime import Backend, model_folder, run_follower
 from neuron_backend.settings import parse_settings
 
 log = logging.getLogger("showcase.app")
 
+MISMATCH_HINT = """\
+error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}
+  installed: torch {torch}, torch-neuronx {neuronx}
+  torch-neuronx must be the family of the installed torch: 2.13.3.0.* for torch 2.13.0 (what this app is
+  tested with), 2.14.3.0.* for torch 2.14.0 (Neuron 2.33). Fix it with
+      pip install -r requirements-neuron.txt
+  (see README, "Running on Trainium"), then check the host with `python app.py --doctor`.
+  To run on CPU meanwhile: TORCH_DEVICE_BACKEND_AUTOLOAD=0 python app.py --device cpu"""
 
-def launch(backend: Backend, **kwargs):
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def backend_load_failure(exc: BaseException) -> str | None:
+    """The message for a torch-neuronx that ``import torch`` could not load, or None for other errors.
+
+    torch wraps a failing autoload as ``RuntimeError("Failed to load the backend extension: ...")``;
+    an import of torch_neuronx itself can also fail with ``ImportError`` (undefined symbol, wrong package).
+    """
+    text = str(exc)
+    if not ("Failed to load the backend extension" in text or "torch_neuronx" in text or "torch-neuronx" in text):
+        return None
+    cause = f"{text} (caused by {type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else text
+    return MISMATCH_HINT.format(cause=cause, torch=_version("torch"), neuronx=_version("torch-neuronx"))
+
+
+def _import_runtime():
+    """The torch-importing modules, imported only after the cache folders are set."""
+    from neuron_backend import parallel
+    from neuron_backend.devices import resolve_placements
+    from neuron_backend.runtime import Backend, model_folder, run_follower
+
+    return parallel, resolve_placements, Backend, model_folder, run_follower
+
+
+def launch(backend, **kwargs):
     """Start warm-up in the background and serve the UI at once."""
     import ui  # Gradio: imported here so the torchrun followers never load it
 
@@ -30,13 +72,29 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = parse_settings(argv)
+    except ShowcaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if settings.doctor:
+        from neuron_backend import doctor
+
+        raise SystemExit(doctor.run(settings))
+    configure_compile_cache(settings.cache_dir)  # before import torch (autoload) and before parallel.init
+    try:
+        parallel, resolve_placements, Backend, model_folder, run_follower = _import_runtime()  # noqa: N806
+    except (ImportError, RuntimeError) as exc:
+        message = backend_load_failure(exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        raise SystemExit(3) from None
+    try:
         if settings.tp > 1:  # under torchrun: --tp-engine names the sharded engine
             placement = resolve_placements(settings)[settings.tp_engine]
             # Weights first: saving (the demo build) under a process group writes only on rank 0.
             folder = model_folder(settings, settings.tp_engine)
             parallel.init(settings, placement)
             if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
-                configure_compile_cache(settings.cache_dir)
                 run_follower(settings, placement, folder)
                 return
         backend = Backend(settings)

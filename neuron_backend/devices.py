@@ -6,7 +6,16 @@ Neuron quirks handled here (NOTES.md section 1-2):
 - ``torch.compile`` uses the ``"neuron"`` backend on Neuron, inductor elsewhere.
 - generate() inputs stay on CPU on Neuron (generate moves only the per-step forward inputs).
 - compiled programs (NEFFs) go to ``TORCH_NEURONX_NEFF_CACHE_DIR``, which defaults to a /tmp
-  folder wiped on reboot; we point it (and inductor's cache) at the persistent cache root.
+  folder wiped on reboot; ``compile_cache`` points it (and inductor's cache) at the persistent cache
+  root, before torch is imported (re-exported here).
+- the current device is thread-local in TorchNeuron, and a compiled graph allocates its outputs on
+  the calling thread's current device ("Inconsistent device IDs" when that is not the core its
+  weights sit on): every thread doing an engine's device work enters ``on_device(placement)``.
+- ``torch.neuron.synchronize()`` without an argument waits for the current device only: we pass
+  the placement's core.
+- under torchrun each rank's process sees only its own core (TorchNeuron sets
+  ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK``): ``resolve_placements`` places the whole engine there too.
+- compile counters: TorchNeuron's own on Neuron (``compile_counters``, re-exported here).
 - the PyPI ``torch-neuronx`` is a placeholder whose import raises; detection survives it and
   says what to install.
 
@@ -18,19 +27,25 @@ prefill's large temporaries depends on the state of the arena of the thread that
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
+import functools
+import logging
 import os
 import platform
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from .compile_cache import CacheSetup, configure_compile_cache  # noqa: F401 - part of this module's API
+from .compile_counters import CompileCounter, device_counters, use_neuron_counters  # noqa: F401 - this API
 from .errors import ConfigError, DeviceUnavailableError
 from .settings import Settings
+
+log = logging.getLogger("showcase.devices")
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 NEURON_INSTALL_HINT = (
@@ -46,6 +61,7 @@ class HostDevices:
     neuron_cores: int
     cuda_devices: int
     neuron_problem: str | None = None  # why Neuron is unusable although something was found
+    visible_cores: str | None = None  # NEURON_RT_VISIBLE_CORES as this process was started with it
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,7 @@ class Placement:
     compile_backend: str  # "neuron" on Neuron, "inductor" elsewhere
     inputs_on_cpu: bool  # generate() inputs stay on CPU (Neuron)
     tp: int = 1  # tensor-parallel degree: >1 means this process holds one shard (torchrun)
+    core: int | None = None  # the device index the engine's threads select (neuron core, cuda ordinal); cpu: None
 
     @property
     def dtype_name(self) -> str:
@@ -109,7 +126,8 @@ def detect() -> HostDevices:
         except Exception as exc:  # noqa: BLE001 - a broken runtime is reported, not fatal
             problem = f"the Neuron runtime failed to answer ({exc}); check neuron-ls"
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return HostDevices(neuron_cores=cores, cuda_devices=cuda, neuron_problem=problem)
+    return HostDevices(neuron_cores=cores, cuda_devices=cuda, neuron_problem=problem,
+                       visible_cores=os.environ.get("NEURON_RT_VISIBLE_CORES"))
 
 
 def _explicit(flag: str, requested: str, host: HostDevices, default_index: int) -> tuple[str, str]:
@@ -149,8 +167,10 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
             continue
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)
-        # Under --tp N the ranks' shards sit on cores 0..N-1: the whole engine defaults to core N.
+        # Under --tp N the ranks' shards sit on devices 0..N-1: on cuda the whole engine defaults to N.
         kind, device = _explicit(flag, requested, host, default_index=settings.tp if settings.tp > 1 else index)
+        if settings.tp > 1 and kind == "neuron" and engine != settings.tp_engine:
+            device = _whole_engine_core_under_tp(engine, flag, requested, settings)
         if engine == settings.tp_engine and settings.tp > 1:
             # One shard per process: the core (or GPU) of this torchrun rank.
             kind, device = _explicit(flag, f"{kind}:{settings.local_rank}" if kind != "cpu" else "cpu", host, 0)
@@ -158,6 +178,23 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
             continue
         placements[engine] = _placement(settings, kind, device)
     return placements
+
+
+def _whole_engine_core_under_tp(engine: str, flag: str, requested: str, settings: Settings) -> str:
+    """The core of the engine that runs whole beside a Neuron tensor-parallel group: this rank's own.
+
+    Under torchrun TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` for each process and
+    accepts only that device index there (NeuronDevice.cpp ``set_device``), so no other core can
+    run in this process: the whole engine shares rank 0's core with its shard.
+    """
+    own = f"neuron:{settings.local_rank}"
+    _, _, index = requested.partition(":")
+    if index and int(index) != settings.local_rank:
+        raise ConfigError(flag, f"under torchrun each rank's process sees only its own NeuronCore, so the whole "
+                          f"{engine} engine cannot run on neuron:{index} beside the --tp {settings.tp} group",
+                          f"leave {flag} unset (the {engine} engine then shares {own} with this rank's shard), "
+                          f"or --no-{engine}")
+    return own
 
 
 def _placement(settings: Settings, kind: str, device: str) -> Placement:
@@ -173,37 +210,8 @@ def _placement(settings: Settings, kind: str, device: str) -> Placement:
         compile=compile_on,
         compile_backend="neuron" if kind == "neuron" else "inductor",
         inputs_on_cpu=kind == "neuron",
+        core=int(device.partition(":")[2]) if kind != "cpu" else None,
     )
-
-
-@dataclass(frozen=True)
-class CacheSetup:
-    """Where compiled programs are cached, and why not if they cannot be."""
-
-    folder: Path | None
-    problem: str | None = None
-
-
-def configure_compile_cache(cache_root: Path) -> CacheSetup:
-    """Point the NEFF and inductor caches at ``cache_root/compile-cache``; call before compiling.
-
-    An unwritable folder is reported and worked around: compiles still run, uncached (Neuron) or
-    cached in a throwaway temp folder (inductor).
-    """
-    folder = Path(cache_root) / "compile-cache"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        os.environ["TORCH_NEURONX_NEFF_DISABLE_CACHE"] = "1"
-        os.environ["TORCH_NEURONX_DISABLE_NEFF_CACHE"] = "1"  # the docs' spelling; the code reads the other
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
-        return CacheSetup(None, f"compile cache {folder} is not writable ({exc}); compiling without a persistent cache")
-    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(folder / "neff")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
-    return CacheSetup(folder)
 
 
 M_ARENA_MAX = -8  # glibc's mallopt() parameter number (malloc.h)
@@ -228,33 +236,116 @@ def limit_malloc_arenas(placements: dict[str, Placement]) -> str | None:
     return "malloc arenas: 1 (as MALLOC_ARENA_MAX=1)" if done else None
 
 
-class CompileCounter:
-    """Counts graph compiles (dynamo's unique graphs: the CPU proxy for Neuron compiles).
+def on_device(placement: Placement) -> contextlib.AbstractContextManager:
+    """The device context of ``placement`` for the calling thread; enter it around an engine's device work.
 
-    The counters are process-wide, so a delta taken around a request also sees compiles made
-    by another engine at the same time; the warm-up status uses it as a recompile alarm.
+    TorchNeuron keeps the current device per thread, and a compiled graph allocates its outputs on
+    the caller's current device: a thread that never chose one runs on the process default (the
+    first core any thread selected), so work for ``neuron:1`` from such a thread fails with
+    "Inconsistent device IDs". ``torch.neuron.device(i)`` on neuron, ``torch.cuda.device(i)`` on
+    cuda, nothing on cpu. Cheap to re-enter: it switches only when the thread is elsewhere.
     """
+    if placement.core is None or placement.kind not in ("neuron", "cuda"):
+        return contextlib.nullcontext()
+    module = torch.neuron if placement.kind == "neuron" else torch.cuda
+    return module.device(placement.core)
 
-    @staticmethod
-    def graphs() -> int:
-        from torch._dynamo.utils import counters
 
-        return int(counters["stats"]["unique_graphs"])
+def bound(placement: Placement, target: Callable) -> Callable:
+    """``target`` wrapped to run inside ``on_device(placement)``: the target of a thread that does device work."""
 
-    @staticmethod
-    def cache_hits() -> tuple[int, int]:
-        """(hits, misses) of the on-disk compiled-graph cache so far in this process."""
-        from torch._dynamo.utils import counters
+    @functools.wraps(target)
+    def run(*args, **kwargs):
+        with on_device(placement):
+            return target(*args, **kwargs)
 
-        return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["inductor"]["fxgraph_cache_miss"])
+    return run
+
+
+def falls_back_to_eager(placement: Placement) -> bool:
+    """Whether a shape whose compile failed is retried eager (on Neuron with compile on).
+
+    In Neuron 2.33 ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` defaults to true: a graph that fails
+    to compile raises instead of running eager, which would leave that shape unusable.
+    """
+    return placement.compile and placement.kind == "neuron"
+
+
+def compile_or_eager(engine, key: str, attempt: Callable, *args):
+    """``attempt(*args)``, warming up shape ``key``; on Neuron, when it fails, note the error in
+    ``engine.shapes.eager[key]`` and run it once more. A second failure is raised.
+
+    The engine runs a shape listed in ``shapes.eager`` eager (chat: generate with
+    ``disable_compile=True``; image: the uncompiled transformer), in warm-up and when serving.
+    """
+    placement, fell_back = engine.placement, engine.shapes.eager
+    try:
+        return attempt(*args)
+    except Exception as exc:
+        # A device mix-up is a bug to show, not a compile to work around (eager would hide it).
+        if not falls_back_to_eager(placement) or key in fell_back or "Inconsistent device IDs" in str(exc):
+            raise
+        fell_back[key] = short_error(exc)
+        log.warning("%s failed to compile on %s; running it eager: %s", key, placement.device, fell_back[key])
+        return attempt(*args)
+
+
+def short_error(exc: BaseException) -> str:
+    """'Type: first line (Cause: first line)', at most 300 characters: dynamo wraps a backend's error."""
+    def first(e: BaseException) -> str:
+        return (str(e).strip().splitlines() or [""])[0]
+
+    text = f"{type(exc).__name__}: {first(exc)}"
+    inner = getattr(exc, "inner_exception", None) or exc.__cause__
+    if inner is not None and first(inner) not in text:
+        text += f" ({type(inner).__name__}: {first(inner)})"
+    return text[:300]
+
+
+def eager_generate_kwargs(kwargs: dict) -> dict:
+    """generate() arguments with compiling turned off (no compiled decode, no compiled prefill chunks)."""
+    out = {k: v for k, v in kwargs.items() if k not in ("compile_config", "prefill_chunk_size")}
+    out["disable_compile"] = True
+    return out
+
+
+@contextlib.contextmanager
+def uncompiled(module: torch.nn.Module, eager: bool = True):
+    """Run ``module`` (compiled with ``Module.compile``, whole or per block) uncompiled inside the block.
+
+    The caller must own the module for the duration (an engine's job lock): the switch is not per thread.
+    """
+    compiled = [m for m in module.modules() if getattr(m, "_compiled_call_impl", None) is not None] if eager else []
+    saved = [m._compiled_call_impl for m in compiled]
+    for m in compiled:
+        m._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        for m, impl in zip(compiled, saved, strict=True):
+            m._compiled_call_impl = impl
 
 
 def synchronize(placement: Placement) -> None:
-    """Wait for queued device work, so timings measure it."""
+    """Wait for the work queued on the placement's own device, so timings measure it.
+
+    Explicit core: ``torch.neuron.synchronize()`` without one waits for the calling thread's
+    current device only, which need not be this engine's.
+    """
     if placement.kind == "cuda":
         torch.cuda.synchronize(placement.device)
     elif placement.kind == "neuron":
-        torch.neuron.synchronize()
+        torch.neuron.synchronize(placement.core)
+
+
+def core_report(host: HostDevices) -> str:
+    """How many NeuronCores this process holds, and whether NEURON_RT_VISIBLE_CORES limits them (for the log)."""
+    if host.visible_cores:
+        return f"{host.neuron_cores} NeuronCore(s) visible to this process (NEURON_RT_VISIBLE_CORES=" \
+               f"{host.visible_cores})"
+    return (f"{host.neuron_cores} NeuronCore(s) visible to this process; NEURON_RT_VISIBLE_CORES is unset, so the "
+            "Neuron runtime reserves every core on the host for this process until it exits (set it, e.g. "
+            "NEURON_RT_VISIBLE_CORES=0-1, to leave the others to other processes)")
 
 
 def describe(placements: dict[str, Placement], host: HostDevices | None = None) -> dict:
@@ -262,6 +353,7 @@ def describe(placements: dict[str, Placement], host: HostDevices | None = None) 
     host = detect() if host is None else host
     if host.neuron_cores:
         accelerator = f"Trainium (Neuron) · {host.neuron_cores} cores visible"
+        log.info("Neuron: %s; compile counter: %s", core_report(host), CompileCounter.source())
     elif host.cuda_devices:
         accelerator = f"CUDA · {torch.cuda.get_device_name(0)}"
     else:
@@ -286,6 +378,7 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist.replace("_", "-"))
     except metadata.PackageNotFoundError:
         return None
+
 
 
 def refuse_idle_compile_flags(settings: Settings, placements: dict[str, Placement]) -> None:

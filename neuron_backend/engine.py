@@ -42,6 +42,7 @@ class ShapeRegistry:
         self._states = {key: ShapeState() for key in keys}
         self._lock = threading.Lock()
         self.gated = False
+        self.eager: dict[str, str] = {}  # shape -> the compile error it fell back from (devices.compile_or_eager)
 
     def keys(self) -> list[str]:
         return list(self._states)

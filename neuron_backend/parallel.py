@@ -10,7 +10,12 @@ over a ``DeviceMesh`` of the placement's device kind, handed to ``Flux2KleinPipe
 encoder and the VAE stay whole on every rank. Each rank holds its shard on its own core
 (``neuron:LOCAL_RANK``); the engine that ``--tp-engine`` does not name runs whole on rank 0 only.
 
-Lockstep protocol (one process group, collectives in the same order on every rank):
+Control messages (the announced request, the stop flag, the release) travel over a gloo side
+group (``dist.new_group(backend="gloo")``, CPU tensors), not the device group: on the "neuron"
+group ``broadcast_object_list`` turns each message into a device tensor whose length varies, and
+each new length is a new collective to compile. The shards' own collectives stay on the device group.
+
+Lockstep protocol (collectives in the same order on every rank):
 - right before each generation of the sharded engine (warm-up included), rank 0 broadcasts a
   command tagged with the engine: ``("chat", (request, prompt, min_new_tokens, seed))`` or
   ``("image", (request, seed))``; each follower runs the same call and discards the output;
@@ -59,6 +64,7 @@ log = logging.getLogger("showcase.parallel")
 IDLE_TIMEOUT = timedelta(days=7)
 
 _sharded: str | None = None  # the engine this process group shards (set by init)
+_control = None  # the gloo side group for control messages (set by init)
 
 
 def active(engine: str) -> bool:
@@ -85,18 +91,29 @@ def check_supported(settings: Settings, placement: Placement) -> None:
 
 def init(settings: Settings, placement: Placement) -> None:
     """Join the process group torchrun set up (backend "neuron" on Neuron, gloo on CPU)."""
-    global _sharded
+    global _sharded, _control
     if settings.tp <= 1:
         return
     check_supported(settings, placement)
     if not dist.is_initialized():
-        if placement.kind == "neuron":
-            torch.neuron.set_device(settings.local_rank)  # bind this rank's core before the group
+        # No set_device first: init_process_group("neuron") binds this rank's core itself (it sets
+        # NEURON_RT_VISIBLE_CORES=LOCAL_RANK) and asserts that the runtime is not initialised yet.
         dist.init_process_group(backend=placement.process_group_backend, rank=settings.rank,
                                 world_size=settings.world_size, timeout=IDLE_TIMEOUT)
+    _control = control_group(placement)
     _sharded = settings.tp_engine
     log.info("rank %d of %d joined the %s process group; %s engine sharded", settings.rank,
              settings.world_size, placement.process_group_backend, settings.tp_engine)
+
+
+def control_group(placement: Placement):
+    """The group control messages use: a gloo side group beside a device group, else the default group (None).
+
+    Call on every rank in the same order (``new_group`` is collective).
+    """
+    if dist.get_backend() == "gloo":
+        return None
+    return dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT)
 
 
 def device_mesh(placement: Placement):
@@ -108,14 +125,14 @@ def device_mesh(placement: Placement):
 
 def stop_flag(cancelled: bool) -> bool:
     """Rank 0's cancel flag, the same on every rank (a broadcast: call it on all ranks in step)."""
-    flag = torch.tensor([1 if cancelled else 0], dtype=torch.int32)
-    dist.broadcast(flag, src=0)
+    flag = torch.tensor([1 if cancelled else 0], dtype=torch.int32)  # a CPU tensor, on the gloo group
+    dist.broadcast(flag, src=0, group=_control)
     return bool(flag.item())
 
 
 def announce(engine: str, payload) -> None:
     """Rank 0: tell the followers what ``engine`` runs next."""
-    dist.broadcast_object_list([(engine, payload)], src=0)
+    dist.broadcast_object_list([(engine, payload)], src=0, group=_control)
 
 
 def announcer(engine: str) -> Callable[[object], None]:
@@ -126,7 +143,7 @@ def announcer(engine: str) -> Callable[[object], None]:
 def shutdown() -> None:
     """Rank 0: release the followers; safe to call when not distributed."""
     if _sharded is not None and active(_sharded) and dist.get_rank() == 0:
-        dist.broadcast_object_list([None], src=0)
+        dist.broadcast_object_list([None], src=0, group=_control)
         log.info("followers released")
 
 
@@ -136,9 +153,10 @@ def _mirror_chat(engine, payload) -> None:
         pass
 
 
-def _mirror_image(engine, payload) -> None:
-    request, seed = payload
-    engine.follow(request, seed)
+def _mirror_image(engine, payload):
+    request, seed = payload  # the pipeline call rank 0 announced, stopping where it stops
+    with engine._jobs.job() as cancelled:
+        return engine._run(engine._loaded_pipe(), request, seed, cancelled, None, None, follower=True)
 
 
 _MIRRORS = {"chat": _mirror_chat, "image": _mirror_image}
@@ -149,7 +167,7 @@ def follow(engine) -> int:
     served = 0
     while True:
         box = [None]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=_control)
         if box[0] is None:
             return served
         name, payload = box[0]

@@ -217,7 +217,9 @@ class Backend:
         return engine
 
     def _warm_up(self, task: Task) -> None:
-        self.engine(task.engine).warm_up(task.shape)
+        (engine := self.engine(task.engine)).warm_up(task.shape)
+        if why := engine.shapes.eager.get(task.shape):  # Neuron: its compile failed, so it serves eager
+            task.detail = f"eager fallback: {why}"
 
     # ----- serving ------------------------------------------------------------------------------
     def engine(self, name: str):
@@ -313,6 +315,7 @@ class Backend:
             device=self.description,
             cache_dir=str(self.settings.cache_dir),
             cache_problem=self.cache.problem,
+            counters=devices.device_counters(self.placements),
             engines=engines,
             limits=self.limits(),
         )

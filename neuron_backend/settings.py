@@ -66,12 +66,9 @@ FULL_PRESET = Preset(
 # Same aspect ratios, small enough that the random-weight demo runs in a second on a CPU.
 TINY_PRESET = Preset(
     sizes=(ImageSize(256, 256), ImageSize(336, 192), ImageSize(192, 336)),
-    # The full preset's buckets and cache: with the byte-level demo tokenizer (about a token per
-    # character) a pasted 2,000-character paragraph fits and several turns stay; on one CPU thread
-    # warm-up takes ~1.6 s (0.1 s with the old 32/64/128 buckets in a 256-token cache).
-    buckets=(64, 256, 1024, 3072),
-    context_length=4096,
-    cache_windows=(),  # the tiny model reads its whole 4096-token cache cheaply; a window would add a decode graph
+    buckets=(32, 64, 128),
+    context_length=256,
+    cache_windows=(),  # a 256-token cache is cheap to read whole; a window would only add a decode graph
     max_new_tokens=64,
     default_steps=4,
 )
@@ -125,6 +122,7 @@ class Settings:
     cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (neuron_backend/cache)
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
+    doctor: bool = False  # --doctor: print the first-run checklist (neuron_backend/doctor.py) and exit
     world_size: int = 1
 
     @property
@@ -207,6 +205,7 @@ def parse_settings(
         cache_bundle=str(raw["cache_bundle"]).strip() or None if "cache_bundle" in raw else None,
         # torchrun sets these for each process it starts.
         rank=_as_int("tp", env.get("RANK", 0)),
+        doctor=bool(raw.get("doctor", False)),
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
         world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
     )

@@ -108,23 +108,28 @@ def test_describe_is_plain_data(fake_neuron):
 
 
 def test_compile_cache_is_configured_under_root(tmp_path, monkeypatch):
-    for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+    for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"):
         monkeypatch.setenv(name, "unset")
     setup = devices.configure_compile_cache(tmp_path)
     assert setup.problem is None and setup.folder == tmp_path / "compile-cache"
     assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == str(tmp_path / "compile-cache" / "neff")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile-cache" / "inductor")
+    assert os.environ["TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"] == str(tmp_path / "neff-locks")  # the compile locks
 
 
-def test_unwritable_compile_cache_is_reported_and_worked_around(tmp_path, monkeypatch):
-    for name in ("TORCH_NEURONX_NEFF_DISABLE_CACHE", "TORCH_NEURONX_DISABLE_NEFF_CACHE", "TORCHINDUCTOR_CACHE_DIR"):
-        monkeypatch.setenv(name, "unset")
+def test_unwritable_compile_cache_goes_to_a_temporary_folder_not_disabled(tmp_path, monkeypatch):
+    for name in ("TORCH_NEURONX_NEFF_DISABLE_CACHE", "TORCH_NEURONX_DISABLE_NEFF_CACHE", "TORCHINDUCTOR_CACHE_DIR",
+                 "TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     setup = devices.configure_compile_cache(blocker)
-    assert setup.folder is None and "not writable" in setup.problem
-    assert os.environ["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "1" == os.environ["TORCH_NEURONX_DISABLE_NEFF_CACHE"]
-    assert Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).is_dir()
+    assert setup.folder is None and "not writable" in setup.problem and str(setup.fallback) in setup.problem
+    # disabling the NEFF cache would also drop the in-process cache: every eager op would recompile
+    assert "TORCH_NEURONX_NEFF_DISABLE_CACHE" not in os.environ and "TORCH_NEURONX_DISABLE_NEFF_CACHE" not in os.environ
+    for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        assert Path(os.environ[name]).parent == setup.fallback
+    (Path(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])).mkdir(parents=True)  # writable
 
 
 def test_backend_does_not_import_gradio():
@@ -186,9 +191,28 @@ def test_malloc_arena_limit_respects_the_environment_and_skips_neuron(fake_neuro
 
 
 @pytest.mark.parametrize("sharded, whole", [("chat", "image"), ("image", "chat")])
-def test_under_tp_the_whole_engine_defaults_to_a_core_outside_the_group(sharded, whole):
+def test_under_tp_on_neuron_the_whole_engine_shares_this_rank_core(sharded, whole):
+    # each rank's process sees only its own NeuronCore (TorchNeuron: NEURON_RT_VISIBLE_CORES=LOCAL_RANK)
     s = parse_settings(["--models", "tiny", "--tp", "2", "--tp-engine", sharded],
+                       env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
+    placements = devices.resolve_placements(s, devices.HostDevices(4, 0))
+    assert placements[sharded].device == "neuron:0" and placements[sharded].tp == 2  # this rank's core
+    assert placements[whole].device == "neuron:0" and placements[whole].tp == 1 and placements[whole].core == 0
+    with pytest.raises(ConfigError, match=rf"--{whole}-device: under torchrun each rank's process sees only its own"):
+        devices.resolve_placements(parse_settings(["--models", "tiny", "--tp", "2", "--tp-engine", sharded,
+                                                   f"--{whole}-device", "neuron:2"],
+                                                  env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}),
+                                   devices.HostDevices(4, 0))
+
+
+def test_under_tp_on_cuda_the_whole_engine_defaults_to_a_device_outside_the_group():
+    s = parse_settings(["--models", "tiny", "--tp", "2", "--device", "cuda"],
                        env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
-    placements = devices.resolve_placements(s, devices.HostDevices(4, None, 0))
-    assert placements[sharded].device == "neuron:1" and placements[sharded].tp == 2  # this rank's core
-    assert placements[whole].device == "neuron:2" and placements[whole].tp == 1  # not cores 0-1 of the group
+    placements = devices.resolve_placements(s, devices.HostDevices(0, 4))
+    assert placements["chat"].device == "cuda:1" and placements["image"].device == "cuda:2"
+
+
+def test_core_report_says_whether_visible_cores_are_limited():
+    assert "NEURON_RT_VISIBLE_CORES=0-1" in devices.core_report(devices.HostDevices(2, 0, visible_cores="0-1"))
+    unset = devices.core_report(devices.HostDevices(64, 0))
+    assert unset.startswith("64 NeuronCore(s)") and "reserves every core on the host" in unset

@@ -106,12 +106,12 @@ IMAGE_SCRIPT = textwrap.dedent("""
         return hashlib.sha256(image.tobytes()).hexdigest()[:16]
 
     if settings.rank != 0:
-        runs, follow = [], ImageEngine.follow
-        def spy(self, request, seed):  # records what the follower computed, then discards it as usual
-            run = follow(self, request, seed)
+        runs, mirror = [], parallel._MIRRORS["image"]
+        def spy(engine, payload):  # records what the follower computed, then discards it as usual
+            run = mirror(engine, payload)
             runs.append({"steps_done": run.steps_done, "stopped": run.stopped, "image": digest(run.image)})
             return run
-        ImageEngine.follow = spy
+        parallel._MIRRORS["image"] = spy
         served = run_follower(settings, placement, folder)
         report({"rank": settings.rank, "served": served, "runs": runs})
         sys.exit(0)

@@ -75,11 +75,30 @@ def task_rows(status: dict) -> list[list]:
             state += f" {t['progress']:.0%}"
         if t.get("detail") and t["kind"] in ("weights", "load") and t["state"] in ("running", "ready"):
             state += f" · {t['detail']}"  # download bytes/rate, the model folder, the memory estimate
+        if t.get("detail") and t["kind"] == "compile" and t["state"] == "ready":
+            state += f" · {t['detail']}"  # "eager fallback: <the compile error>" (Neuron, devices.compile_or_eager)
         if t["state"] in ("queued", "running") and t["expected_s"] is not None:
             state += f" (expected {fmt_seconds(t['expected_s'])})"
         rows.append([t["name"], t["shape"] or "", state, "" if seconds is None else round(seconds, 1), hit,
                      t["error"] or ""])
     return rows
+
+
+def counters_lines(counters: dict | None) -> list[str]:
+    """Details lines: which compile counter the alarm shows, memory per device, ops that ran on the CPU."""
+    if not counters:
+        return []
+    lines = [f"**Compile counter shown:** {counters['compile_counter']}"]
+    for device, mem in counters["memory"].items():
+        if "error" in mem:
+            lines.append(f"**Memory {device}:** unavailable ({mem['error']})")
+        else:
+            lines.append(f"**Memory {device}:** {mem['allocated_bytes'] / 2**30:.2f} GiB allocated of "
+                         f"{mem['total_bytes'] / 2**30:.1f} GiB")
+    ops = counters["cpu_fallback_ops"]
+    if ops is not None:
+        lines.append("**Ops that fell back to CPU:** " + (", ".join(f"`{op}`" for op in ops) if ops else "none"))
+    return lines
 
 
 def size_choice_label(size, state: dict | None) -> str:

@@ -9,7 +9,7 @@ from neuron_backend.runtime import Backend
 from .api import user_errors
 from .header import header_html
 from .image_tab import ImageTab, size_choices
-from .presentation import task_rows
+from .presentation import counters_lines, task_rows
 
 TASK_HEADERS = ["task", "shape", "state", "seconds", "compile cache", "error"]
 
@@ -25,6 +25,7 @@ def details_markdown(status: dict) -> str:
                  + (f" ⚠ {status['cache_problem']}" if status["cache_problem"] else ""))
     lines.append(f"**Graph compiles after warm-up:** {status['compiles_since_ready']}")
     versions = ", ".join(f"{k} {v}" for k, v in device["versions"].items())
+    lines += counters_lines(status.get("counters"))  # which counter that is, memory per core, CPU fallbacks
     lines.append(f"**Software:** {versions}")
     return "\n\n".join(lines)
 

@@ -35,7 +35,7 @@ from transformers import (
 )
 from transformers.utils import is_accelerate_available
 
-from ..devices import CompileCounter, Placement, synchronize
+from ..devices import CompileCounter, Placement, compile_or_eager, eager_generate_kwargs, on_device, synchronize
 from ..engine import SerialJobs, ShapeRegistry
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..settings import Settings
@@ -131,7 +131,8 @@ class ChatEngine:
     def warm_up(self, shape: str) -> None:
         """Generate two tokens at this bucket (the first call also compiles the decode graph).
 
-        Marks the shape ready, or failed (and re-raises) so requests for it are refused.
+        Marks the shape ready, or failed (and re-raises) so requests for it are refused. On Neuron a
+        bucket whose compile fails is warmed up and served eager (``disable_compile=True``).
         """
         if shape not in self.shape_labels:
             raise InvalidRequestError(f"Unknown chat shape {shape!r}; allowed: {', '.join(self.shape_labels)}.")
@@ -146,13 +147,17 @@ class ChatEngine:
                 windows = self._windows()
                 floors += [w for w in windows if w > window_for(windows, bucket + 1)]
             request = ChatRequest("Hello", greedy=True, max_new_tokens=2)
-            for floor in floors:
-                if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graphs
-                    self._warm_up_batch(ids, bucket, floor)
-                    continue
-                prompt = _Prompt(ids, bucket, 0, 2, False, floor)
-                for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
-                    pass
+
+            def attempt():
+                for floor in floors:
+                    if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graphs
+                        self._warm_up_batch(ids, bucket, floor)
+                        continue
+                    prompt = _Prompt(ids, bucket, 0, 2, False, floor)
+                    for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
+                        pass
+
+            compile_or_eager(self, shape, attempt)
         except Exception as exc:
             self.shapes.mark_failed(shape, f"{type(exc).__name__}: {exc}")
             raise
@@ -245,7 +250,7 @@ class ChatEngine:
         )
         if not request.greedy:  # passed only when sampling: generate() warns about unused flags
             kwargs.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k)
-        return {**kwargs, **self._compile_kwargs()}
+        return self._eager_if_fallen_back({**kwargs, **self._compile_kwargs()}, prompt.bucket)
 
     def _compile_kwargs(self) -> dict:
         """generate() flags of the compile choice: compiled decode, and compiled prefill chunks if on."""
@@ -271,7 +276,7 @@ class ChatEngine:
 
     def _generate_thread(self) -> GenerateThread:
         if self._thread is None:
-            self._thread = GenerateThread()
+            self._thread = GenerateThread(self.placement)  # its device context for its whole life
             weakref.finalize(self, self._thread.stop)  # the thread ends when the engine is collected
         return self._thread
 
@@ -346,7 +351,12 @@ class ChatEngine:
         """model.generate with what every call shares: the fixed static cache and the compile choice."""
         batch = kwargs["input_ids"].shape[0]
         kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor), **self._compile_kwargs())
-        return self.model.generate(**kwargs)
+        with on_device(self.placement):  # the scheduler's thread, or the warm-up thread (devices.on_device)
+            return self.model.generate(**self._eager_if_fallen_back(kwargs, kwargs["input_ids"].shape[1]))
+
+    def _eager_if_fallen_back(self, kwargs: dict, bucket: int) -> dict:
+        """generate() kwargs, uncompiled for a bucket whose compile failed on Neuron (devices.compile_or_eager)."""
+        return eager_generate_kwargs(kwargs) if f"prefill-{bucket}" in self.shapes.eager else kwargs
 
     def _warm_up_batch(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:
         """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""

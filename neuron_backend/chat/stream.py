@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 from transformers import StoppingCriteria, TextIteratorStreamer
 
-from .. import parallel
+from .. import devices, parallel
 
 STREAM_POLL_S = 0.5  # streamer queue timeout: how often a waiting consumer checks the worker is alive
 
@@ -58,9 +58,11 @@ class GenerateThread:
 
     BUSY_NAME, IDLE_NAME = "chat-generate", "chat-generate (idle)"
 
-    def __init__(self) -> None:
+    def __init__(self, placement=None) -> None:
+        """``placement``: the thread selects its device for its whole life (``devices.on_device``)."""
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, args=(self._jobs,), name=self.IDLE_NAME, daemon=True).start()
+        target = self._serve if placement is None else devices.bound(placement, self._serve)
+        threading.Thread(target=target, args=(self._jobs,), name=self.IDLE_NAME, daemon=True).start()
 
     @staticmethod
     def _serve(jobs: queue.SimpleQueue) -> None:

@@ -40,7 +40,7 @@ import torch
 from PIL import Image
 
 from .. import parallel
-from ..devices import Placement
+from ..devices import Placement, compile_or_eager, on_device, uncompiled
 from ..engine import SerialJobs, ShapeRegistry
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..settings import Settings
@@ -181,8 +181,8 @@ class ImageEngine:
         size = self._configured_size(shape)
         request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance())
         with self._jobs.job() as cancelled:
-            try:
-                run = self._run(pipe, request, 0, cancelled, None, None)
+            try:  # on Neuron a size that fails to compile runs again, eager (devices.compile_or_eager)
+                run = compile_or_eager(self, size.label, self._run, pipe, request, 0, cancelled, None, None)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 self.shapes.mark_failed(size.label, reason)
@@ -190,11 +190,6 @@ class ImageEngine:
                 raise
         self.shapes.mark_ready(size.label)
         self.warmups[size.label] = {"seconds": round(run.seconds, 3), "compiled_graphs": run.graphs}
-
-    def follow(self, request: ImageRequest, seed: int) -> Run:
-        """Tensor-parallel followers: the pipeline call rank 0 announced, stopping where it stops."""
-        with self._jobs.job() as cancelled:
-            return self._run(self._loaded_pipe(), request, seed, cancelled, None, None, follower=True)
 
     def cancel(self) -> bool:
         """Stop the running request after its current step; return whether one was running."""
@@ -362,8 +357,9 @@ class ImageEngine:
         """One pipeline call; the caller holds the job. ``request`` is validated and normalised."""
         if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
             self.on_generate((request, seed))
-        return run_pipeline(pipe, request, seed, cancelled, self.placement, progress, preview, table,
-                            sharded=parallel.active(self.name), index=index)
+        with on_device(self.placement), uncompiled(pipe.transformer, request.size.label in self.shapes.eager):
+            return run_pipeline(pipe, request, seed, cancelled, self.placement, progress, preview, table,
+                                sharded=parallel.active(self.name), index=index)
 
     def _params(self, request: ImageRequest, normal: ImageRequest, seed: int, tokens: int, run: Run) -> dict:
         """Everything needed to reproduce and explain the image; JSON-serialisable."""

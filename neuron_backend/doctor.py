@@ -1,0 +1,343 @@
+"""First-run checklist for a new host: ``python app.py --doctor`` or ``python -m neuron_backend.doctor``.
+
+Each line is ``pass``, ``fail`` or ``skipped`` with the reason, and a fix where something is wrong.
+It runs what applies to this host (on a CPU machine the Neuron checks say why they are skipped) and
+exits non-zero when a check the app needs fails. Checks, in order: Python; torch and torch-neuronx
+versions and whether their families match; ``import torch`` (which autoloads torch-neuronx);
+``neuron-ls``; the cores visible to this process; per placement, a tiny graph compiled and run from a
+fresh thread inside that placement's device context (what every engine thread does,
+``devices.on_device``); the NEFF cache folder, and a second process reading the graph back from it;
+the counters the panel can read; memory per core; whether every file each chosen model needs is in
+the local Hugging Face cache; free disk for the caches.
+
+Nothing here downloads anything; the only subprocesses are ``neuron-ls`` and, on Neuron, one
+Python process for the cache check, both with timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from .compile_cache import NEFF_CACHE_ENV, configure_compile_cache
+from .settings import Settings, parse_settings
+
+PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
+NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.0.* / 2.14.3.0.* wheels (Neuron 2.33)
+TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.0.* matches it
+MIN_FREE_GIB = 2.0  # below this at the cache root, compiled programs and outputs cannot be kept
+INSTALL_FIX = "pip install -r requirements-neuron.txt (README: 'Running on Trainium')"
+PROBE_TIMEOUT_S = 600  # a tiny graph compiles in well under a minute; neuronx-cc cold start included
+
+
+@dataclass
+class Check:
+    status: str
+    name: str
+    detail: str
+    fix: str | None = None
+    needed: bool = True  # a failed check that is not needed is shown but does not fail the doctor
+
+    def line(self) -> str:
+        text = f"{self.status:<7} {self.name}: {self.detail}"
+        if self.fix:
+            text += f"\n        fix: {self.fix}"
+        if self.status == FAIL and not self.needed:
+            text += "\n        (not needed to start: the app works around it)"
+        return text
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _family(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def check_python(neuronx: str | None) -> Check:
+    v = sys.version_info[:2]
+    text = f"{sys.version.split()[0]} (the app needs >= 3.10; TorchNeuron 2.33 wheels: 3.12, 3.13, 3.14)"
+    if neuronx is not None and v not in NEURON_PYTHONS:
+        return Check(FAIL, "python", text, "use Python 3.12-3.14 for the Neuron install (e.g. python3.12 -m venv)")
+    return Check(PASS, "python", text)
+
+
+def check_versions() -> Check:
+    torch_v, neuronx = _version("torch"), _version("torch-neuronx")
+    if torch_v is None:
+        return Check(FAIL, "torch / torch-neuronx", "torch is not installed", "pip install -r requirements.txt")
+    if neuronx is None:
+        return Check(SKIPPED, "torch / torch-neuronx", f"torch {torch_v}; torch-neuronx not installed (no Trainium "
+                     f"install here)", f"on a Trn2/Trn3 host: {INSTALL_FIX}", needed=False)
+    if neuronx.split(".")[0] == "1":
+        return Check(FAIL, "torch / torch-neuronx", f"torch-neuronx {neuronx} is the PyPI placeholder, which fails on "
+                     "import", f"pip uninstall -y torch-neuronx && {INSTALL_FIX}")
+    if _family(neuronx) != _family(torch_v):
+        return Check(FAIL, "torch / torch-neuronx", f"torch {torch_v} with torch-neuronx {neuronx}: families differ "
+                     f"(torch-neuronx {_family(torch_v)}.3.0.* goes with torch {_family(torch_v)}.0)", INSTALL_FIX)
+    untested = "" if _family(torch_v) == TESTED_TORCH else f"; the app is tested with torch {TESTED_TORCH}.0"
+    return Check(PASS, "torch / torch-neuronx", f"torch {torch_v}, torch-neuronx {neuronx}: families match{untested}")
+
+
+def check_import_torch() -> tuple[Check, object | None]:
+    try:
+        import torch
+    except (ImportError, RuntimeError) as exc:
+        cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
+        return Check(FAIL, "import torch", f"{exc}{cause}", f"{INSTALL_FIX}; to run on CPU meanwhile: "
+                     "TORCH_DEVICE_BACKEND_AUTOLOAD=0 python app.py --device cpu"), None
+    neuron = "torch.neuron registered" if getattr(torch, "neuron", None) is not None else "no torch.neuron"
+    return Check(PASS, "import torch", f"{torch.__version__} ({neuron})"), torch
+
+
+def check_neuron_ls(timeout: float = 30.0) -> Check:
+    exe = shutil.which("neuron-ls")
+    if exe is None:
+        return Check(SKIPPED, "neuron-ls", "not found on PATH (no Neuron SDK tools here)",
+                     "on a Trn2/Trn3 host: the Neuron DLAMI ships it (package aws-neuronx-tools)", needed=False)
+    try:
+        out = subprocess.run([exe, "-j"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(FAIL, "neuron-ls", f"did not answer ({exc})", "check the Neuron driver: lsmod | grep neuron")
+    if out.returncode != 0:
+        return Check(FAIL, "neuron-ls", f"exit {out.returncode}: {out.stderr.strip()[:300]}",
+                     "install or reload the Neuron driver (aws-neuronx-dkms)")
+    return Check(PASS, "neuron-ls", summarize_neuron_ls(out.stdout))
+
+
+def summarize_neuron_ls(text: str) -> str:
+    """'16 devices, 128 NeuronCores, LNC 2, 1 process using them' from ``neuron-ls -j`` (keys read defensively)."""
+    try:
+        devices = json.loads(text)
+    except ValueError:
+        return text.strip()[:300]
+    devices = devices if isinstance(devices, list) else devices.get("neuron_devices", [])
+    cores = sum(int(d.get("nc_count", 0) or 0) for d in devices if isinstance(d, dict))
+    lnc = {str(d.get("logical_neuroncore_config")) for d in devices if isinstance(d, dict)
+           and d.get("logical_neuroncore_config") is not None} or {os.environ.get("NEURON_LOGICAL_NC_CONFIG", "?")}
+    users = sum(len(d.get("neuron_processes", []) or []) for d in devices if isinstance(d, dict))
+    return f"{len(devices)} devices, {cores} NeuronCores, LNC {'/'.join(sorted(lnc))}, {users} process(es) using them"
+
+
+def check_cores(host) -> Check:
+    from . import devices
+
+    if host.neuron_problem:
+        return Check(FAIL, "cores visible", host.neuron_problem, INSTALL_FIX)
+    if not host.neuron_cores:
+        return Check(SKIPPED, "cores visible", "no NeuronCores (torch.neuron not registered)", needed=False)
+    fix = None if host.visible_cores else "start with NEURON_RT_VISIBLE_CORES=0-1 (README run command)"
+    return Check(PASS, "cores visible", devices.core_report(host), fix)
+
+
+def tiny_graph_on(placement) -> str:
+    """Compile and run a tiny graph from a fresh thread inside the placement's device context; raise on a fault."""
+    import torch
+
+    from . import devices
+
+    box: dict = {}
+
+    def work():
+        try:
+            with devices.on_device(placement):
+                x = torch.arange(64, dtype=torch.float32).reshape(8, 8) / 64
+                fn = (lambda a: (a @ a).relu() + 1)  # noqa: E731 - the probe graph
+                if placement.compile:
+                    fn = torch.compile(fn, backend=placement.compile_backend, fullgraph=True, dynamic=False)
+                y = fn(x.to(placement.device))
+                devices.synchronize(placement)
+                box["ok"] = torch.allclose(y.cpu(), (x @ x).relu() + 1, atol=1e-2) and y.device == torch.device(
+                    placement.device)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"doctor-{placement.device}", daemon=True)
+    thread.start()
+    thread.join(PROBE_TIMEOUT_S)
+    if thread.is_alive():
+        raise TimeoutError(f"no result after {PROBE_TIMEOUT_S} s")
+    if "error" in box:
+        raise box["error"]
+    if not box.get("ok"):
+        raise RuntimeError("the result differs from the CPU reference or sits on another device")
+    return "compiled and ran" if placement.compile else "ran eager (compile is off here)"
+
+
+def check_placements(placements: dict) -> list[Check]:
+    checks = []
+    for name, p in placements.items():
+        title = f"{name} on {p.device}"
+        try:
+            checks.append(Check(PASS, title, f"tiny graph {tiny_graph_on(p)} from a fresh thread ({p.label()})"))
+        except Exception as exc:  # noqa: BLE001 - a failing placement is the finding
+            checks.append(Check(FAIL, title, f"{type(exc).__name__}: {str(exc)[:300]}",
+                                "see README 'Running on Trainium'; another process may hold the core (neuron-ls)"))
+    return checks
+
+
+CACHE_PROBE = """
+import os, sys, torch, torch_neuronx.metrics as m
+m.set_enabled(True)
+fn = torch.compile(lambda a: (a @ a).relu() + 1, backend="neuron", fullgraph=True, dynamic=False)
+fn(torch.arange(64, dtype=torch.float32).reshape(8, 8).div(64).to("neuron:0")); torch.neuron.synchronize(0)
+print("HITS", m.get_counter_value("CompilationCache.PersistentHits") or 0)
+"""
+
+
+def check_neff_cache(settings: Settings, neuron: bool) -> list[Check]:
+    env: dict = {}
+    setup = configure_compile_cache(settings.cache_dir, env)
+    folder = env[NEFF_CACHE_ENV]
+    if setup.problem:
+        first = Check(FAIL, "NEFF cache folder", setup.problem, f"make {settings.cache_dir} writable or pass "
+                      "--cache-dir", needed=False)
+    else:
+        first = Check(PASS, "NEFF cache folder", f"{folder} is writable")
+    if not neuron:
+        return [first, Check(SKIPPED, "NEFF cache reuse", "needs a NeuronCore (neuronx-cc writes the NEFFs)",
+                             needed=False)]
+    run_env = {**os.environ, **env, "NEURON_RT_VISIBLE_CORES": os.environ.get("NEURON_RT_VISIBLE_CORES", "0")}
+    try:
+        out = subprocess.run([sys.executable, "-c", CACHE_PROBE], env=run_env, capture_output=True, text=True,
+                             timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return [first, Check(FAIL, "NEFF cache reuse", f"the second process took over {PROBE_TIMEOUT_S} s",
+                             needed=False)]
+    hits = out.stdout.split("HITS")[-1].strip() if "HITS" in out.stdout else None
+    if out.returncode != 0 or hits is None:
+        return [first, Check(FAIL, "NEFF cache reuse", f"second process failed: {out.stderr.strip()[-300:]}",
+                             needed=False)]
+    ok = int(hits) > 0
+    return [first, Check(PASS if ok else FAIL, "NEFF cache reuse", f"a second process read {hits} NEFF(s) from "
+                         f"{folder}", None if ok else f"check that {folder} is shared and not wiped", needed=False)]
+
+
+def check_counters_and_memory(placements: dict) -> list[Check]:
+    from . import devices
+
+    if any(p.kind == "neuron" for p in placements.values()):
+        devices.use_neuron_counters()
+    counters = devices.device_counters(placements)
+    checks = [Check(PASS, "panel counters", counters["compile_counter"])]
+    if not counters["memory"]:
+        checks.append(Check(SKIPPED, "memory per core", "no accelerator placement", needed=False))
+    for device, mem in counters["memory"].items():
+        if "error" in mem:
+            checks.append(Check(FAIL, f"memory {device}", mem["error"], needed=False))
+        else:
+            checks.append(Check(PASS, f"memory {device}", f"{mem['allocated_bytes'] / 2**30:.2f} GiB allocated of "
+                                f"{mem['total_bytes'] / 2**30:.1f} GiB"))
+    return checks
+
+
+def _missing(model: str, kind: str) -> list[str]:
+    """Needed files of ``model`` missing locally: model_sources.missing_files (issue 17), else a coarse look."""
+    from . import model_sources
+
+    finder = getattr(model_sources, "missing_files", None)
+    if finder is not None:
+        return finder(model, kind)
+    return [] if model_sources.in_local_cache(model) or model_sources.local_folder(model) else ["(everything)"]
+
+
+def check_models(settings: Settings) -> list[Check]:
+    if settings.models == "tiny":
+        return [Check(SKIPPED, "model files", f"demo models, built offline ({settings.models_reason})", needed=False)]
+    checks = []
+    for kind, model, enabled in (("chat", settings.chat_model, settings.chat), ("image", settings.image_model,
+                                                                               settings.image)):
+        if not enabled:
+            continue
+        try:
+            missing = _missing(model, kind)
+        except Exception as exc:  # noqa: BLE001 - an unreadable cache is the finding
+            missing = [f"({type(exc).__name__}: {exc})"]
+        if not missing:
+            checks.append(Check(PASS, f"{kind} model files", f"every file {model} needs is in the local cache"))
+            continue
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        checks.append(Check(FAIL, f"{kind} model files", f"{model}: missing {shown}", f"hf download {model}",
+                            needed=settings.models == "full"))
+    return checks
+
+
+def _free_gib(path: Path) -> tuple[Path, float]:
+    path = Path(path).expanduser()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path, shutil.disk_usage(path).free / 2**30
+
+
+def check_disk(settings: Settings) -> list[Check]:
+    checks = []
+    hf_home = os.environ.get("HF_HUB_CACHE") or os.path.join(os.environ.get("HF_HOME", "~/.cache/huggingface"), "hub")
+    for what, path in (("cache root", settings.cache_dir), ("Hugging Face cache", Path(hf_home))):
+        where, free = _free_gib(path)
+        ok = free >= MIN_FREE_GIB
+        checks.append(Check(PASS if ok else FAIL, f"free disk ({what})", f"{free:.1f} GiB free at {where}",
+                            None if ok else "free space or move it (--cache-dir / HF_HOME); FLUX.2-klein-4B and "
+                            "Qwen3-0.6B take about 17 GB", needed=what == "cache root"))
+    return checks
+
+
+def run(settings: Settings, out=None) -> int:
+    """Print the checklist; return the exit status (1 when a needed check failed)."""
+    out = out or sys.stdout
+    checks: list[Check] = []
+
+    def emit(*new: Check) -> None:
+        for c in new:
+            checks.append(c)
+            print(c.line(), file=out, flush=True)
+
+    print("Trainium showcase doctor: pass / fail / skipped, with the fix", file=out)
+    emit(check_python(_version("torch-neuronx")), check_versions())
+    imported, torch = check_import_torch()
+    emit(imported)
+    emit(check_neuron_ls())
+    if torch is not None:
+        from . import devices
+        from .errors import ShowcaseError
+
+        host = devices.detect()
+        emit(check_cores(host))
+        try:
+            placements = devices.resolve_placements(settings, host)
+        except ShowcaseError as exc:
+            emit(Check(FAIL, "placements", str(exc), "change --device / --chat-device / --image-device"))
+            placements = {}
+        emit(*check_placements(placements))
+        emit(*check_neff_cache(settings, any(p.kind == "neuron" for p in placements.values())))
+        emit(*check_counters_and_memory(placements))
+    emit(*check_models(settings), *check_disk(settings))
+    failed = [c for c in checks if c.status == FAIL and c.needed]
+    print(f"{len(failed)} needed check(s) failed" if failed else "everything needed is in place", file=out)
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m neuron_backend.doctor [app flags]``: the same checklist as ``python app.py --doctor``."""
+    from .errors import ShowcaseError
+
+    try:
+        settings = parse_settings(argv)
+    except ShowcaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run(settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""A stand-in for the ``torch.neuron`` module torch-neuronx registers, modelling what placement needs.
+
+What it models (from TorchNeuron's source, NOTES.md 1b):
+- the current device is THREAD-LOCAL; a thread that never chose one uses a process-wide default,
+  fixed by the first ``set_device`` of any thread (device guards call it when they switch), else 0;
+- ``device(i)`` switches the calling thread and restores it on exit; ``synchronize(device=None)``
+  waits for the given core (None: the calling thread's current one) and is recorded;
+- a compiled graph (the ``"neuron"`` dynamo backend below) allocates its outputs on the calling
+  thread's current device and raises "Inconsistent device IDs" when that is not the core its weights
+  sit on. Weights are CPU tensors here; ``place`` records which core each one "sits on", the way
+  ``from_pretrained(device_map="neuron:1")`` / ``pipe.to("neuron:1")`` would put them there (and,
+  like the copy's device guard, selects that core on the loading thread while it copies).
+
+The engines then run the real tiny models on CPU tensors with a placement that says ``neuron:i``
+(``cpu_backed``): the device module believes the weights sit on core i; only tensors are on CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import types
+
+import torch
+
+INCONSISTENT = "Inconsistent device IDs found in kernel outputs: expected device {} but found device {}"
+
+
+class FakeNeuron(types.SimpleNamespace):
+    def __init__(self, cores: int = 2, total_memory: int = 24 << 30):
+        super().__init__()
+        self.cores, self.total_memory = cores, total_memory
+        self._local = threading.local()
+        self._default: int | None = None
+        self._lock = threading.Lock()
+        self.synchronized: list[int] = []  # the core each synchronize() waited for
+        self.compiled_calls: list[tuple[int, int]] = []  # (weights core, current device) of each compiled call
+        self._weights: dict[int, int] = {}  # storage data_ptr -> core
+        self.fallback_ops: list[str] = []
+        self.compile_error: str | None = None  # set: every graph compile raises it (neuronx-cc failing)
+
+    # ----- torch.neuron ---------------------------------------------------------------------
+    def is_available(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return self.cores
+
+    def current_device(self) -> int:
+        index = getattr(self._local, "index", None)
+        if index is not None:
+            return index
+        return 0 if self._default is None else self._default
+
+    def set_device(self, index: int) -> None:
+        if not 0 <= index < self.cores:
+            raise ValueError(f"Invalid device id: {index}. Valid range is 0 to {self.cores - 1}")
+        self._local.index = index
+        with self._lock:
+            if self._default is None:
+                self._default = index
+
+    def device(self, index):
+        fake = self
+
+        class _Device:
+            def __enter__(self):
+                self.previous = fake.current_device()
+                if self.previous != index:
+                    fake.set_device(index)
+
+            def __exit__(self, *exc):
+                if self.previous != index:
+                    fake.set_device(self.previous)
+
+        return _Device()
+
+    def synchronize(self, device=None) -> None:
+        self.synchronized.append(self.current_device() if device is None else int(device))
+
+    def memory_allocated(self, device=None) -> int:
+        core = self.current_device() if device is None else int(device)
+        return sum(1 for c in self._weights.values() if c == core) * 4096
+
+    def get_device_properties(self, device=None):
+        return types.SimpleNamespace(name="fake trainium2 core", total_memory=self.total_memory)
+
+    def is_bf16_supported(self) -> bool:
+        return True
+
+    # ----- the stand-in compiled call --------------------------------------------------------
+    def place(self, tensors, core: int) -> None:
+        """Record that these weights sit on ``core`` (a module or tensors); the copy's guard selects it meanwhile."""
+        if isinstance(tensors, torch.nn.Module):
+            tensors = [*tensors.parameters(), *tensors.buffers()]
+        with self.device(core):
+            for t in tensors:
+                self._weights[t.untyped_storage().data_ptr()] = core
+
+    def _weights_core(self, args) -> int | None:
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.numel():
+                core = self._weights.get(a.untyped_storage().data_ptr())
+                if core is not None:
+                    return core
+        return None
+
+    def backend(self, gm: torch.fx.GraphModule, example_inputs):
+        """The "neuron" dynamo backend: runs the graph, first checking where its outputs would go."""
+        from torch._dynamo.utils import counters
+
+        if self.compile_error is not None:  # Neuron 2.33 raises instead of falling back to eager
+            raise RuntimeError(self.compile_error)
+        counters["neuron"]["compiled_graphs"] += 1  # what TorchNeuron's backend counts per graph
+        fake = self
+
+        def compiled(*args):
+            core, current = fake._weights_core(args), fake.current_device()
+            fake.compiled_calls.append((core, current))
+            if core is not None and core != current:  # outputs allocated on the current device
+                raise RuntimeError(INCONSISTENT.format(core, current))
+            return gm.forward(*args)
+
+        return compiled
+
+
+def install(monkeypatch, cores: int = 2) -> FakeNeuron:
+    """Put a FakeNeuron at ``torch.neuron`` and its backend at ``torch.compile(backend="neuron")``."""
+    from torch._dynamo.backends import registry
+
+    fake = FakeNeuron(cores)
+    monkeypatch.setattr(torch, "neuron", fake, raising=False)
+    monkeypatch.setitem(registry._BACKENDS, "neuron", None)
+    monkeypatch.setitem(registry._COMPILER_FNS, "neuron", fake.backend)
+    return fake
+
+
+def cpu_backed(placement):
+    """The same placement (kind, core, compile, backend) with its tensors on CPU in float32."""
+    return dataclasses.replace(placement, device="cpu", dtype=torch.float32)
+
+
+def place_on_load(monkeypatch, fake: FakeNeuron) -> None:
+    """After each engine's load(), record its weights on its placement's core (what the real copy does)."""
+    from neuron_backend.chat.engine import ChatEngine
+    from neuron_backend.image.engine import ImageEngine
+
+    def wrap(cls, modules):
+        original = cls.load
+
+        def load(self, folder):
+            original(self, folder)
+            for module in modules(self):
+                fake.place(module, self.placement.core)
+
+        monkeypatch.setattr(cls, "load", load)
+
+    wrap(ChatEngine, lambda e: [e.model])
+    wrap(ImageEngine, lambda e: [m for m in e._pipe.components.values() if isinstance(m, torch.nn.Module)])
