@@ -317,3 +317,16 @@ def test_the_demo_preset_takes_a_pasted_paragraph_and_keeps_several_turns(demo_m
         final = engine.reply(ChatRequest(question, history=history, greedy=True, max_new_tokens=8))
         assert final.stats.dropped_turns == 0, f"turn {turn} dropped the paragraph"
         history += [{"role": "user", "content": question}, {"role": "assistant", "content": final.answer}]
+
+
+def test_the_chat_tab_shows_the_cut_and_the_advice_and_never_feeds_them_back():
+    from ui.chat_tab import reply_messages
+
+    cut = ChatStats(10, 32, 8, 0.1, 1.0, 1.0, 0, 0, 256, 8, False, "length")
+    shown = reply_messages(ChatUpdate("weighing", "", "", True, cut), ChatRequest("q", thinking=True, greedy=True))
+    titles = [m.metadata.get("title", "") for m in shown]
+    assert titles[0] == "💭 Reasoning" and "still reasoning" in titles[1] and "Greedy" in titles[2]
+    assert "DO NOT use greedy decoding" in shown[2].content
+    history = [{"role": "user", "content": "q"}] + [{"role": m.role, "content": m.content, "metadata": m.metadata}
+                                                    for m in shown]
+    assert normalize_history(history, HistoryLimits()) == ({"role": "user", "content": "q"},)
