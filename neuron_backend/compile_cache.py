@@ -21,6 +21,7 @@ from pathlib import Path
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_LOCKS_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+TEMP_PREFIX = "showcase-compile-cache-"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,9 @@ def configure_compile_cache(cache_root: Path, environ: dict | None = None) -> Ca
     folder = root / "compile-cache"
     problem = _writable(folder) or _writable(root / "neff-locks")
     if problem is not None:
-        temp = Path(tempfile.mkdtemp(prefix="showcase-compile-cache-"))
+        earlier = Path(env.get(NEFF_CACHE_ENV, "")).parent  # app.py called first: keep its temporary folder
+        temp = earlier if earlier.name.startswith(TEMP_PREFIX) and earlier.is_dir() else Path(
+            tempfile.mkdtemp(prefix=TEMP_PREFIX))
         _point(env, temp / "neff", temp / "neff-locks", temp / "inductor")
         return CacheSetup(None, f"compile cache {folder} is not writable ({problem}); compiled programs are cached "
                                 f"in {temp} for this run only (a restart compiles again)", temp)

@@ -130,6 +130,7 @@ def test_unwritable_compile_cache_goes_to_a_temporary_folder_not_disabled(tmp_pa
     for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         assert Path(os.environ[name]).parent == setup.fallback
     (Path(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])).mkdir(parents=True)  # writable
+    assert devices.configure_compile_cache(blocker).fallback == setup.fallback  # app.py, then Backend: one folder
 
 
 def test_backend_does_not_import_gradio():
