@@ -10,6 +10,7 @@ from neuron_backend.runtime import Backend
 from .api import add_public_api
 from .chat_tab import build_chat_tab
 from .guards import Guards, LoginThrottle
+from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import build_image_tab
 from .mcp_tools import describe_tools, loopback_login
 from .probes import AuthGate, probe_routes, queue_depth
@@ -28,11 +29,11 @@ def create_demo(backend: Backend) -> gr.Blocks:
     # delete_cache: Gradio copies every served file into its cache; drop copies older than an hour, hourly.
     with gr.Blocks(title="Hugging Face on Trainium", delete_cache=(3600, 3600)) as demo:
         panel = build_status_panel(backend)
-        with gr.Tab("Chat", visible="chat" in backend.placements, elem_id="chat-tab"):
+        with gr.Tab(t("tab_chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
             build_chat_tab(backend)
-        with gr.Tab("Image", visible="image" in backend.placements, elem_id="image-tab"):
+        with gr.Tab(t("tab_image"), visible="image" in backend.placements, elem_id="image-tab"):
             image = build_image_tab(backend, concurrency)
-        with gr.Tab("QA bench", elem_id="qa-tab"):
+        with gr.Tab(t("tab_qa"), elem_id="qa-tab"):
             build_qa_tab(backend)
         wire_refresh(demo, backend, panel, image)
         add_public_api(backend, concurrency)
@@ -54,7 +55,8 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # /healthz, /readyz, /metrics (ui/probes.py), as FastAPI routes from the server's first request
         "routes": probe_routes(backend),
         "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state),
-                       Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle)],
+                       Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
+                       Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
     if settings.mcp:
         app_kwargs["lifespan"] = loopback_login(demo, settings.auth)
@@ -69,6 +71,10 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         "allowed_paths": [str(p) for p in backend.served_folders()],
         "app_kwargs": app_kwargs,
         "mcp_server": settings.mcp,
+        # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text
+        "i18n": I18N,
+        "head": HEAD,
+        "css": CSS,
     }
 
 

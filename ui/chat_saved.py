@@ -24,6 +24,8 @@ from neuron_backend.errors import ShowcaseError
 from neuron_backend.feedback import FeedbackLog
 from neuron_backend.runtime import Backend
 
+from .i18n import t
+
 SAVED_CHATS_KEY = "showcase-saved-chats"
 MAX_REMEMBERED_REPLIES = 64  # per session: replies whose settings a later mark can still find
 
@@ -109,9 +111,9 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
     log = FeedbackLog(backend.settings.cache_dir / "feedback", backend.settings.feedback_max_bytes)
     mark_id = gr.State(None)
     with gr.Row(visible=False, elem_id="feedback-row") as row:
-        comment = gr.Textbox(label="Comment on your mark (optional)", lines=1, scale=4, elem_id="feedback-comment",
+        comment = gr.Textbox(label=t("chat_feedback_comment"), lines=1, scale=4, elem_id="feedback-comment",
                              max_length=2000)
-        save = gr.Button("Save comment", size="sm", scale=1, elem_id="feedback-save")
+        save = gr.Button(t("chat_feedback_save"), size="sm", scale=1, elem_id="feedback-save")
 
     def mark_reply(history, remembered, evt: gr.LikeData):
         rating = {True: "up", "Like": "up", False: "down", "Dislike": "down"}.get(evt.liked)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import html
 
+from .i18n import bilingual_html
 from .presentation import status_bar_html
 
-TITLE = "Hugging Face models on AWS Trainium"
-SUMMARY = ("Chat with Qwen3-0.6B and draw with FLUX.2-klein-4B, run natively on Trainium through PyTorch's "
-           "neuron device: every shape is compiled once at start, so after warm-up no request waits for a compile.")
+TITLE = bilingual_html("header_title")  # both languages (ui/i18n.py); CSS shows the one of <html lang>
+SUMMARY = bilingual_html("header_summary")
 ENGINE_TITLES = {"chat": "Chat", "image": "Image"}
 # chip state -> (text colour, background)
 CHIP_COLOURS = {"ready": ("#1b5e20", "#e8f5e9"), "warming up": ("#8a5300", "#fff4e0"),

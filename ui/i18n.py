@@ -164,7 +164,7 @@ def english(key: str) -> str:
 def bilingual_html(key: str) -> str:
     """Both texts of ``key`` for HTML built in Python (no I18n there): CSS shows the one of ``<html lang>``."""
     en, ar = (html.escape(s, quote=False) for s in STRINGS[key])
-    return f'<span class="i18n-en">{en}</span><span class="i18n-ar" lang="ar" dir="rtl">{ar}</span>'
+    return f'<span class="i18n-en">{en}</span><span class="i18n-ar" lang="ar">{ar}</span>'
 
 
 # ?lang=ar|en: redefine navigator.language/languages before Gradio's module script reads them (its

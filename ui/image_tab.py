@@ -21,6 +21,7 @@ from neuron_backend.image.paste_back import read_settings
 from neuron_backend.runtime import Backend
 
 from .api import follow_async, refusals_as_toast
+from .i18n import t
 from .presentation import python_snippet, size_choice_label
 
 SEED_MAX = 2**32 - 1
@@ -70,44 +71,45 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
     session_images = gr.State([])  # this session's images: [{"path", "params"}], oldest first
     with gr.Row():
         with gr.Column(scale=2):
-            prompt = gr.Textbox(label="Prompt", lines=2, elem_id="image-prompt",
+            prompt = gr.Textbox(label=t("image_prompt"), lines=2, elem_id="image-prompt",
                                 max_length=settings.max_prompt_chars)
             size = gr.Dropdown(choices=size_choices(backend), value=settings.sizes[0].label,
-                               label="Size (precompiled only)", elem_id="image-size")
-            steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label="Steps",
+                               label=t("image_size"), elem_id="image-size")
+            steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label=t("image_steps"),
                               elem_id="image-steps")
-            count = gr.Slider(1, settings.max_images_per_run, value=1, step=1, label="Images per run",
-                              info="consecutive seeds, made one after another", elem_id="image-count",
+            count = gr.Slider(1, settings.max_images_per_run, value=1, step=1, label=t("image_count"),
+                              info=t("image_count_info"), elem_id="image-count",
                               visible=settings.max_images_per_run > 1)
             with gr.Row():
-                seed = gr.Number(label="Seed", value=0, precision=0, minimum=0, maximum=SEED_MAX,
+                seed = gr.Number(label=t("image_seed"), value=0, precision=0, minimum=0, maximum=SEED_MAX,
                                  elem_id="image-seed")
-                randomize = gr.Checkbox(label="Randomize seed", value=True, elem_id="image-randomize")
-                reuse = gr.Button("Reuse last seed", size="sm")
-            guidance = gr.Slider(GUIDANCE_MIN, GUIDANCE_MAX, value=DEFAULT_GUIDANCE, step=0.5, label="Guidance",
-                                 visible=not backend.image_distilled(), elem_id="image-guidance")
-            live = gr.Checkbox(label="Live preview", value=settings.image_preview, elem_id="image-live-preview",
-                               interactive=settings.image_preview,
-                               info=None if settings.image_preview else "off on this server (--no-image-preview)")
+                randomize = gr.Checkbox(label=t("image_randomize"), value=True, elem_id="image-randomize")
+                reuse = gr.Button(t("image_reuse_seed"), size="sm")
+            guidance = gr.Slider(GUIDANCE_MIN, GUIDANCE_MAX, value=DEFAULT_GUIDANCE, step=0.5,
+                                 label=t("image_guidance"), visible=not backend.image_distilled(),
+                                 elem_id="image-guidance")
+            live = gr.Checkbox(label=t("image_live_preview"), value=settings.image_preview,
+                               elem_id="image-live-preview", interactive=settings.image_preview,
+                               info=None if settings.image_preview else t("image_preview_off"))
             with gr.Row():
-                generate_btn = gr.Button("Generate", variant="primary", elem_id="generate")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-image")
-            with gr.Accordion("Restore settings from a PNG", open=False):
-                dropped = gr.File(label="Drop a PNG (this app's or A1111-style) to fill the form",
+                generate_btn = gr.Button(t("image_generate"), variant="primary", elem_id="generate")
+                stop_btn = gr.Button(t("image_stop"), variant="stop", elem_id="stop-image")
+            with gr.Accordion(t("image_restore"), open=False):
+                dropped = gr.File(label=t("image_drop_png"),
                                   file_types=[".png"], type="filepath", elem_id="paste-png")
                 paste_note = gr.Markdown(elem_id="paste-note")
-            gr.Examples(IMAGE_EXAMPLES, inputs=prompt)
+            gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("image_examples"))
         with gr.Column(scale=3):
-            image_out = gr.Image(label="Image", type="filepath", format="png", elem_id="image-out")
-            png_file = gr.File(label="PNG with embedded parameters", elem_id="png-file", file_count="multiple")
-            params_out = gr.JSON(label="Parameters", elem_id="image-params")
+            image_out = gr.Image(label=t("image_out"), type="filepath", format="png", elem_id="image-out")
+            png_file = gr.File(label=t("image_png_file"), elem_id="png-file", file_count="multiple")
+            params_out = gr.JSON(label=t("image_params"), elem_id="image-params")
             # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so the
             # numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
-            snippet = gr.Code(label="Use from Python", language="python", elem_id="python-snippet",
+            snippet = gr.Code(label=t("image_snippet"), language="python", elem_id="python-snippet",
                               show_line_numbers=False)
     # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
     # images to the full width, and their caption (seed and size) then falls below the visible height.
-    gallery = gr.Gallery(label="This session's images (click one for its PNG and parameters)", columns=5,
+    gallery = gr.Gallery(label=t("image_gallery"), columns=5,
                          fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery")
 
     active_calls: dict[str, object] = {}  # session -> its running ImageCall, for Stop
@@ -162,7 +164,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         items = [*past, *made]
         first = made[0]["params"]
         shown_params = first if len(made) == 1 else [m["params"] for m in made]
-        yield (gr.update(value=made[0]["path"], label="Image"), [m["path"] for m in made], shown_params,
+        yield (gr.update(value=made[0]["path"], label=t("image_out")), [m["path"] for m in made], shown_params,
                image_snippet(base_url(request), first), results[0].seed, items, gallery_value(items))
 
     def press_stop(request: gr.Request):
@@ -177,7 +179,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         if not items or evt.index is None or not 0 <= evt.index < len(items):
             return (gr.skip(),) * 4
         item = items[evt.index]
-        return (gr.update(value=item["path"], label="Image"), [item["path"]], item["params"],
+        return (gr.update(value=item["path"], label=t("image_out")), [item["path"]], item["params"],
                 image_snippet(base_url(request), item["params"]))
 
     @refusals_as_toast(outputs=7)

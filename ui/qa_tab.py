@@ -19,6 +19,7 @@ from neuron_backend.qa import runs as qa
 from neuron_backend.qa.export_csv import export_csv
 from neuron_backend.qa.html_report import export_html
 from neuron_backend.runtime import Backend
+from ui.i18n import t
 
 VARIANTS_HINT = "cold: temperature=0.2, seed=1\nhot: temperature=1.2, seed=1"
 FORM_RESET = (0, "unmarked", "")  # cell #, mark, comment: cleared by every new run
@@ -45,64 +46,65 @@ def build_qa_tab(backend: Backend) -> None:
     compared_state = gr.State(None)  # the run the current one was compared with
     with gr.Row():
         with gr.Column():
-            prompts = gr.Textbox(label="Prompts (one per line)", lines=5, elem_id="qa-prompts")
-            upload = gr.File(label="…or a .jsonl / .csv / .txt file with a 'prompt' column (and expectations)",
+            prompts = gr.Textbox(label=t("qa_prompts"), lines=5, elem_id="qa-prompts")
+            upload = gr.File(label=t("qa_upload"),
                              file_types=[".jsonl", ".csv", ".txt"], elem_id="qa-upload")
         with gr.Column():
-            kind = gr.Radio(kinds, value=kinds[0], label="Engine", elem_id="qa-kind")
-            variants = gr.Textbox(label="Variants (name: key=value, …; one per line, or JSON)", lines=4,
+            kind = gr.Radio(kinds, value=kinds[0], label=t("qa_engine"), elem_id="qa-kind")
+            variants = gr.Textbox(label=t("qa_variants"), lines=4,
                                   placeholder=VARIANTS_HINT, elem_id="qa-variants")
-            run_seed = gr.Number(label="Run seed (fixes every cell's seed)", value=0, precision=0)
+            run_seed = gr.Number(label=t("qa_run_seed"), value=0, precision=0)
             with gr.Row():
-                run_btn = gr.Button("Run set", variant="primary", elem_id="qa-run")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="qa-stop")
-    status = gr.Textbox(label="Status", interactive=False, elem_id="qa-status")
-    summary = gr.Dataframe(label="Summary per variant (passed / failed: the reviewer's mark, else the automatic "
-                                 "verdict)", interactive=False, wrap=True, elem_id="qa-summary")
-    grid = gr.Dataframe(label="Results (prompt × variant): click a cell to review it", interactive=False, wrap=True,
+                run_btn = gr.Button(t("qa_run"), variant="primary", elem_id="qa-run")
+                stop_btn = gr.Button(t("qa_stop"), variant="stop", elem_id="qa-stop")
+    status = gr.Textbox(label=t("qa_status"), interactive=False, elem_id="qa-status")
+    summary = gr.Dataframe(label=t("qa_summary"), interactive=False, wrap=True, elem_id="qa-summary")
+    grid = gr.Dataframe(label=t("qa_grid"), interactive=False, wrap=True,
                         line_breaks=True, max_height=900, elem_id="qa-grid")
-    gallery = gr.Gallery(label="Images", columns=4, height="auto", object_fit="contain", elem_id="qa-gallery")
+    gallery = gr.Gallery(label=t("qa_images"), columns=4, height="auto", object_fit="contain", elem_id="qa-gallery")
     with gr.Row():
-        cell_index = gr.Number(label="Cell # (click the grid; 0 = none)", precision=0, value=0, elem_id="qa-cell")
-        mark = gr.Radio(["pass", "fail", "unmarked"], label="Mark", value="unmarked", elem_id="qa-mark")
-        comment = gr.Textbox(label="Comment", elem_id="qa-comment")
-        save_mark_btn = gr.Button("Save mark", elem_id="qa-save-mark")
-        rerun_btn = gr.Button("Re-run cell", elem_id="qa-rerun")
-    with gr.Accordion("Speed and cost per cell (sort from a column's ⋮ menu)", open=False, elem_id="qa-speed-box"):
+        cell_index = gr.Number(label=t("qa_cell"), precision=0, value=0, elem_id="qa-cell")
+        mark = gr.Radio([(t(f"qa_mark_{m}"), m) for m in ("pass", "fail", "unmarked")], label=t("qa_mark"),
+                        value="unmarked", elem_id="qa-mark")
+        comment = gr.Textbox(label=t("qa_comment"), elem_id="qa-comment")
+        save_mark_btn = gr.Button(t("qa_save_mark"), elem_id="qa-save-mark")
+        rerun_btn = gr.Button(t("qa_rerun"), elem_id="qa-rerun")
+    with gr.Accordion(t("qa_speed"), open=False, elem_id="qa-speed-box"):
         speed = gr.Dataframe(headers=qa_grid.SPEED_HEADERS, datatype=qa_grid.SPEED_TYPES, interactive=False,
                              elem_id="qa-speed")
-    with gr.Accordion("Blind A/B: two variants, names hidden, sides shuffled", open=False, elem_id="qa-ab-box"):
+    with gr.Accordion(t("qa_ab"), open=False, elem_id="qa-ab-box"):
         with gr.Row():
-            ab_first = gr.Dropdown(label="Variant", elem_id="qa-ab-first")
-            ab_second = gr.Dropdown(label="against", elem_id="qa-ab-second")
-            ab_start_btn = gr.Button("Start blind review", elem_id="qa-ab-start")
-        ab_heading = gr.Textbox(label="Pair", interactive=False, elem_id="qa-ab-heading")
+            ab_first = gr.Dropdown(label=t("qa_ab_first"), elem_id="qa-ab-first")
+            ab_second = gr.Dropdown(label=t("qa_ab_second"), elem_id="qa-ab-second")
+            ab_start_btn = gr.Button(t("qa_ab_start"), elem_id="qa-ab-start")
+        ab_heading = gr.Textbox(label=t("qa_ab_pair"), interactive=False, elem_id="qa-ab-heading")
         with gr.Row():
             with gr.Column():
-                left_text = gr.Textbox(label="Left", interactive=False, lines=6, elem_id="qa-ab-left")
-                left_image = gr.Image(label="Left", visible=False, interactive=False, elem_id="qa-ab-left-image")
+                left_text = gr.Textbox(label=t("qa_left"), interactive=False, lines=6, elem_id="qa-ab-left")
+                left_image = gr.Image(label=t("qa_left"), visible=False, interactive=False, elem_id="qa-ab-left-image")
             with gr.Column():
-                right_text = gr.Textbox(label="Right", interactive=False, lines=6, elem_id="qa-ab-right")
-                right_image = gr.Image(label="Right", visible=False, interactive=False, elem_id="qa-ab-right-image")
+                right_text = gr.Textbox(label=t("qa_right"), interactive=False, lines=6, elem_id="qa-ab-right")
+                right_image = gr.Image(label=t("qa_right"), visible=False, interactive=False,
+                                       elem_id="qa-ab-right-image")
         with gr.Row():
-            pick_left = gr.Button("Left is better", elem_id="qa-ab-pick-left")
-            pick_tie = gr.Button("Tie", elem_id="qa-ab-pick-tie")
-            pick_right = gr.Button("Right is better", elem_id="qa-ab-pick-right")
-            ab_end_btn = gr.Button("End and reveal", elem_id="qa-ab-reveal")
-        ab_result = gr.Textbox(label="Result", interactive=False, lines=4, elem_id="qa-ab-result")
+            pick_left = gr.Button(t("qa_pick_left"), elem_id="qa-ab-pick-left")
+            pick_tie = gr.Button(t("qa_pick_tie"), elem_id="qa-ab-pick-tie")
+            pick_right = gr.Button(t("qa_pick_right"), elem_id="qa-ab-pick-right")
+            ab_end_btn = gr.Button(t("qa_reveal"), elem_id="qa-ab-reveal")
+        ab_result = gr.Textbox(label=t("qa_result"), interactive=False, lines=4, elem_id="qa-ab-result")
     with gr.Row():
-        export_html_btn = gr.Button("Export HTML report", elem_id="qa-export-html")
-        export_jsonl_btn = gr.Button("Export JSONL", elem_id="qa-export-jsonl")
-        export_csv_btn = gr.Button("Export CSV", elem_id="qa-export-csv")
-        import_file = gr.File(label="Import a JSONL run", file_types=[".jsonl"], elem_id="qa-import")
-        compare_btn = gr.Button("Run it again and compare", elem_id="qa-compare")
-    export_file = gr.File(label="Export", height=90, elem_id="qa-export-file")
-    only_changed = gr.Checkbox(label="Show only what changed", value=False, elem_id="qa-only-changed")
-    compare_grid = gr.Dataframe(label="What changed (after 'Run it again and compare')", interactive=False, wrap=True,
+        export_html_btn = gr.Button(t("qa_export_html"), elem_id="qa-export-html")
+        export_jsonl_btn = gr.Button(t("qa_export_jsonl"), elem_id="qa-export-jsonl")
+        export_csv_btn = gr.Button(t("qa_export_csv"), elem_id="qa-export-csv")
+        import_file = gr.File(label=t("qa_import"), file_types=[".jsonl"], elem_id="qa-import")
+        compare_btn = gr.Button(t("qa_compare"), elem_id="qa-compare")
+    export_file = gr.File(label=t("qa_export_file"), height=90, elem_id="qa-export-file")
+    only_changed = gr.Checkbox(label=t("qa_only_changed"), value=False, elem_id="qa-only-changed")
+    compare_grid = gr.Dataframe(label=t("qa_compare_grid"), interactive=False, wrap=True,
                                 headers=["cell", "change"], elem_id="qa-compare-grid")
-    diff_box = gr.Textbox(label="Text diffs of the changed chat cells (- old, + new)", lines=8, interactive=False,
+    diff_box = gr.Textbox(label=t("qa_diff"), lines=8, interactive=False,
                           elem_id="qa-diff")
-    diff_gallery = gr.Gallery(label="Changed images: old left, new right", columns=2, height="auto",
+    diff_gallery = gr.Gallery(label=t("qa_diff_gallery"), columns=2, height="auto",
                               object_fit="contain", elem_id="qa-diff-gallery")
 
     ab_views = [ab_heading, left_text, left_image, right_text, right_image, ab_result]

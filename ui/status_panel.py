@@ -8,6 +8,7 @@ from neuron_backend.runtime import Backend
 
 from .api import user_errors
 from .header import header_html
+from .i18n import t
 from .image_tab import ImageTab, size_choices
 from .presentation import counters_lines, task_rows
 
@@ -33,14 +34,14 @@ def details_markdown(status: dict) -> str:
 def build_status_panel(backend: Backend) -> list:
     """The bar and the details accordion; returns the components the refresh writes (see wire_refresh)."""
     status_bar = gr.HTML(header_html(backend.status()), elem_id="status-bar")  # title, chips, notice, bar
-    with gr.Accordion("Warm-up details", open=False, elem_id="warmup-details"):
+    with gr.Accordion(t("status_details"), open=False, elem_id="warmup-details"):
         tasks_table = gr.Dataframe(headers=TASK_HEADERS, value=task_rows(backend.status()),
                                    interactive=False, wrap=True, elem_id="warmup-table")
         details = gr.Markdown(elem_id="warmup-details-text")
         with gr.Row():
-            bundle_btn = gr.Button("Export compile cache (bundle for another host)", size="sm",
+            bundle_btn = gr.Button(t("status_export_bundle"), size="sm",
                                    elem_id="export-bundle")
-            bundle_file = gr.File(label="Compile-cache bundle (.tar.gz; start another host with --cache-bundle)",
+            bundle_file = gr.File(label=t("status_bundle_file"),
                                   height=90, elem_id="bundle-file")
 
         @user_errors
