@@ -31,6 +31,7 @@ SCRIPT = textwrap.dedent("""
 
     tp = sys.argv[2]
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--no-image", "--tp", tp,
+                               "--chat-buckets", "32,64,128", "--context-length", "256",  # 3 warm-up generations
                                "--cache-dir", sys.argv[1]])
     placement = resolve_placements(settings)["chat"]
     folder = model_folder(settings, "chat")  # before the group, as app.py does
