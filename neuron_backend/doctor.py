@@ -6,7 +6,7 @@ exits non-zero when a check the app needs fails. Checks, in order: Python; torch
 versions and whether their families match; ``import torch`` (which autoloads torch-neuronx);
 ``neuron-ls``; the cores visible to this process; per placement, a tiny graph compiled and run from a
 fresh thread inside that placement's device context (what every engine thread does,
-``devices.on_device``); the NEFF cache folder, and a second process reading the graph back from it;
+``devices.on_device``); the NEFF cache folder, and a second fresh process reading back the graph a first one compiled;
 the counters the panel can read; memory per core; whether every file each chosen model needs is in
 the local Hugging Face cache; free disk for the caches.
 
@@ -208,10 +208,14 @@ def check_neff_cache(settings: Settings, neuron: bool) -> list[Check]:
     if not neuron:
         return [first, Check(SKIPPED, "NEFF cache reuse", "needs a NeuronCore (neuronx-cc writes the NEFFs)",
                              needed=False)]
+    # Two fresh processes, before this one holds a core: the first writes the NEFF, the second must read it.
     run_env = {**os.environ, **env, "NEURON_RT_VISIBLE_CORES": os.environ.get("NEURON_RT_VISIBLE_CORES", "0")}
     try:
-        out = subprocess.run([sys.executable, "-c", CACHE_PROBE], env=run_env, capture_output=True, text=True,
-                             timeout=PROBE_TIMEOUT_S)
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", CACHE_PROBE], env=run_env, capture_output=True, text=True,
+                                 timeout=PROBE_TIMEOUT_S)
+            if out.returncode != 0:
+                break
     except subprocess.TimeoutExpired:
         return [first, Check(FAIL, "NEFF cache reuse", f"the second process took over {PROBE_TIMEOUT_S} s",
                              needed=False)]
@@ -318,8 +322,8 @@ def run(settings: Settings, out=None) -> int:
         except ShowcaseError as exc:
             emit(Check(FAIL, "placements", str(exc), "change --device / --chat-device / --image-device"))
             placements = {}
+        emit(*check_neff_cache(settings, any(p.kind == "neuron" for p in placements.values())))  # before a core is held
         emit(*check_placements(placements))
-        emit(*check_neff_cache(settings, any(p.kind == "neuron" for p in placements.values())))
         emit(*check_counters_and_memory(placements))
     emit(*check_models(settings), *check_disk(settings))
     failed = [c for c in checks if c.status == FAIL and c.needed]
