@@ -239,7 +239,8 @@ class LanguageOverride:
 # that side (text-align: start). In Arabic the whole page is dir="rtl" (HEAD), so rows and labels flip.
 CSS = """
 #chatbot .message-content, #chatbot .message .prose, #chatbot .message p, #chatbot .message li,
-textarea, input[type="text"], input:not([type]), [role="gridcell"], td, .cell-wrap, .prose p {
+textarea, input[type="text"], input:not([type]), [role="gridcell"], td, .cell-wrap, .cell-wrap .text,
+.example-text-content, .prose p {
   unicode-bidi: plaintext;
   text-align: start;
 }
@@ -247,6 +248,9 @@ textarea, input[type="text"], input:not([type]), [role="gridcell"], td, .cell-wr
 html:not([lang^="ar"]) .i18n-ar, html[lang^="ar"] .i18n-en { display: none; }
 /* Gradio writes dir="ltr" on every block (its per-component rtl= flag, off here): in Arabic they follow the page */
 html[dir="rtl"] .block[dir="ltr"] { direction: rtl; }
+html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type="checkbox"] {
+  margin-right: 0; margin-left: var(--size-2, 8px);
+}
 /* code, JSON and the like stay left to right in either language */
 html[dir="rtl"] .cm-editor, html[dir="rtl"] pre, html[dir="rtl"] .json-holder { direction: ltr; text-align: left; }
 """
