@@ -122,10 +122,10 @@ class Settings:
     hub_timeout: float = 5.0
     tp: int = 1  # tensor-parallel degree of the engine named by tp_engine (under torchrun)
     tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
+    doctor: bool = False  # --doctor: print the first-run checklist (neuron_backend/doctor.py) and exit
     cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (neuron_backend/cache)
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
-    doctor: bool = False  # --doctor: print the first-run checklist (neuron_backend/doctor.py) and exit
     world_size: int = 1
 
     @property
@@ -205,10 +205,10 @@ def parse_settings(
         hub_timeout=_as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
         tp=_as_int("tp", raw.get("tp", 1)),
         tp_engine=_choice("tp-engine", raw.get("tp_engine", "chat"), ("chat", "image")),
+        doctor=bool(raw.get("doctor", False)),
         cache_bundle=str(raw["cache_bundle"]).strip() or None if "cache_bundle" in raw else None,
         # torchrun sets these for each process it starts.
         rank=_as_int("tp", env.get("RANK", 0)),
-        doctor=bool(raw.get("doctor", False)),
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
         world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
     )

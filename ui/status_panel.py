@@ -25,8 +25,8 @@ def details_markdown(status: dict) -> str:
     lines.append(f"**Compile cache:** `{status['cache_dir']}/compile-cache`"
                  + (f" ⚠ {status['cache_problem']}" if status["cache_problem"] else ""))
     lines.append(f"**Graph compiles after warm-up:** {status['compiles_since_ready']}")
-    versions = ", ".join(f"{k} {v}" for k, v in device["versions"].items())
     lines += counters_lines(status.get("counters"))  # which counter that is, memory per core, CPU fallbacks
+    versions = ", ".join(f"{k} {v}" for k, v in device["versions"].items())
     lines.append(f"**Software:** {versions}")
     return "\n\n".join(lines)
 
