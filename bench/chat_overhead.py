@@ -64,12 +64,9 @@ def load_backend(root: Path, new_tokens: int):
 
 
 def launch_app(backend):
-    import app
+    import ui
 
-    demo = app.create_demo(backend)
-    demo.queue(max_size=backend.settings.queue_size, default_concurrency_limit=1)
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=backend.settings.port, prevent_thread_lock=True,
-                            quiet=True, show_error=True)
+    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)  # the app's own launch settings
     return demo, url
 
 
