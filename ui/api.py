@@ -32,8 +32,11 @@ def shown(exc: Exception) -> str:
     return html.escape(str(exc), quote=False)
 
 
-def user_errors(fn):
-    """Turn backend errors a user can fix into gr.Error (shown in the UI, returned by the API)."""
+def _on_refusal(fn, refuse):
+    """``fn`` (plain, generator or async generator) with a ShowcaseError handed to ``refuse(exc)``.
+
+    ``refuse`` raises, or returns the handler's last result (a generator yields it).
+    """
     if inspect.isgeneratorfunction(fn):
 
         @wraps(fn)
@@ -41,7 +44,7 @@ def user_errors(fn):
             try:
                 yield from fn(*args, **kwargs)
             except ShowcaseError as exc:
-                raise gr.Error(shown(exc)) from None
+                yield refuse(exc)
 
         return gen_wrapper
 
@@ -53,7 +56,7 @@ def user_errors(fn):
                 async for item in fn(*args, **kwargs):
                     yield item
             except ShowcaseError as exc:
-                raise gr.Error(shown(exc)) from None
+                yield refuse(exc)
 
         return async_gen_wrapper
 
@@ -62,9 +65,18 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ShowcaseError as exc:
-            raise gr.Error(shown(exc)) from None
+            return refuse(exc)
 
     return wrapper
+
+
+def _raise_gr_error(exc: ShowcaseError):
+    raise gr.Error(shown(exc)) from None
+
+
+def user_errors(fn):
+    """Turn backend errors a user can fix into gr.Error (shown in the UI, returned by the API)."""
+    return _on_refusal(fn, _raise_gr_error)
 
 
 def refusals_as_toast(outputs: int):
@@ -75,43 +87,11 @@ def refusals_as_toast(outputs: int):
     """
     skip = gr.skip() if outputs == 1 else (gr.skip(),) * outputs
 
-    def decorate(fn):
-        if inspect.isgeneratorfunction(fn):
+    def toast(exc: ShowcaseError):
+        gr.Warning(shown(exc))
+        return skip
 
-            @wraps(fn)
-            def gen_wrapper(*args, **kwargs):
-                try:
-                    yield from fn(*args, **kwargs)
-                except ShowcaseError as exc:
-                    gr.Warning(shown(exc))
-                    yield skip
-
-            return gen_wrapper
-
-        if inspect.isasyncgenfunction(fn):
-
-            @wraps(fn)
-            async def async_gen_wrapper(*args, **kwargs):
-                try:
-                    async for item in fn(*args, **kwargs):
-                        yield item
-                except ShowcaseError as exc:
-                    gr.Warning(shown(exc))
-                    yield skip
-
-            return async_gen_wrapper
-
-        @wraps(fn)
-        def wrapper(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except ShowcaseError as exc:
-                gr.Warning(shown(exc))
-                return skip
-
-        return wrapper
-
-    return decorate
+    return lambda fn: _on_refusal(fn, toast)
 
 
 def _optional_int(value):
