@@ -281,9 +281,16 @@ class Backend:
 
     def image_distilled(self) -> bool:
         """Whether the image model ignores guidance (FLUX.2-klein is distilled; True until loaded)."""
+        return self._image_attr("distilled", True)
+
+    def image_default_steps(self) -> int:
+        """The image model's default steps: 50 for a non-distilled checkpoint once loaded (image/loading.py)."""
+        return self._image_attr("default_steps", self.settings.default_steps)
+
+    def _image_attr(self, name: str, until_loaded):
         with self._lock:
             engine = self._engines.get("image")
-        return engine.distilled if engine is not None else True
+        return getattr(engine, name) if engine is not None else until_loaded
 
     def cancel(self, name: str) -> bool:
         with self._lock:
@@ -324,7 +331,8 @@ class Backend:
     def limits(self) -> dict:
         """What a request may ask for (the QA CLI plans its cells with these): sizes, steps, tokens, text."""
         s = self.settings
-        return {"sizes": [size.label for size in s.sizes], "default_steps": s.default_steps, "max_steps": s.max_steps,
+        return {"sizes": [size.label for size in s.sizes], "default_steps": self.image_default_steps(),
+                "max_steps": s.max_steps,
                 "max_new_tokens": s.max_new_tokens, "max_prompt_chars": s.max_prompt_chars,
                 "engines": [name for name in ENGINES if name in self.placements]}
 

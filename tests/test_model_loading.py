@@ -88,6 +88,22 @@ def test_non_distilled_checkpoints_default_to_50_steps(tmp_path, flux_folder):
     assert image_engine(settings_for(tmp_path), flux_folder).default_steps == 4  # distilled: 4
 
 
+def test_the_page_and_status_offer_the_models_own_default_steps(tmp_path, flux_folder):
+    base = copy(flux_folder, tmp_path / "base")
+    index = json.loads((base / "model_index.json").read_text())
+    (base / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
+    backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", str(base)))
+    assert backend.image_default_steps() == 4  # the setting, until the model is loaded
+    backend.runner.run()
+    assert backend.image_default_steps() == 50 and backend.status()["limits"]["default_steps"] == 50
+    from ui import create_demo  # the Image tab's slider is set from it when a page loads
+
+    demo = create_demo(backend)
+    on_load = next(fn for fn in demo.fns.values() if fn.name == "model_default_steps")
+    assert [target[1] for target in on_load.targets] == ["load"]
+    assert [block.label for block in on_load.outputs] and on_load.fn() == {"value": 50, "__type__": "update"}
+
+
 def test_truncated_transformer_and_missing_vae_are_named(tmp_path, flux_folder):
     broken = copy(flux_folder, tmp_path / "broken")
     truncate(broken / "transformer" / "diffusion_pytorch_model.safetensors", keep=0.7)

@@ -36,6 +36,7 @@ class ImageTab:
 
     size: gr.Dropdown
     guidance: gr.Slider
+    steps: gr.Slider  # set to the model's default on page load (50 for a non-distilled checkpoint)
 
 
 def size_choices(backend: Backend) -> list[tuple[str, str]]:
@@ -206,7 +207,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
                    api_name="paste_png")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")
-    return ImageTab(size=size, guidance=guidance)
+    return ImageTab(size=size, guidance=guidance, steps=steps)
 
 
 def gallery_value(items: list[dict]) -> list[tuple[str, str]]:

@@ -68,3 +68,8 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
     outputs = [*panel, image.size, size_choices_state, timer, image.guidance]
     timer.tick(refresh_status, size_choices_state, outputs, queue=False, api_visibility="private")
     demo.load(refresh_status, size_choices_state, outputs, queue=False, api_visibility="private")
+    # The model's own default steps, once per page (never on a tick: it would undo the visitor's choice).
+    def model_default_steps():
+        return gr.update(value=backend.image_default_steps())
+
+    demo.load(model_default_steps, None, image.steps, queue=False, api_visibility="private")
