@@ -46,7 +46,7 @@ def one_start(cache: Path, cold: bool, extra: list[str], wait_manifest: bool = F
         raise RuntimeError(f"warm-up failed: {failed}")
     spent: dict[str, float] = {"process start and UI": first}
     for line in done:
-        m = re.search(r"warm-up done: \w+ · (.*?) in ([\d.]+) s", line)
+        m = re.search(r"warm-up done: [\w ]+ · (.*?) in ([\d.]+) s", line)  # "chat · ...", "compile cache · ..."
         if m:
             what = m.group(1)
             kind = ("bundle install" if "bundle" in what else "weights" if "weights" in what else
