@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import devices
+from .cache.warm_start import WarmStart  # compile-cache bundles (neuron_backend/cache)
 from .chat import prefill
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
@@ -97,8 +98,6 @@ class Backend:
         self.fallbacks: dict[str, str] = {}  # engine -> why its real model gave way to the demo (--models auto)
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
-        from .cache.warm_start import WarmStart  # compile-cache bundles (neuron_backend/cache)
-
         self.warm_start = WarmStart(self)
         self.runner = WarmupRunner(self.warm_start.plan_with_bundle(self._plan()), history)
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs

@@ -115,17 +115,21 @@ def parse_prompt_set(text: str | None = None, file: str | Path | None = None, *,
     return rows
 
 
+def read_bounded_text(path: Path, max_bytes: int, too_big: str, unreadable: str) -> str:
+    """A UTF-8 file's text (a BOM dropped), refused above ``max_bytes`` before anything is read."""
+    try:
+        if path.stat().st_size > max_bytes:
+            raise InvalidRequestError(f"{path.name} is larger than {max_bytes // 1_000_000} MB{too_big}")
+        return path.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"Could not read {path.name} ({exc}); {unreadable}") from None
+
+
 def _read_file(path: Path, settings: Settings) -> list[PromptRow]:
     kind = FILE_KINDS.get(path.suffix.lower())
     if kind is None:
         raise InvalidRequestError(f"{path.name}: unsupported file type; upload a .jsonl, .csv or .txt file.")
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise InvalidRequestError(f"{path.name} is larger than {MAX_FILE_BYTES // 1_000_000} MB; upload a "
-                                      "smaller prompt set.")
-        text = path.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(f"Could not read {path.name} ({exc}); upload a UTF-8 text file.") from None
+    text = read_bounded_text(path, MAX_FILE_BYTES, "; upload a smaller prompt set.", "upload a UTF-8 text file.")
     if kind == "lines":
         return [PromptRow(line.strip()) for line in text.splitlines() if line.strip()]
     records = _jsonl_records(path.name, text) if kind == "jsonl" else _csv_records(path.name, text)

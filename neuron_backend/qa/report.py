@@ -33,6 +33,7 @@ from .inputs import (
     check_text,
     coerce_setting,
     load_json_line,
+    read_bounded_text,
 )
 from .runs import KINDS, MARKS, STATUSES, Cell, QARun
 
@@ -60,15 +61,8 @@ def export_jsonl(run: QARun) -> str:
 # ----- import ----------------------------------------------------------------------------------------
 def read_run(path: str | Path, settings: Settings | None = None) -> QARun:
     """Import a run from a .jsonl file written by ``export_jsonl`` (at most ``MAX_IMPORT_BYTES``)."""
-    path = Path(path)
-    try:
-        if path.stat().st_size > MAX_IMPORT_BYTES:
-            raise InvalidRequestError(f"{path.name} is larger than {MAX_IMPORT_BYTES // 1_000_000} MB, the most a "
-                                      "QA run import may be.")
-        text = path.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(f"Could not read {path.name} ({exc}); upload a .jsonl exported by the QA tab.") \
-            from None
+    text = read_bounded_text(Path(path), MAX_IMPORT_BYTES, ", the most a QA run import may be.",
+                             "upload a .jsonl exported by the QA tab.")
     return import_jsonl(text, settings)
 
 
