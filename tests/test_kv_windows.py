@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from window_probe import record_windows
 
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
 from neuron_backend.chat.kv_windows import WindowedStaticCache, declared, window_for
@@ -23,20 +24,6 @@ def make_engine(settings, folder) -> ChatEngine:
 def windowed(tiny_settings):
     """The tiny preset (context 256, no windows of its own) with one window of 128 tokens."""
     return tiny_settings.replace(cache_windows=(128,))
-
-
-def record_windows(engine) -> list[int]:
-    """Every window the engine's single-row cache selects from now on, in order."""
-    seen: list[int] = []
-    cache = engine._cache(1)
-    select = cache.select
-
-    def recording(length: int, prefill: bool = False) -> int:
-        seen.append(select(length, prefill))
-        return seen[-1]
-
-    cache.select = recording
-    return seen
 
 
 def test_window_choice():

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 import torch
+from window_probe import record_windows
 
 from neuron_backend.chat import prefill
 from neuron_backend.chat.batch import BatchRow, Sampling
@@ -33,20 +34,6 @@ def prompt_ids(engine: ChatEngine, length: int) -> tuple[list[int], int]:
     ids = engine.tokenizer(" the" * length, add_special_tokens=False)["input_ids"][:length]
     assert len(ids) == length
     return ids, min(b for b in engine.buckets if b >= length)
-
-
-def record_windows(engine: ChatEngine, batch: int = 1) -> list[int]:
-    """Every window the engine's cache for this batch size selects from now on, in order."""
-    seen: list[int] = []
-    cache = engine._cache(batch)
-    select = cache.select
-
-    def recording(length: int, prefill: bool = False) -> int:
-        seen.append(select(length, prefill))
-        return seen[-1]
-
-    cache.select = recording
-    return seen
 
 
 def warm_up(engine: ChatEngine) -> list[int]:
