@@ -26,7 +26,8 @@ from neuron_backend.settings import parse_settings
 from neuron_backend.warmup import HIT_SUFFIX, READY, Step, Task, TimingHistory, WarmupRunner
 from ui.guards import LoginThrottle
 from ui.header import engine_chips, header_html
-from ui.presentation import markdown_literal, markdown_unliteral, size_choice_label, task_rows
+from ui.presentation import markdown_literal, markdown_unliteral
+from ui.status_text import size_choice_label, task_rows
 
 
 def _backend(root: Path, demo_models, *extra) -> Backend:

@@ -28,7 +28,8 @@ def _calls(path: Path):
 
 
 def _is_t(node: ast.Call) -> bool:
-    return isinstance(node.func, ast.Name) and node.func.id == "t"
+    """t("key") for a component's text, say("key", ...) for text built at run time."""
+    return isinstance(node.func, ast.Name) and node.func.id in ("t", "say")
 
 
 def _used_keys() -> dict[str, list[str]]:
@@ -42,15 +43,15 @@ def _used_keys() -> dict[str, list[str]]:
                 keys.setdefault(arg.value, []).append(f"{path.name}:{call.lineno}")
             elif isinstance(arg, ast.JoinedStr):  # t(f"qa_mark_{m}"): the constant head must name a family
                 head = "".join(v.value for v in arg.values if isinstance(v, ast.Constant))
-                assert any(k.startswith(head) for k in i18n.STRINGS), f"{path.name}:{call.lineno}: {head}*"
+                assert any(k.startswith(head) for k in i18n.TABLE), f"{path.name}:{call.lineno}: {head}*"
     return keys
 
 
 def test_every_key_used_in_ui_exists_in_both_languages():
     used = _used_keys()
     assert len(used) >= 60, sorted(used)  # the walk finds the tabs' calls (a broken walk finds none)
-    missing = {k: where for k, where in used.items() if k not in i18n.STRINGS}
-    assert not missing, f"keys used but not in ui/i18n.py STRINGS: {missing}"
+    missing = {k: where for k, where in used.items() if k not in i18n.TABLE}
+    assert not missing, f"keys used but not in ui/texts/ or neuron_backend/texts/: {missing}"
     for key, (english, arabic) in {**i18n.STRINGS, **i18n.GRADIO_STRINGS}.items():
         assert english.strip() and arabic.strip(), key
     assert i18n.I18N.translations_dict["ar"]["chat_interface.new_chat"] == "محادثة جديدة"  # Gradio's own key
@@ -121,3 +122,67 @@ def test_language_override_puts_its_script_first_in_the_head():
                  ("/", b"", b"text/html", page), ("/", b"lang=ar", b"text/html", page, "POST")):
         sent = _run_override(*args)
         assert len(sent) == 3 and b"".join(m.get("body", b"") for m in sent[1:]) == args[3], args[:3]
+
+
+def test_one_table_no_key_twice_and_the_same_fields_in_both_languages():
+    from neuron_backend import texts as backend_texts
+    from neuron_backend.messages import fields
+    from ui import texts as page_texts
+
+    seen: dict[str, str] = {}
+    for origin, parts in (("ui/texts", page_texts.PARTS), ("neuron_backend/texts", backend_texts.PARTS)):
+        for part, table in parts.items():
+            for key in table:
+                assert key not in seen, f"{key} in {origin}/{part}.py and {seen[key]}"
+                seen[key] = f"{origin}/{part}.py"
+    assert set(seen) == set(i18n.TABLE)
+    for key, (english, arabic) in i18n.TABLE.items():
+        assert fields(english) == fields(arabic), (key, fields(english), fields(arabic))
+    assert set(i18n.I18N.translations_dict["ar"]) >= set(i18n.TABLE)
+
+
+def test_lang_of_a_request_cookie_then_address_then_browser():
+    lang_of = i18n.lang_of
+    assert lang_of(None) == "en" and lang_of({}) == "en"  # API clients send none of these
+    assert lang_of({"accept-language": "ar-EG,ar;q=0.9,en;q=0.8"}) == "ar"
+    assert lang_of({"accept-language": "fr-FR,ar;q=0.9"}) == "en"  # the page shows English to a French browser
+    assert lang_of({"accept-language": "ar", "referer": "http://127.0.0.1:7860/?lang=en"}) == "en"
+    # the cookie is what the page shows now (the footer's menu may have switched it): it wins
+    assert lang_of({"cookie": "a=1; showcase_lang=ar", "referer": "http://h/?lang=en"}) == "ar"
+    assert lang_of({"cookie": "showcase_lang=xx", "accept-language": "ar"}) == "ar"  # not ours: ignored
+
+
+def test_say_fills_fields_in_the_language_of_the_event():
+    import gradio as gr
+    from gradio.context import LocalContext
+
+    from neuron_backend.messages import msg
+
+    key = next(k for k, (en, _) in i18n.TABLE.items() if "{" not in en)
+    assert i18n.say(key) == i18n.TABLE[key][0]  # outside any event: English
+    with i18n.speaking("ar"):
+        assert i18n.say(key) == i18n.TABLE[key][1]
+    token = LocalContext.request.set(gr.Request(headers={"cookie": "showcase_lang=ar"}))
+    try:  # what Gradio sets around each handler call
+        assert i18n.say(key) == i18n.TABLE[key][1]
+        stopped = msg("image_stopped_before_start")
+        arabic = i18n.TABLE["image_stopped_before_start"][1]
+        assert str(stopped).startswith("Stopped before it started") and i18n.localized(stopped) == arabic
+        assert i18n.localized(ValueError(stopped)) == arabic
+        assert i18n.localized("plain") == "plain"
+    finally:
+        LocalContext.request.reset(token)
+    with pytest.raises(KeyError, match="no string 'nope'"):
+        i18n.say("nope")
+
+
+def test_messages_keep_key_and_parameters_through_pickle():
+    import pickle
+
+    from neuron_backend.messages import Message, msg
+
+    with pytest.raises(KeyError, match="no message 'nope'"):
+        msg("nope")
+    copy = pickle.loads(pickle.dumps(msg("image_stopped_before_start")))
+    assert isinstance(copy, Message) and copy.key == "image_stopped_before_start"
+    assert str(copy) == str(msg("image_stopped_before_start"))

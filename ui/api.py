@@ -24,12 +24,17 @@ from neuron_backend.errors import ShowcaseError
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 
+from .i18n import localized
+
 SEED_MAX = 2**32 - 1
 
 
 def shown(exc: Exception) -> str:
-    """An error's message as toast text: Gradio renders toasts as HTML, and messages may echo user input."""
-    return html.escape(str(exc), quote=False)
+    """An error's message as toast text, in the page's language (ui/i18n.py; API clients read English).
+
+    Gradio renders toasts as HTML, and messages may echo user input: the text is escaped.
+    """
+    return html.escape(localized(exc), quote=False)
 
 
 def _on_refusal(fn, refuse):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 
 from .i18n import bilingual_html
-from .presentation import status_bar_html
+from .status_text import status_bar_html
 
 TITLE = bilingual_html("header_title")  # both languages (ui/i18n.py); CSS shows the one of <html lang>
 SUMMARY = bilingual_html("header_summary")

@@ -7,135 +7,34 @@ menu switches it. ``HEAD`` adds ``?lang=ar|en`` as an override and keeps ``<html
 the locale (svelte-i18n writes ``<html lang>``; Gradio never sets ``dir``). ``CSS`` makes Arabic text
 in messages, prompts and the QA grid read right to left in either UI language.
 
-What stays English: text built at run time in Python (header chips and warm-up bar, stats lines,
-details, messages and errors from the backend), Dataframe headers, radio/dropdown values, the example
-prompts (they are what is sent). README, "Languages", lists them.
+Text built at run time in Python (the header and warm-up bar, stats, progress, QA tables, toasts and
+the backend's messages) is chosen on the server: ``say("key", **params)`` gives the text of the
+language the visitor's page shows, which ``lang()`` reads from the event's request (the
+``showcase_lang`` cookie that ``HEAD`` keeps equal to ``<html lang>``, else the ``?lang=`` of the page's
+address, else ``Accept-Language``). Backend messages (``neuron_backend/messages.py``, built with
+``msg()``) are part of the same table: ``shown(exc)`` gives an error in that language. API clients send
+none of these and read English. What stays English: model names, flags, code, and the example
+prompts (they are what is sent). README, "Languages", says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import html
+import re
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
 
 import gradio as gr
+from gradio.context import LocalContext
 
-# key -> (English, Arabic). English strings are the page's words exactly (tests find elements by them).
-STRINGS: dict[str, tuple[str, str]] = {
-    # tabs and header
-    "tab_chat": ("Chat", "المحادثة"),
-    "tab_image": ("Image", "الصورة"),
-    "tab_qa": ("QA bench", "منصة ضمان الجودة"),
-    "header_title": ("Hugging Face models on AWS Trainium", "نماذج Hugging Face على AWS Trainium"),
-    "header_summary": (
-        "Chat with Qwen3-0.6B and draw with FLUX.2-klein-4B, run natively on Trainium through PyTorch's "
-        "neuron device: every shape is compiled once at start, so after warm-up no request waits for a compile.",
-        "حاور Qwen3-0.6B وارسم بـ FLUX.2-klein-4B، وكلاهما يعمل أصلًا على Trainium عبر جهاز neuron في PyTorch: "
-        "يُترجَم كل شكل مرة واحدة عند البدء، فلا ينتظر أي طلب ترجمةً بعد الإحماء."),
-    # status panel
-    "status_details": ("Warm-up details", "تفاصيل الإحماء"),
-    "status_export_bundle": ("Export compile cache (bundle for another host)",
-                             "تصدير ذاكرة الترجمة المؤقتة (حزمة لخادم آخر)"),
-    "status_bundle_file": ("Compile-cache bundle (.tar.gz; start another host with --cache-bundle)",
-                           "حزمة ذاكرة الترجمة (‎.tar.gz؛ شغّل بها خادمًا آخر مع ‎--cache-bundle)"),
-    # chat tab
-    "chat_system_prompt": ("System prompt", "موجّه النظام"),
-    "chat_system_placeholder": ("You are a helpful assistant.", "أنت مساعد مفيد."),
-    "chat_thinking": ("Thinking (show the model's reasoning)", "التفكير (عرض استدلال النموذج)"),
-    "chat_temperature": ("Temperature", "درجة الحرارة"),
-    "chat_top_p": ("top_p", "top_p"),
-    "chat_top_k": ("top_k", "top_k"),
-    "chat_max_new_tokens": ("Max new tokens", "الحد الأقصى للرموز الجديدة"),
-    "chat_greedy": ("Greedy (no sampling)", "جشع (دون أخذ عينات)"),
-    "chat_seed": ("Seed (-1 = random)", "البذرة (‎-1 = عشوائية)"),
-    "chat_chatbot": ("Qwen3", "Qwen3"),
-    "chat_settings": ("Sampling and system prompt", "أخذ العينات وموجّه النظام"),
-    "chat_examples": ("Examples", "أمثلة"),
-    "chat_demo_thinking": (
-        "The demo model never reasons (its vocabulary leaves out the <think> tags), so no reasoning shows "
-        "here; the toggle still switches to Qwen's thinking sampling defaults.",
-        "النموذج التجريبي لا يستدل أبدًا (مفرداته تخلو من وسوم <think>)، فلا يظهر هنا أي استدلال؛ "
-        "ومع ذلك يبدّل المفتاح إلى إعدادات أخذ العينات الافتراضية لوضع التفكير في Qwen."),
-    "chat_export_json": ("Export JSON", "تصدير JSON"),
-    "chat_export_md": ("Export Markdown", "تصدير Markdown"),
-    "chat_load_json": ("Load JSON", "تحميل JSON"),
-    "chat_export_file": ("Conversation export", "ملف المحادثة المُصدَّر"),
-    "chat_feedback_comment": ("Comment on your mark (optional)", "تعليق على تقييمك (اختياري)"),
-    "chat_feedback_save": ("Save comment", "حفظ التعليق"),
-    # image tab
-    "image_prompt": ("Prompt", "الموجّه"),
-    "image_size": ("Size (precompiled only)", "المقاس (المُترجَمة مسبقًا فقط)"),
-    "image_steps": ("Steps", "الخطوات"),
-    "image_count": ("Images per run", "عدد الصور في كل تشغيل"),
-    "image_count_info": ("consecutive seeds, made one after another", "بذور متتالية، تُصنع الواحدة تلو الأخرى"),
-    "image_seed": ("Seed", "البذرة"),
-    "image_randomize": ("Randomize seed", "بذرة عشوائية"),
-    "image_reuse_seed": ("Reuse last seed", "إعادة استخدام آخر بذرة"),
-    "image_guidance": ("Guidance", "قوة التوجيه"),
-    "image_live_preview": ("Live preview", "معاينة حية"),
-    "image_preview_off": ("off on this server (--no-image-preview)", "معطّلة على هذا الخادم (‎--no-image-preview)"),
-    "image_generate": ("Generate", "توليد"),
-    "image_stop": ("Stop", "إيقاف"),
-    "image_restore": ("Restore settings from a PNG", "استعادة الإعدادات من ملف PNG"),
-    "image_drop_png": ("Drop a PNG (this app's or A1111-style) to fill the form",
-                       "أفلت ملف PNG (من هذا التطبيق أو بنمط A1111) لملء النموذج"),
-    "image_examples": ("Examples", "أمثلة"),
-    "image_out": ("Image", "الصورة"),
-    "image_png_file": ("PNG with embedded parameters", "ملف PNG مع المعاملات المضمّنة"),
-    "image_params": ("Parameters", "المعاملات"),
-    "image_snippet": ("Use from Python", "الاستخدام من Python"),
-    "image_gallery": ("This session's images (click one for its PNG and parameters)",
-                      "صور هذه الجلسة (انقر صورة لعرض ملف PNG ومعاملاتها)"),
-    # QA bench tab
-    "qa_prompts": ("Prompts (one per line)", "الموجّهات (موجّه في كل سطر)"),
-    "qa_upload": ("…or a .jsonl / .csv / .txt file with a 'prompt' column (and expectations)",
-                  "…أو ملف ‎.jsonl / .csv / .txt فيه عمود 'prompt' (والنتائج المتوقعة)"),
-    "qa_engine": ("Engine", "المحرّك"),
-    "qa_variants": ("Variants (name: key=value, …; one per line, or JSON)",
-                    "المتغيّرات (الاسم: key=value، …؛ متغيّر في كل سطر، أو JSON)"),
-    "qa_run_seed": ("Run seed (fixes every cell's seed)", "بذرة التشغيل (تثبّت بذرة كل خلية)"),
-    "qa_run": ("Run set", "تشغيل المجموعة"),
-    "qa_stop": ("Stop", "إيقاف"),
-    "qa_status": ("Status", "الحالة"),
-    "qa_summary": ("Summary per variant (passed / failed: the reviewer's mark, else the automatic verdict)",
-                   "ملخص لكل متغيّر (نجح / فشل: تقييم المراجع، وإلا فالحكم الآلي)"),
-    "qa_grid": ("Results (prompt × variant): click a cell to review it",
-                "النتائج (موجّه × متغيّر): انقر خلية لمراجعتها"),
-    "qa_images": ("Images", "الصور"),
-    "qa_cell": ("Cell # (click the grid; 0 = none)", "رقم الخلية (انقر الجدول؛ 0 = لا شيء)"),
-    "qa_mark": ("Mark", "التقييم"),
-    "qa_comment": ("Comment", "تعليق"),
-    "qa_save_mark": ("Save mark", "حفظ التقييم"),
-    "qa_rerun": ("Re-run cell", "إعادة تشغيل الخلية"),
-    "qa_speed": ("Speed and cost per cell (sort from a column's ⋮ menu)",
-                 "السرعة والتكلفة لكل خلية (رتّب من قائمة ⋮ في العمود)"),
-    "qa_ab": ("Blind A/B: two variants, names hidden, sides shuffled",
-              "مقارنة A/B عمياء: متغيّران، الأسماء مخفية والجانبان مخلوطان"),
-    "qa_ab_first": ("Variant", "المتغيّر"),
-    "qa_ab_second": ("against", "مقابل"),
-    "qa_ab_start": ("Start blind review", "بدء المراجعة العمياء"),
-    "qa_ab_pair": ("Pair", "الزوج"),
-    "qa_left": ("Left", "اليسار"),
-    "qa_right": ("Right", "اليمين"),
-    "qa_pick_left": ("Left is better", "اليسار أفضل"),
-    "qa_pick_tie": ("Tie", "تعادل"),
-    "qa_pick_right": ("Right is better", "اليمين أفضل"),
-    "qa_reveal": ("End and reveal", "إنهاء وكشف الأسماء"),
-    "qa_result": ("Result", "النتيجة"),
-    "qa_export_html": ("Export HTML report", "تصدير تقرير HTML"),
-    "qa_export_jsonl": ("Export JSONL", "تصدير JSONL"),
-    "qa_export_csv": ("Export CSV", "تصدير CSV"),
-    "qa_import": ("Import a JSONL run", "استيراد تشغيل JSONL"),
-    "qa_compare": ("Run it again and compare", "أعد التشغيل وقارن"),
-    "qa_export_file": ("Export", "الملف المُصدَّر"),
-    "qa_only_changed": ("Show only what changed", "اعرض ما تغيّر فقط"),
-    "qa_compare_grid": ("What changed (after 'Run it again and compare')",
-                        "ما الذي تغيّر (بعد 'أعد التشغيل وقارن')"),
-    "qa_diff": ("Text diffs of the changed chat cells (- old, + new)",
-                "فروق نصوص خلايا المحادثة المتغيّرة (- القديم، + الجديد)"),
-    "qa_diff_gallery": ("Changed images: old left, new right", "الصور المتغيّرة: القديمة يسارًا، والجديدة يمينًا"),
-    "qa_mark_pass": ("pass", "نجح"),
-    "qa_mark_fail": ("fail", "فشل"),
-    "qa_mark_unmarked": ("unmarked", "بلا تقييم"),
-}
+from neuron_backend.messages import LANGUAGES, MESSAGES, in_language
+
+from .texts import PARTS
+
+# key -> (English, Arabic): the page's words (ui/texts/, one module per room).
+STRINGS: dict[str, tuple[str, str]] = {k: v for part in PARTS.values() for k, v in part.items()}
 
 # Gradio's own strings that its Arabic table (templates/frontend/assets/ar-*.js) lacks; English is Gradio's.
 GRADIO_STRINGS: dict[str, tuple[str, str]] = {
@@ -146,8 +45,13 @@ GRADIO_STRINGS: dict[str, tuple[str, str]] = {
     "chat_interface.conversation": ("Conversation", "محادثة"),
 }
 
-I18N = gr.I18n(en={k: en for k, (en, _) in STRINGS.items()},
-               ar={k: ar for k, (_, ar) in {**STRINGS, **GRADIO_STRINGS}.items()})
+# One table: the page's words and the backend's messages (their keys never collide; tests/test_i18n.py).
+TABLE: dict[str, tuple[str, str]] = {**STRINGS, **MESSAGES}
+I18N = gr.I18n(en={k: en for k, (en, _) in TABLE.items()},
+               ar={k: ar for k, (_, ar) in {**TABLE, **GRADIO_STRINGS}.items()})
+COOKIE = "showcase_lang"
+_FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("showcase_lang", default=None)
+_COOKIE_RE = re.compile(rf"(?:^|;)\s*{COOKIE}=([A-Za-z-]+)")
 
 
 def t(key: str) -> gr.i18n.I18nData:
@@ -159,6 +63,63 @@ def t(key: str) -> gr.i18n.I18nData:
 
 def english(key: str) -> str:
     return STRINGS[key][0]
+
+
+def _pick(tag: str | None) -> str | None:
+    """"ar", "en" for a language tag that names one of ours ("ar-EG" -> "ar"), else None."""
+    primary = (tag or "").strip().split("-")[0].split("_")[0].lower()
+    return primary if primary in LANGUAGES else None
+
+
+def lang_of(headers) -> str:
+    """The language a request's page shows: the cookie, else the page's ?lang=, else Accept-Language, else "en"."""
+    if headers is None:
+        return "en"
+    found = _COOKIE_RE.search(headers.get("cookie") or "")
+    if found and _pick(found.group(1)):
+        return _pick(found.group(1))
+    wanted = parse_qs(urlsplit(headers.get("referer") or "").query).get("lang", [""])[0]
+    if _pick(wanted):
+        return _pick(wanted)
+    first = (headers.get("accept-language") or "").split(",")[0].split(";")[0]
+    return _pick(first) or "en"
+
+
+def lang() -> str:
+    """The language of the event being handled ("en" outside one, or for an API client that asks for none).
+
+    Gradio sets ``LocalContext.request`` around every call and every step of a generator handler,
+    so this works in any handler thread without passing the request down.
+    """
+    forced = _FORCED.get()
+    if forced:
+        return forced
+    request = LocalContext.request.get(None)
+    return lang_of(getattr(request, "headers", None)) if request is not None else "en"
+
+
+@contextlib.contextmanager
+def speaking(language: str) -> Iterator[None]:
+    """Build text in ``language`` within the block (tests; code outside any event)."""
+    token = _FORCED.set(language)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def say(key: str, **params) -> str:
+    """The text of ``key`` in the current language, {fields} filled with ``params`` (as they are)."""
+    if key not in TABLE:
+        raise KeyError(f"no string {key!r} in ui/i18n.py STRINGS or neuron_backend/messages.py MESSAGES")
+    language = lang()
+    template = TABLE[key][1 if language == "ar" else 0]
+    return template.format(**{k: in_language(v, language) for k, v in params.items()}) if params else template
+
+
+def localized(value) -> str:
+    """A backend Message, or an error whose message is one, in the current language; other text as it is."""
+    return str(in_language(value, lang()))
 
 
 def bilingual_html(key: str) -> str:
@@ -175,6 +136,7 @@ EARLY_SCRIPT = """<script>
 (() => {
   const wanted = (new URLSearchParams(location.search).get("lang") || "").toLowerCase();
   if (!["ar", "en"].includes(wanted)) return;
+  document.cookie = `showcase_lang=${wanted}; path=/; SameSite=Lax`;
   for (const [name, value] of [["language", wanted], ["languages", [wanted]]]) {
     try { Object.defineProperty(navigator, name, {get: () => value, configurable: true}); } catch (e) {}
   }
@@ -189,6 +151,8 @@ HEAD = """<script>
   const follow = () => {
     const arabic = (root.getAttribute("lang") || "").toLowerCase().startsWith("ar");
     root.setAttribute("dir", arabic ? "rtl" : "ltr");
+    // the server builds run-time text (status bar, stats, toasts) in this language (ui/i18n.py lang())
+    document.cookie = `showcase_lang=${arabic ? "ar" : "en"}; path=/; SameSite=Lax`;
   };
   new MutationObserver(follow).observe(root, {attributes: true, attributeFilter: ["lang"]});
   follow();

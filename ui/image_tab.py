@@ -18,11 +18,13 @@ from PIL import Image
 from neuron_backend.errors import CancelledError
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.image.paste_back import read_settings
+from neuron_backend.messages import msg
 from neuron_backend.runtime import Backend
 
 from .api import follow_async, refusals_as_toast
 from .i18n import t
-from .presentation import python_snippet, size_choice_label
+from .presentation import python_snippet
+from .status_text import size_choice_label
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
@@ -130,7 +132,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
                              want_preview, past, request: gr.Request, progress=gr.Progress()):
         session = session_of(request)
         if queued.pop(session, None) == STOPPED:
-            raise CancelledError("Stopped before it started: no step ran and nothing was saved.")
+            raise CancelledError(msg("image_stopped_before_start"))
         chosen = random.randint(0, SEED_MAX) if randomize_seed else seed_value
         started = time.perf_counter()
         call = backend.start_image(

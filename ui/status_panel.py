@@ -10,7 +10,7 @@ from .api import user_errors
 from .header import header_html
 from .i18n import t
 from .image_tab import ImageTab, size_choices
-from .presentation import counters_lines, task_rows
+from .status_text import counters_lines, task_rows
 
 TASK_HEADERS = ["task", "shape", "state", "seconds", "compile cache", "error"]
 

@@ -43,6 +43,7 @@ from .. import parallel
 from ..devices import Placement, compile_or_eager, on_device, uncompiled
 from ..engine import SerialJobs, ShapeRegistry
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
+from ..messages import msg
 from ..settings import Settings
 from ..shapes import ImageSize, parse_size
 from . import loading
@@ -250,11 +251,11 @@ class ImageEngine:
         seeds = [(first + i) % (SEED_MAX + 1) for i in range(normal.count)]
         table = self.preview_table if preview is not None and self.settings.image_preview else None
         if cancel is not None and cancel.is_set():
-            raise CancelledError("Stopped before it started: no step ran and nothing was saved.")
+            raise CancelledError(msg("image_stopped_before_start"))
         runs = []
         with self._jobs.job(cancel) as cancelled:
             if cancelled.is_set():  # stopped while it waited for the engine
-                raise CancelledError("Stopped before it started: no step ran and nothing was saved.")
+                raise CancelledError(msg("image_stopped_before_start"))
             self.shapes.require(label)  # its state may have changed while this request waited
             tokens = prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
             for index, seed in enumerate(seeds):

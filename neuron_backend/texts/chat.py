@@ -1,0 +1,5 @@
+"""The chat engine's messages: key -> (English, Arabic); {name} fields
+are filled with the message's parameters (``neuron_backend.messages.msg``)."""
+
+MESSAGES: dict[str, tuple[str, str]] = {
+}
