@@ -11,6 +11,7 @@ import re
 from typing import NamedTuple
 
 from .errors import InvalidRequestError, PromptTooLongError
+from .messages import msg
 
 # FLUX.2's VAE downsamples by 8 and the transformer patchifies by 2: sides are multiples of 16.
 SIZE_MULTIPLE = 16
@@ -47,16 +48,12 @@ def parse_size(text: object) -> ImageSize:
     else:
         match = _SIZE_RE.match(text) if isinstance(text, str) else None
         if match is None:
-            raise InvalidRequestError(
-                f"Image size {text!r} is malformed: write it as WIDTHxHEIGHT, e.g. '1024x1024'."
-            )
+            raise InvalidRequestError(msg("err_size_malformed", text=repr(text)))
         width, height = int(match.group(1)), int(match.group(2))
     for side in (width, height):
         if side <= 0 or side > MAX_SIDE or side % SIZE_MULTIPLE:
-            raise InvalidRequestError(
-                f"Image size {width}x{height} is invalid: both sides must be multiples of "
-                f"{SIZE_MULTIPLE} between {SIZE_MULTIPLE} and {MAX_SIDE}."
-            )
+            raise InvalidRequestError(msg("err_size_invalid", size=f"{width}x{height}", multiple=SIZE_MULTIPLE,
+                                          max_side=MAX_SIDE))
     return ImageSize(width, height)
 
 
@@ -65,7 +62,4 @@ def choose_bucket(prompt_tokens: int, buckets: tuple[int, ...]) -> int:
     for bucket in buckets:
         if prompt_tokens <= bucket:
             return bucket
-    raise PromptTooLongError(
-        f"The prompt is {prompt_tokens} tokens; the longest prompt this server accepts is "
-        f"{buckets[-1]} tokens. Shorten the message."
-    )
+    raise PromptTooLongError(msg("err_prompt_bucket", tokens=prompt_tokens, limit=buckets[-1]))

@@ -137,9 +137,8 @@ class ImageEngine:
             pipe.to(self.placement.device)
             loading.keep_force_upcast(pipe, folder)
         except Exception as exc:  # noqa: BLE001 - any load failure makes the engine unavailable
-            raise EngineUnavailableError(
-                f"Could not load the image model {self.model_id} from {folder}: {loading.cause_chain(exc)}"
-            ) from exc
+            raise EngineUnavailableError(msg("err_image_load_failed", model=self.model_id, folder=str(folder),
+                                             cause=loading.cause_chain(exc))) from exc
         self.default_steps = loading.default_steps(folder, self.settings)
         pipe.set_progress_bar_config(disable=True)
         if self.placement.compile:
@@ -215,10 +214,10 @@ class ImageEngine:
         size = self._configured_size(request.size)
         steps = self.default_steps
         if request.steps is not None:
-            steps = whole_number("Steps", request.steps, 1, self.settings.max_steps)
-        seed = None if request.seed is None else whole_number("Seed", request.seed, 0, SEED_MAX)
+            steps = whole_number(msg("err_image_field_steps"), request.steps, 1, self.settings.max_steps)
+        seed = None if request.seed is None else whole_number(msg("err_image_field_seed"), request.seed, 0, SEED_MAX)
         guidance = None if request.guidance is None else guidance_value(request.guidance)
-        count = whole_number("Images per run", request.count, 1, self.settings.max_images_per_run)
+        count = whole_number(msg("err_image_field_count"), request.count, 1, self.settings.max_images_per_run)
         if self.loaded:
             guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
         return ImageRequest(prompt, size, steps, seed, guidance, count)
@@ -328,7 +327,7 @@ class ImageEngine:
     def _loaded_pipe(self):
         pipe = self._pipe
         if pipe is None:
-            raise EngineUnavailableError("The image model is not loaded yet; wait for the warm-up to load it.")
+            raise EngineUnavailableError(msg("err_image_not_loaded"))
         return pipe
 
     def _configured_size(self, value: object) -> ImageSize:
@@ -336,12 +335,9 @@ class ImageEngine:
         try:
             size = parse_size(value)
         except InvalidRequestError as exc:
-            raise UnsupportedSizeError(f"{exc} Allowed sizes: {allowed}.") from None
+            raise UnsupportedSizeError(msg("err_size_allowed", error=exc, allowed=allowed)) from None
         if size not in self.settings.sizes:
-            raise UnsupportedSizeError(
-                f"Image size {size.label} is not served here (each size is compiled ahead of time). "
-                f"Allowed sizes: {allowed}."
-            )
+            raise UnsupportedSizeError(msg("err_size_not_served", size=size.label, allowed=allowed))
         return ImageSize(*size)
 
     def _default_guidance(self) -> float | None:
@@ -390,8 +386,5 @@ class ImageEngine:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         if request.guidance is not None and normal.guidance is None:
-            params["guidance_note"] = (
-                f"guidance {request.guidance} ignored: {self.model_id} is step-distilled and runs "
-                "without classifier-free guidance"
-            )
+            params["guidance_note"] = msg("image_guidance_ignored", value=request.guidance, model=self.model_id)
         return params

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import InvalidRequestError, UnsupportedSizeError
+from ..messages import Message, msg
 from ..settings import Settings
 from ..shapes import parse_size
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt
@@ -44,7 +45,7 @@ class PastedSettings:
     seed: int | None
     guidance: float | None
     source: str  # "showcase" (our JSON chunk), "infotext" (A1111-style text)
-    notes: tuple[str, ...] = ()
+    notes: tuple[Message, ...] = ()
 
     def as_row(self) -> dict:
         """A prompt-set row for the QA bench: {"prompt", "size", "steps", "seed", "guidance"} (None left out)."""
@@ -55,7 +56,7 @@ class PastedSettings:
 def png_text_chunks(data: bytes) -> dict[str, str]:
     """The text chunks of PNG bytes, keyword -> text; refuses what is not a PNG."""
     if not data.startswith(PNG_SIGNATURE):
-        raise InvalidRequestError("This file is not a PNG: drop a PNG made by this app or another image tool.")
+        raise InvalidRequestError(msg("err_png_not_png"))
     chunks: dict[str, str] = {}
     budget = MAX_TEXT_BYTES
     at = len(PNG_SIGNATURE)
@@ -137,7 +138,7 @@ def read_settings(path: str | Path, settings: Settings) -> PastedSettings:
     with open(path, "rb") as handle:
         data = handle.read(MAX_PNG_BYTES + 1)
     if len(data) > MAX_PNG_BYTES:
-        raise InvalidRequestError(f"This PNG is over {MAX_PNG_BYTES // 2**20} MB; only smaller files are read.")
+        raise InvalidRequestError(msg("err_png_too_big", mb=MAX_PNG_BYTES // 2**20))
     return settings_from_chunks(png_text_chunks(data), settings)
 
 
@@ -157,8 +158,7 @@ def settings_from_chunks(chunks: dict[str, str], settings: Settings) -> PastedSe
             raw = {"prompt": found.get("prompt"), "size": found.get("Size"), "steps": found.get("Steps"),
                    "seed": found.get("Seed"), "guidance": found.get("CFG scale")}
     if raw is None:
-        raise InvalidRequestError("This PNG has no generation parameters (no 'parameters' or 'showcase' text): "
-                                  "drop a PNG saved by this app or by an A1111-style tool.")
+        raise InvalidRequestError(msg("err_png_no_params"))
     return _checked(raw, source, settings)
 
 
@@ -167,24 +167,23 @@ def _checked(raw: dict, source: str, settings: Settings) -> PastedSettings:
     prompt = clean_prompt(raw.get("prompt") if isinstance(raw.get("prompt"), str) else "", settings.max_prompt_chars)
     allowed = ", ".join(s.label for s in settings.sizes)
     if raw.get("size") in (None, ""):
-        raise UnsupportedSizeError(f"This PNG does not say its size. Allowed sizes: {allowed}.")
+        raise UnsupportedSizeError(msg("err_png_no_size", allowed=allowed))
     try:
         size = parse_size(str(raw["size"]))
     except InvalidRequestError as exc:
-        raise UnsupportedSizeError(f"{exc} Allowed sizes: {allowed}.") from None
+        raise UnsupportedSizeError(msg("err_size_allowed", error=exc, allowed=allowed)) from None
     if size not in settings.sizes:
-        raise UnsupportedSizeError(f"This image is {size.label}, which is not served here (each size is compiled "
-                                   f"ahead of time). Allowed sizes: {allowed}.")
+        raise UnsupportedSizeError(msg("err_png_size_not_served", size=size.label, allowed=allowed))
     steps = _whole(raw.get("steps"))
     if steps is not None and not 1 <= steps <= settings.max_steps:
-        raise InvalidRequestError(f"This image used {steps} steps; this server allows 1 to {settings.max_steps}.")
+        raise InvalidRequestError(msg("err_png_steps", steps=steps, max_steps=settings.max_steps))
     seed = _whole(raw.get("seed"))
     if seed is not None and not 0 <= seed <= SEED_MAX:
-        notes.append(f"seed {seed} is outside 0..{SEED_MAX}: a random seed is used")
+        notes.append(msg("image_png_seed_outside", seed=seed, seed_max=SEED_MAX))
         seed = None
     guidance = _number(raw.get("guidance"))
     if guidance is not None and not GUIDANCE_MIN <= guidance <= GUIDANCE_MAX:
-        notes.append(f"guidance {guidance} is outside {GUIDANCE_MIN}..{GUIDANCE_MAX}: the default is used")
+        notes.append(msg("image_png_guidance_outside", value=guidance, low=GUIDANCE_MIN, high=GUIDANCE_MAX))
         guidance = None
     return PastedSettings(prompt, size.label, steps, seed, guidance, source, tuple(notes))
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
+from ..messages import Message, msg
+
 log = logging.getLogger("showcase.image")
 
 INFOTEXT_KEY = "parameters"
@@ -98,7 +100,7 @@ class SaveOutcome:
     """Where the PNG went, or why it was not saved (the image itself is never lost)."""
 
     path: Path | None
-    problem: str | None = None
+    problem: Message | None = None  # English as a str; the page shows it in its language
 
 
 class OutputFolder:
@@ -118,7 +120,7 @@ class OutputFolder:
     def save(self, image: Image.Image, params: dict, stem: str) -> SaveOutcome:
         """Write ``image`` with ``params`` embedded; prune the folder down to ``limit`` files."""
         if self.limit <= 0:
-            return SaveOutcome(None, "not saved: --max-saved-images is 0")
+            return SaveOutcome(None, msg("image_not_saved_disabled"))
         with self._lock:
             tmp = None
             try:
@@ -130,7 +132,7 @@ class OutputFolder:
             except OSError as exc:
                 _remove_quietly(tmp)
                 log.warning("could not save the image under %s: %s", self.folder, exc)
-                return SaveOutcome(None, f"not saved: could not write to {self.folder} ({exc})")
+                return SaveOutcome(None, msg("image_not_saved_error", folder=str(self.folder), error=str(exc)))
             self._prune()
             return SaveOutcome(path)
 
