@@ -94,17 +94,19 @@ def markdown_unliteral(text: str) -> str:
                                                            part))
 
 
-def python_snippet(url: str, params: dict) -> str:
-    """The gradio_client call that reproduces an image."""
+def python_snippet(url: str, params: dict, images: int = 1) -> str:
+    """The gradio_client call that reproduces an image, or with ``images`` > 1 a run from seed ``params["seed"]``
+    (then the PNGs and the parameters come back as lists)."""
     return (
         "from gradio_client import Client\n\n"
         f"client = Client({url!r})\n"
-        "png_path, params = client.predict(\n"
+        f"{'png_paths, params_list' if images > 1 else 'png_path, params'} = client.predict(\n"
         f"    prompt={params['prompt']!r},\n"
         f"    size={params['size']!r},\n"
         f"    steps={params['steps']!r},\n"
         f"    seed={params['seed']!r},\n"
         f"    guidance={params.get('guidance')!r},\n"
-        '    api_name="/generate_image",\n'
+        + (f"    images={images!r},  # seeds {params['seed']}, {params['seed']} + 1, ...\n" if images > 1 else "")
+        + '    api_name="/generate_image",\n'
         ")\n"
     )
