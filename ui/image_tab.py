@@ -18,11 +18,11 @@ from PIL import Image
 from neuron_backend.errors import CancelledError
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.image.paste_back import read_settings
-from neuron_backend.messages import msg
+from neuron_backend.messages import Message, msg
 from neuron_backend.runtime import Backend
 
 from .api import follow_async, refusals_as_toast
-from .i18n import t
+from .i18n import localized, say, t
 from .presentation import python_snippet
 from .status_text import size_choice_label
 
@@ -47,10 +47,19 @@ def size_choices(backend: Backend) -> list[tuple[str, str]]:
     return [(size_choice_label(s, states.get(s.label)), s.label) for s in backend.settings.sizes]
 
 
-def image_snippet(url: str, params: dict) -> str:
-    """The gradio_client call for an image; a stopped image says plainly that the call makes the finished one."""
-    code = python_snippet(url, params)
-    if params.get("stopped"):
+def image_snippet(url: str, params: dict, run: list[dict] | None = None) -> str:
+    """The gradio_client call for an image, or for a whole several-image run (``run``: the params of the
+    images it made; the call asks for all of them, ``images=N`` from the first seed). A stopped image or
+    run says plainly that the call makes the finished one(s). Code: English in either page language."""
+    images = params.get("run_images", 1) if run else 1
+    code = python_snippet(url, params, images)
+    stopped = next((p for p in run or [params] if p.get("stopped")), None)
+    if images > 1 and (stopped or len(run) < images):
+        last = f", the last after {stopped.get('steps_done')} of {stopped.get('steps')} steps" if stopped else ""
+        code = (f"# This run was stopped: {len(run)} of {images} images were made{last}.\n"
+                f"# The call below makes all {images} images, each with every step: the finished run,\n"
+                "# not the stopped one shown.\n") + code
+    elif stopped:
         code = (f"# This image was stopped after {params.get('steps_done')} of {params.get('steps')} steps.\n"
                 f"# The call below runs all {params.get('steps')} steps: it makes the finished image, not the\n"
                 "# stopped one shown (a stopped image cannot be reproduced by asking for fewer steps).\n") + code
@@ -58,8 +67,17 @@ def image_snippet(url: str, params: dict) -> str:
 
 
 def caption(params: dict) -> str:
-    stopped = f" · stopped {params.get('steps_done')}/{params.get('steps')}" if params.get("stopped") else ""
-    return f"seed {params['seed']} · {params['size']}{stopped}"
+    """A gallery caption: seed and size (and where it stopped), in the page's language."""
+    stopped = ""
+    if params.get("stopped"):
+        stopped = say("image_caption_stopped", done=params.get("steps_done"), steps=params.get("steps"))
+    return say("image_caption", seed=params["seed"], size=params["size"]) + stopped
+
+
+def params_view(params: dict) -> dict:
+    """An image's parameters as the JSON view shows them: notes (guidance ignored, not saved) in the page's
+    language; keys and values stay as the API returns them."""
+    return {k: localized(v) if isinstance(v, Message) else v for k, v in params.items()}
 
 
 def preview_picture(frame) -> Image.Image:
@@ -144,15 +162,16 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         try:
             async for state in follow_async(call):
                 if state is None:
-                    progress(0.0, desc="starting (or waiting for the image engine)")
+                    progress(0.0, desc=say("image_progress_waiting"))
                 else:
                     step, total, elapsed = state
                     eta = elapsed / max(step, 1) * (total - step)
-                    progress((step, total), desc=f"step {step}/{total} · ~{eta:.1f} s left", unit="steps")
+                    progress((step, total), desc=say("image_progress_step", step=step, total=total, eta=f"{eta:.1f}"),
+                             unit=say("image_progress_unit"))
                 frame = call.preview
                 if frame is not None and frame is not shown and time.perf_counter() - shown_at >= PREVIEW_EVERY_S:
                     shown, shown_at = frame, time.perf_counter()
-                    label = f"Preview · image {frame.index + 1} · step {frame.step}/{frame.total}"
+                    label = say("image_preview_label", index=frame.index + 1, step=frame.step, total=frame.total)
                     yield (gr.update(value=preview_picture(frame), label=label),) + (gr.skip(),) * 6
                 else:
                     yield (gr.skip(),) * 7
@@ -166,9 +185,10 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
             made.append({"path": path, "params": dict(result.params, wall_s=wall)})
         items = [*past, *made]
         first = made[0]["params"]
-        shown_params = first if len(made) == 1 else [m["params"] for m in made]
+        shown_params = params_view(first) if len(made) == 1 else [params_view(m["params"]) for m in made]
         yield (gr.update(value=made[0]["path"], label=t("image_out")), [m["path"] for m in made], shown_params,
-               image_snippet(base_url(request), first), results[0].seed, items, gallery_value(items))
+               image_snippet(base_url(request), first, [m["params"] for m in made]), results[0].seed, items,
+               gallery_value(items))
 
     def press_stop(request: gr.Request):
         session = session_of(request)
@@ -182,7 +202,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         if not items or evt.index is None or not 0 <= evt.index < len(items):
             return (gr.skip(),) * 4
         item = items[evt.index]
-        return (gr.update(value=item["path"], label=t("image_out")), [item["path"]], item["params"],
+        return (gr.update(value=item["path"], label=t("image_out")), [item["path"]], params_view(item["params"]),
                 image_snippet(base_url(request), item["params"]))
 
     @refusals_as_toast(outputs=7)
@@ -190,8 +210,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         if not path:
             return (gr.skip(),) * 7
         pasted = read_settings(path, settings)
-        notes = "".join(f"; {n}" for n in pasted.notes)
-        message = f"Restored from the PNG ({pasted.source}): size {pasted.size}{notes}."
+        notes = "".join(say("image_restored_note", note=n) for n in pasted.notes)
+        message = say("image_restored", source=say(f"image_source_{pasted.source}"), size=pasted.size, notes=notes)
         keep = gr.skip()
         return (pasted.prompt, pasted.size, keep if pasted.steps is None else pasted.steps,
                 keep if pasted.seed is None else pasted.seed, pasted.seed is None,

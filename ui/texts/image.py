@@ -25,4 +25,17 @@ WORDS: dict[str, tuple[str, str]] = {
     "image_snippet": ("Use from Python", "الاستخدام من Python"),
     "image_gallery": ("This session's images (click one for its PNG and parameters)",
                       "صور هذه الجلسة (انقر صورة لعرض ملف PNG ومعاملاتها)"),
+    # built at run time (ui/image_tab.py)
+    "image_progress_waiting": ("starting (or waiting for the image engine)", "يبدأ (أو ينتظر محرّك الصور)"),
+    "image_progress_step": ("step {step}/{total} · ~{eta} s left", "الخطوة {step}/{total} · يتبقى ~{eta} ث"),
+    "image_progress_unit": ("steps", "خطوات"),
+    "image_preview_label": ("Preview · image {index} · step {step}/{total}",
+                            "معاينة · الصورة {index} · الخطوة {step}/{total}"),
+    "image_caption": ("seed {seed} · {size}", "البذرة {seed} · {size}"),
+    "image_caption_stopped": (" · stopped {done}/{steps}", " · أُوقفت عند {done}/{steps}"),
+    "image_restored": ("Restored from the PNG ({source}): size {size}{notes}.",
+                       "استُعيدت الإعدادات من ملف PNG ({source}): المقاس {size}{notes}."),
+    "image_restored_note": ("; {note}", "؛ {note}"),
+    "image_source_showcase": ("showcase", "معاملات هذا التطبيق"),
+    "image_source_infotext": ("infotext", "نص معاملات بنمط A1111"),
 }
