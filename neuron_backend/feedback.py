@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 from .errors import InvalidRequestError
+from .messages import msg
 
 RATINGS = ("up", "down")
 MAX_COMMENT_CHARS = 2000
@@ -46,17 +47,16 @@ class FeedbackLog:
                stats: dict | None = None, comment: str = "", turn: int | None = None) -> str:
         """Store one mark; return its id (to add a comment later)."""
         if rating not in RATINGS:
-            raise InvalidRequestError(f"Feedback rating {rating!r} is not one of {', '.join(RATINGS)}.")
+            raise InvalidRequestError(msg("chat_err_feedback_rating", rating=repr(rating), allowed=", ".join(RATINGS)))
         if not prompt or not prompt.strip():
-            raise InvalidRequestError("Only a reply to a user message can be marked.")
+            raise InvalidRequestError(msg("chat_err_feedback_no_prompt"))
         row = {"id": uuid.uuid4().hex[:12], "time": round(time.time(), 3), "rating": rating,
                "comment": _comment(comment), "prompt": prompt, "reply": reply[:MAX_REPLY_CHARS], "turn": turn,
                "settings": {k: v for k, v in (settings or {}).items() if k in QA_SETTINGS and v is not None},
                "stats": stats or {}}
         line = json.dumps(row, ensure_ascii=False) + "\n"
         if len(line.encode()) > self.max_bytes:
-            raise InvalidRequestError(f"This mark is larger than the feedback file may grow ({self.max_bytes} "
-                                      "bytes, --feedback-max-bytes); it was not stored.")
+            raise InvalidRequestError(msg("chat_err_feedback_too_large", limit=self.max_bytes))
         with self._lock:
             self.folder.mkdir(parents=True, exist_ok=True)
             size = self.path.stat().st_size if self.path.exists() else 0
@@ -107,7 +107,7 @@ class FeedbackLog:
 def _comment(text: str | None) -> str:
     text = (text or "").strip()
     if len(text) > MAX_COMMENT_CHARS:
-        raise InvalidRequestError(f"The comment is {len(text)} characters; at most {MAX_COMMENT_CHARS} are allowed.")
+        raise InvalidRequestError(msg("chat_err_comment_too_long", length=len(text), limit=MAX_COMMENT_CHARS))
     return text
 
 

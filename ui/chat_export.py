@@ -1,7 +1,9 @@
 """The Chat tab's conversation files: Export JSON / Markdown, and Load JSON (an export back into the chat).
 
 The JSON schema is ``neuron_backend.chat.history.export_document`` (README, "Chat export format");
-the same file's ``messages`` are accepted as ``history`` by ``/chat``.
+the same file's ``messages`` are accepted as ``history`` by ``/chat``. Both files are English in
+either page language (keys, headings, stats; the model's name says "demo model" in English); the
+notices in them are the text the page showed. Errors of a loaded file come in the page's language.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from neuron_backend.chat.history import (
     load_document,
 )
 from neuron_backend.errors import InvalidRequestError
+from neuron_backend.messages import msg
 from neuron_backend.runtime import Backend
 
 from .api import user_errors
-from .chat_saved import _key
-from .i18n import t
+from .chat_saved import reply_key
+from .i18n import localized, t
 from .presentation import conversation_markdown
 
 MAX_FILE_OVERHEAD = 1_000_000  # bytes a loaded file may hold beyond its history's character limit
@@ -44,19 +47,20 @@ def conversation_document(backend: Backend, history, system, think, temp, p, k, 
     records = records or {}
 
     def stats_of(answer: str):
-        return (records.get(_key(answer)) or {}).get("stats")
+        return (records.get(reply_key(answer)) or {}).get("stats")
 
     return export_document(history or [], model=model, system_prompt=system or None, settings=controls,
                            stats_of=stats_of)
 
 
 def shown_messages(document: dict) -> list[dict]:
-    """Chatbot messages of a loaded conversation: reasoning folded above each answer, notices below."""
+    """Chatbot messages of a loaded conversation: reasoning folded above each answer (titled in the page's
+    language), notices below (as the file has them)."""
     messages = []
     for m in document["messages"]:
         if m.get("reasoning"):
             messages.append({"role": "assistant", "content": m["reasoning"],
-                             "metadata": {"title": REASONING_TITLE, "status": "done"}})
+                             "metadata": {"title": localized(REASONING_TITLE), "status": "done"}})
         messages.append({"role": m["role"], "content": m["content"]})
         for notice in m.get("notices") or []:
             title, _, detail = notice.partition(". ")
@@ -70,11 +74,11 @@ def read_conversation(path: str, limits: HistoryLimits) -> dict:
     limit = 4 * limits.chars + MAX_FILE_OVERHEAD  # JSON escapes can take several bytes per character
     size = Path(path).stat().st_size
     if size > limit:
-        raise InvalidRequestError(f"The file is {size} bytes; a conversation file may be at most {limit} bytes.")
+        raise InvalidRequestError(msg("chat_err_file_too_large", size=size, limit=limit))
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidRequestError(f"The file is not a JSON conversation export ({type(exc).__name__}).") from None
+        raise InvalidRequestError(msg("chat_err_file_not_json", error=type(exc).__name__)) from None
     return load_document(data, limits)
 
 
@@ -103,7 +107,7 @@ def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: 
         records = dict(records or {})
         for m in document["messages"]:
             if m["role"] == "assistant" and m.get("stats"):
-                records[_key(m["content"])] = {"settings": settings, "stats": m["stats"]}
+                records[reply_key(m["content"])] = {"settings": settings, "stats": m["stats"]}
         ranges = {"temperature": (0.05, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 100),
                   "max_new_tokens": (1, backend.settings.max_new_tokens), "seed": (-1, 2**32 - 1)}
         values = [document["system_prompt"] or ""]

@@ -24,7 +24,8 @@ from neuron_backend.errors import ShowcaseError
 from neuron_backend.feedback import FeedbackLog
 from neuron_backend.runtime import Backend
 
-from .i18n import t
+from .api import shown
+from .i18n import say, t
 
 SAVED_CHATS_KEY = "showcase-saved-chats"
 MAX_REMEMBERED_REPLIES = 64  # per session: replies whose settings a later mark can still find
@@ -40,7 +41,8 @@ def _text(content) -> str:
     return "" if content is None else str(content)
 
 
-def _key(answer: str) -> str:
+def reply_key(answer: str) -> str:
+    """The key of a reply's record in the session's reply records (chat_export.py reads them too)."""
     return hashlib.sha1(answer.strip().encode("utf-8", "replace")).hexdigest()[:16]
 
 
@@ -73,7 +75,7 @@ def remember_reply(records: dict | None, request, update) -> dict:
     """The session's reply records plus this finished reply's settings and stats, keyed by its answer."""
     records = dict(records or {})
     stats = vars(update.stats) if update.stats is not None else {}
-    records[_key(update.answer)] = {
+    records[reply_key(update.answer)] = {
         "settings": {"system_prompt": request.system_prompt, "thinking": request.thinking,
                      "greedy": request.greedy, "temperature": request.temperature, "top_p": request.top_p,
                      "top_k": request.top_k, "max_new_tokens": request.max_new_tokens,
@@ -120,13 +122,13 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
         if rating is None:  # an unmark or another flag: nothing to store
             return None, gr.update(visible=False), ""
         prompt, reply, turn = marked_reply(history, evt.index)
-        record = (remembered or {}).get(_key(reply), {})
+        record = (remembered or {}).get(reply_key(reply), {})
         try:
             new_id = log.record(rating, prompt, reply, record.get("settings"), record.get("stats"), turn=turn)
         except ShowcaseError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(shown(exc)) from None
         backend.metrics.feedback.labels(rating).inc()
-        gr.Info(f"Thanks: reply marked {'👍' if rating == 'up' else '👎'}. Add a comment below if you like.")
+        gr.Info(say("chat_feedback_thanks", mark="👍" if rating == "up" else "👎"))
         return new_id, gr.update(visible=True), ""
 
     def save_comment(current_id, text):
@@ -135,8 +137,8 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
         try:
             log.comment(current_id, text)
         except ShowcaseError as exc:
-            raise gr.Error(str(exc)) from None
-        gr.Info("Comment saved.")
+            raise gr.Error(shown(exc)) from None
+        gr.Info(say("chat_feedback_saved"))
         return None, gr.update(visible=False)
 
     chatbot.like(mark_reply, [chatbot, records], [mark_id, row, comment], api_visibility="private", queue=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 
 from neuron_backend.chat.history import NOTICE_PREFIX, REASONING_TITLE, trim_to_limits
@@ -11,7 +13,7 @@ from neuron_backend.runtime import Backend
 from .chat_export import history_limits, wire_conversation_files
 from .chat_saved import keep_saved_chats, remember_reply, wire_feedback
 from .chat_view import LiteralChatbot, StoppedReplies, chat_refusals, current_session, session_of
-from .i18n import t
+from .i18n import localized, speaking, t
 from .presentation import chat_stats_text, context_meter_text
 
 EXAMPLE_PROMPTS = [
@@ -23,27 +25,38 @@ EXAMPLE_PROMPTS = [
 
 def reply_messages(update, request: ChatRequest | None = None) -> list[gr.ChatMessage]:
     """A chat update as chatbot messages: folded reasoning first, then the answer, then (when done)
-    notices such as "stopped at the token limit" (bubbles: shown, never fed back to the model)."""
+    notices such as "stopped at the token limit" (bubbles: shown, never fed back to the model).
+    Titles and notices are in the page's language."""
     messages = []
     if update.reasoning:
         status = "done" if update.answer or update.done else "pending"
         messages.append(gr.ChatMessage(role="assistant", content=update.reasoning,
-                                       metadata={"title": REASONING_TITLE, "status": status}))
+                                       metadata={"title": localized(REASONING_TITLE), "status": status}))
     if update.answer or not messages:
         messages.append(gr.ChatMessage(role="assistant", content=update.answer))
     if update.done:
         for notice in reply_notices(update, request):
-            messages.append(gr.ChatMessage(role="assistant", content=notice.detail,
-                                           metadata={"title": f"{NOTICE_PREFIX} {notice.title}"}))
+            messages.append(gr.ChatMessage(role="assistant", content=localized(notice.detail),
+                                           metadata={"title": f"{NOTICE_PREFIX} {localized(notice.title)}"}))
     return messages
+
+
+def idle_meter(settings) -> str:
+    """The context meter before any reply, built with the page (outside an event): both languages, CSS
+    shows the one of ``<html lang>`` (ui/i18n.py ``bilingual_html``). Replies rebuild it in one language."""
+    spans = []
+    for language in ("en", "ar"):
+        with speaking(language):
+            text = html.escape(context_meter_text(None, settings.buckets, settings.context_length), quote=False)
+        spans.append(f'<span class="i18n-{language}"{" lang=ar" if language == "ar" else ""}>{text}</span>')
+    return "".join(spans)
 
 
 def build_chat_tab(backend: Backend) -> None:
     """Components and events of the Chat tab (call inside a gr.Tab)."""
     settings = backend.settings
     chat_stats = gr.Markdown(elem_id="chat-stats")
-    context_meter = gr.Markdown(context_meter_text(None, settings.buckets, settings.context_length),
-                                elem_id="context-meter")
+    context_meter = gr.Markdown(idle_meter(settings), elem_id="context-meter")
     system_prompt = gr.Textbox(label=t("chat_system_prompt"), placeholder=t("chat_system_placeholder"),
                                lines=1, render=False)
     thinking = gr.Checkbox(label=t("chat_thinking"), value=False, render=False,

@@ -13,12 +13,10 @@ from gradio.context import LocalContext
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.runtime import Backend
 
+from .api import shown
+from .i18n import localized, say
 from .presentation import markdown_literal, markdown_unliteral
 
-REFUSED_TITLE = "⚠ Not answered"
-# The demo chat model cannot emit <think>/</think> (random tags would open blocks that never close):
-DEMO_THINKING_NOTE = ("The demo model never reasons (its vocabulary leaves out the <think> tags), so no "
-                      "reasoning shows here; the toggle still switches to Qwen's thinking sampling defaults.")
 MAX_SESSIONS = 1000  # stopped replies kept, one per browser session
 
 
@@ -49,8 +47,10 @@ class LiteralChatbot(gr.Chatbot):
 
 
 def refusal_note(message: str) -> list[gr.ChatMessage]:
-    """The reply slot of a refused message: a titled note (titled messages never go back to the model)."""
-    return [gr.ChatMessage(role="assistant", content=message, metadata={"title": REFUSED_TITLE, "status": "done"})]
+    """The reply slot of a refused message: a titled note (titled messages never go back to the model),
+    titled "⚠ Not answered" in the page's language; ``message`` as it is (the chatbot escapes it)."""
+    return [gr.ChatMessage(role="assistant", content=message,
+                           metadata={"title": say("chat_refused_title"), "status": "done"})]
 
 
 def chat_refusals(extra_outputs: Callable[[], int]):
@@ -66,9 +66,9 @@ def chat_refusals(extra_outputs: Callable[[], int]):
         def wrapper(*args, **kwargs):
             try:
                 yield from fn(*args, **kwargs)
-            except ShowcaseError as exc:
-                gr.Warning(str(exc))
-                yield (refusal_note(str(exc)), *([gr.skip()] * extra_outputs()))
+            except ShowcaseError as exc:  # in the page's language; the toast is HTML (escaped), the note is not
+                gr.Warning(shown(exc))
+                yield (refusal_note(localized(exc)), *([gr.skip()] * extra_outputs()))
 
         return wrapper
 

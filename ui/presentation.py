@@ -1,4 +1,4 @@
-"""Text the UI shows, built from plain data (no Gradio here, so it is testable on its own).
+"""Text the UI shows, built from plain data (Gradio only through ``ui.i18n``'s table; testable on its own).
 
 Everything user- or model-written that ends up in HTML goes through ``html.escape``.
 """
@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
+from .i18n import say, speaking
+
 # Code the Markdown renderer shows verbatim: fenced blocks and inline code spans (escapes stay out of them).
 _CODE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)|(`+)(?!`).+?(?<!`)\2(?!`)",
                    re.M | re.S)
@@ -15,34 +17,43 @@ _ESCAPABLE = re.compile(r"(\\*)([<&])")
 
 
 def chat_stats_text(stats) -> str:
-    """'0.12 s to first token · 35.1 tokens/s · 40 new tokens · seed 7 · no compile' (ChatStats or its dict)."""
+    """'0.12 s to first token · 35.1 tokens/s · 40 new tokens · seed 7 · no compile' (ChatStats or its dict),
+    in the page's language."""
     if not stats:
         return ""
     get = stats.get if isinstance(stats, dict) else lambda key, default=None: getattr(stats, key, default)
     first = get("time_to_first_token_s")
-    compiled = "⚠ compiled a graph" if get("compiled_graphs") else "no compile"
-    seed = f" · seed {get('seed')}" if get("seed") is not None else ""
-    stopped = " · stopped" if get("stopped") else ""
-    limit = f" · cut at the {get('max_new_tokens')}-token limit" if get("finish_reason") == "length" else ""
-    return (f"{'?' if first is None else f'{first:.2f}'} s to first token · {get('tokens_per_s') or 0:.1f} tokens/s · "
-            f"{get('new_tokens')} new tokens{seed} · {compiled}{stopped}{limit}")
+    compiled = say("chat_stats_compiled" if get("compiled_graphs") else "chat_stats_no_compile")
+    seed = say("chat_stats_seed", seed=get("seed")) if get("seed") is not None else ""
+    stopped = say("chat_stats_stopped") if get("stopped") else ""
+    limit = say("chat_stats_cut", limit=get("max_new_tokens")) if get("finish_reason") == "length" else ""
+    line = say("chat_stats_line", first="?" if first is None else f"{first:.2f}",
+               speed=f"{get('tokens_per_s') or 0:.1f}", new=get("new_tokens"))
+    return f"{line}{seed} · {compiled}{stopped}{limit}"
 
 
 def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> str:
-    """Tokens used against the bucket and cache limits, and dropped turns."""
+    """Tokens used against the bucket and cache limits, and dropped turns (in the page's language)."""
     if stats is None:
-        return f"Context: prompt buckets {', '.join(map(str, buckets))} tokens · cache {context_length} tokens"
-    used = stats.prompt_tokens + stats.new_tokens
-    text = (f"Context: prompt {stats.prompt_tokens}/{stats.bucket} tokens (bucket) · "
-            f"{used}/{context_length} tokens of cache")
+        return say("chat_meter_idle", buckets=", ".join(map(str, buckets)), context=context_length)
+    text = say("chat_meter", prompt=stats.prompt_tokens, bucket=stats.bucket,
+               used=stats.prompt_tokens + stats.new_tokens, context=context_length)
     if stats.dropped_turns:
-        text += f" · ⚠ {stats.dropped_turns} oldest turn(s) dropped to fit the {buckets[-1]}-token limit"
+        text += say("chat_meter_dropped", dropped=stats.dropped_turns, limit=buckets[-1])
     return text
 
 
 def conversation_markdown(document: dict) -> str:
     """An exported conversation (``chat.history.export_document``) as Markdown that reads as a
-    conversation: who said what, each reply's reasoning as a quote, its notices and stats under it."""
+    conversation: who said what, each reply's reasoning as a quote, its notices and stats under it.
+
+    The file is English in either page language, like the JSON export (its notices are the text the
+    page showed, in the page's language)."""
+    with speaking("en"):
+        return _conversation_markdown(document)
+
+
+def _conversation_markdown(document: dict) -> str:
     settings = document.get("settings") or {}
     shown = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
     lines = [f"# Conversation with {document.get('model') or 'the chat model'}", "",

@@ -38,6 +38,7 @@ from transformers.utils import is_accelerate_available
 from ..devices import CompileCounter, Placement, compile_or_eager, eager_generate_kwargs, on_device, synchronize
 from ..engine import SerialJobs, ShapeRegistry
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
+from ..messages import msg
 from ..settings import Settings
 from . import prefill
 from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
@@ -70,11 +71,14 @@ class ChatEngine:
         self.buckets = tuple(settings.buckets)
         self.shapes = ShapeRegistry(self.name, [f"prefill-{b}" for b in self.buckets])
         self.prefill_chunk = prefill.chunk_size(settings, placement.compile)  # 0: eager prefill (prefill.py)
-        self.shape_labels = {f"prefill-{b}": f"prompt bucket {b} tokens, "
-                             + prefill.label(b, self.prefill_chunk, self._windows()) for b in self.buckets}
+        # labels are messages (English as str): the status panel can show them in the page's language
+        self.shape_labels = {f"prefill-{b}": msg("chat_shape_bucket", bucket=b,
+                                                 prefill=prefill.label(b, self.prefill_chunk, self._windows()))
+                             for b in self.buckets}
         first = f"prefill-{self.buckets[0]}"
         windows = ", ".join(str(w) for w in self._windows())
-        self.shape_labels[first] += f" + the decode graphs (cache {settings.context_length} tokens, windows {windows})"
+        self.shape_labels[first] = msg("chat_shape_decode", shape=self.shape_labels[first],
+                                       context=settings.context_length, windows=windows)
         self._caches: dict[int, WindowedStaticCache] = {}  # by batch size: one per engine in practice
         self.model = self.tokenizer = None
         self._prompts: PromptBuilder | None = None  # made by load()
@@ -84,7 +88,8 @@ class ChatEngine:
         self._batches: BatchScheduler | None = None  # made on first use, after load()
         self._batches_lock = threading.Lock()
         if settings.chat_batch > 1:
-            self.shape_labels = {k: f"{v}, batch {settings.chat_batch}" for k, v in self.shape_labels.items()}
+            self.shape_labels = {k: msg("chat_shape_batch", shape=v, batch=settings.chat_batch)
+                                 for k, v in self.shape_labels.items()}
         # Called under the job lock right before generate() with (request, prompt, min_new_tokens, seed);
         # rank 0 of a tensor-parallel group sets it to parallel.announcer("chat").
         self.on_generate = None
@@ -102,7 +107,7 @@ class ChatEngine:
         """Load tokenizer and model from a local folder onto the placement's explicit device."""
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         if not tokenizer.chat_template:
-            raise EngineUnavailableError(f"The chat model in {folder} has no chat template; use an instruct model.")
+            raise EngineUnavailableError(msg("chat_err_no_template", folder=folder))
         if self.placement.tp > 1:  # one shard per torchrun rank, on this rank's device (see parallel.py)
             where = {"distributed_config": DistributedConfig(tp_size=self.placement.tp)}
         else:  # device_map needs accelerate; without it, load on CPU and move (same result, more host memory)
@@ -135,7 +140,8 @@ class ChatEngine:
         bucket whose compile fails is warmed up and served eager (``disable_compile=True``).
         """
         if shape not in self.shape_labels:
-            raise InvalidRequestError(f"Unknown chat shape {shape!r}; allowed: {', '.join(self.shape_labels)}.")
+            raise InvalidRequestError(msg("chat_err_unknown_shape", shape=repr(shape),
+                                          allowed=", ".join(self.shape_labels)))
         bucket = int(shape.removeprefix("prefill-"))
         try:
             self._require_loaded()
@@ -231,7 +237,7 @@ class ChatEngine:
     # ----- prompt -----------------------------------------------------------------------------------
     def _require_loaded(self) -> None:
         if self.model is None:
-            raise EngineUnavailableError("The chat model is not loaded yet; try again shortly.")
+            raise EngineUnavailableError(msg("chat_err_not_loaded"))
 
     def _prepare(self, request: ChatRequest) -> _Prompt:
         return self._prompts.prepare(request)

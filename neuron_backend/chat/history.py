@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..errors import InvalidRequestError
+from ..messages import LANGUAGES, msg
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EXPORT_FORMAT = "trainium-showcase-chat"
 EXPORT_VERSION = 1
-REASONING_TITLE = "💭 Reasoning"  # the chatbot bubble that folds a reply's reasoning
+REASONING_TITLE = msg("chat_reasoning_title")  # the chatbot bubble that folds a reply's reasoning ("💭 Reasoning")
+REASONING_TITLES = frozenset(REASONING_TITLE.text(language) for language in LANGUAGES)  # as a page of either shows it
 NOTICE_PREFIX = "⚠"  # titles of notice bubbles (cut at the token limit, greedy with thinking)
 SETTING_KEYS = ("thinking", "greedy", "temperature", "top_p", "top_k", "max_new_tokens", "seed")
 _SETTING_TYPES = {"thinking": bool, "greedy": bool, "temperature": (int, float), "top_p": (int, float),
@@ -31,8 +33,7 @@ _SETTING_TYPES = {"thinking": bool, "greedy": bool, "temperature": (int, float),
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all C0/C1 controls except \t and \n
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-_ALLOWED = ('a list of {"role": "user" or "assistant", "content": text or a list of text parts}, oldest '
-            'first (an exported conversation\'s "messages" work as they are)')
+_ALLOWED = msg("chat_history_allowed")  # what a history may be
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,12 @@ class HistoryLimits:
 def clean_text(what: str, value: object, limit: int) -> str:
     """Text with control characters removed; a clear error for non-text, invalid Unicode or too long."""
     if not isinstance(value, str):
-        raise InvalidRequestError(f"{what} must be text, got {type(value).__name__}.")
+        raise InvalidRequestError(msg("chat_err_not_text", what=what, kind=type(value).__name__))
     if len(value) > limit:  # checked before any copy: a huge text costs nothing to refuse
-        raise InvalidRequestError(f"{what} is {len(value)} characters; at most {limit} are allowed.")
+        raise InvalidRequestError(msg("chat_err_too_long", what=what, length=len(value), limit=limit))
     bad = _SURROGATE.search(value)
     if bad:
-        raise InvalidRequestError(f"{what} holds a lone surrogate ({bad.group()!a}) at character {bad.start()}, "
-                                  "which is not valid Unicode; send UTF-8 text.")
+        raise InvalidRequestError(msg("chat_err_surrogate", what=what, char=ascii(bad.group()), at=bad.start()))
     return _CONTROL_CHARS.sub("", value)
 
 
@@ -80,9 +80,9 @@ def message_text(content: object, where: str) -> str:
                 texts.append(part["text"])
             else:
                 kind = part.get("type", "?") if isinstance(part, Mapping) else type(part).__name__
-                raise InvalidRequestError(f"{where} has a part of type {kind!r}; only text parts are accepted.")
+                raise InvalidRequestError(msg("chat_err_part_type", where=where, kind=repr(kind)))
         return "".join(texts)
-    raise InvalidRequestError(f"{where} must be text or a list of text parts, got {type(content).__name__}.")
+    raise InvalidRequestError(msg("chat_err_content_type", where=where, kind=type(content).__name__))
 
 
 def normalize_history(history: object, limits: HistoryLimits) -> tuple[dict, ...]:
@@ -92,23 +92,20 @@ def normalize_history(history: object, limits: HistoryLimits) -> tuple[dict, ...
     if isinstance(history, Mapping) and "messages" in history:  # a whole exported conversation
         history = history["messages"]
     if not isinstance(history, (list, tuple)):
-        raise InvalidRequestError(f"The history must be {_ALLOWED}; got {type(history).__name__}.")
+        raise InvalidRequestError(msg("chat_err_history_type", allowed=_ALLOWED, kind=type(history).__name__))
     if len(history) > limits.messages:
-        raise InvalidRequestError(f"The history has {len(history)} messages; this server accepts at most "
-                                  f"{limits.messages}. Send only the newest ones (old turns that do not fit the "
-                                  "prompt are dropped anyway).")
+        raise InvalidRequestError(msg("chat_err_history_messages", count=len(history), limit=limits.messages))
     turns, total = [], 0
     for i, item in enumerate(history):
         if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
-            raise InvalidRequestError(f"History item {i} is not valid: it must be {_ALLOWED}.")
+            raise InvalidRequestError(msg("chat_err_history_item", index=i, allowed=_ALLOWED))
         if is_bubble(item):  # reasoning / notice bubbles are shown, never fed back
             continue
-        text = message_text(item.get("content"), f"The content of history item {i}")
+        text = message_text(item.get("content"), msg("chat_what_history_item", index=i))
         total += len(text)
         if total > limits.chars:
-            raise InvalidRequestError(f"The history holds more than {limits.chars} characters; this server accepts "
-                                      f"at most {limits.chars}. Send only the newest messages.")
-        text = clean_text(f"The content of history item {i}", text, limits.message_chars)
+            raise InvalidRequestError(msg("chat_err_history_chars", limit=limits.chars))
+        text = clean_text(msg("chat_what_history_item", index=i), text, limits.message_chars)
         if item["role"] == "assistant":
             text = strip_reasoning(text)
         turns.append({"role": item["role"], "content": text})
@@ -127,7 +124,7 @@ def trim_to_limits(messages: Sequence[Mapping], limits: HistoryLimits) -> list:
     kept, count, chars = [], 0, 0
     for message in reversed(messages):
         try:
-            size = len(message_text(message.get("content"), "A message"))
+            size = len(message_text(message.get("content"), ""))  # the error is never shown
         except InvalidRequestError:
             size = 0
         count, chars = count + 1, chars + size
@@ -151,11 +148,11 @@ def export_document(messages: Sequence[Mapping], *, model: str, system_prompt: s
     for m in messages:
         role = m.get("role")
         try:
-            text = message_text(m.get("content"), "A message")
+            text = message_text(m.get("content"), "")  # the error is never shown
         except InvalidRequestError:
             continue
         title = (m.get("metadata") or {}).get("title") if isinstance(m.get("metadata"), Mapping) else None
-        if title == REASONING_TITLE:
+        if title in REASONING_TITLES:
             reasoning = text
             continue
         if title:
@@ -187,16 +184,15 @@ def load_document(data: object, limits: HistoryLimits) -> dict:
     """Check an exported conversation; return it with its messages as ``normalize_history`` keeps them
     (plus their reasoning, stats and notices, for showing)."""
     if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT:
-        raise InvalidRequestError(f"This file is not a conversation exported by this app (its \"format\" must be "
-                                  f"{EXPORT_FORMAT!r}).")
+        raise InvalidRequestError(msg("chat_err_not_export", format=repr(EXPORT_FORMAT)))
     if data.get("version") != EXPORT_VERSION:
-        raise InvalidRequestError(f"Conversation export version {data.get('version')!r} is not supported; "
-                                  f"this app reads version {EXPORT_VERSION}.")
+        raise InvalidRequestError(msg("chat_err_export_version", version=repr(data.get("version")),
+                                      supported=EXPORT_VERSION))
     messages = data.get("messages")
     normalize_history(messages, limits)  # every check of /chat, so what loads here also sends
     system = data.get("system_prompt")
     if system is not None:
-        system = clean_text("The system prompt", system, limits.message_chars)
+        system = clean_text(msg("chat_what_system_prompt"), system, limits.message_chars)
     settings = data.get("settings") if isinstance(data.get("settings"), Mapping) else {}
     settings = {k: v for k, v in settings.items() if k in _SETTING_TYPES and isinstance(v, _SETTING_TYPES[k])
                 and not (isinstance(v, bool) and _SETTING_TYPES[k] is not bool)}
@@ -204,12 +200,14 @@ def load_document(data: object, limits: HistoryLimits) -> dict:
     for m in messages:
         if is_bubble(m):
             continue
-        entry = {"role": m["role"], "content": clean_text("A message", message_text(m.get("content"), "A message"),
+        a_message = msg("chat_what_a_message")
+        entry = {"role": m["role"], "content": clean_text(a_message, message_text(m.get("content"), a_message),
                                                           limits.message_chars)}
         if isinstance(m.get("reasoning"), str):
-            entry["reasoning"] = clean_text("A reply's reasoning", m["reasoning"], limits.message_chars)
+            entry["reasoning"] = clean_text(msg("chat_what_reasoning"), m["reasoning"], limits.message_chars)
         if isinstance(m.get("notices"), list):
-            entry["notices"] = [clean_text("A notice", n, 1000) for n in m["notices"] if isinstance(n, str)][:4]
+            entry["notices"] = [clean_text(msg("chat_what_notice"), n, 1000) for n in m["notices"]
+                                if isinstance(n, str)][:4]
         if isinstance(m.get("stats"), Mapping):
             entry["stats"] = {str(k): v for k, v in m["stats"].items() if isinstance(v, (int, float, str, bool))
                               or v is None}

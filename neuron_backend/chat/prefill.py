@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..messages import msg
+
 STATIC_SDPA = "sdpa_static_mask"  # transformers' SDPA attention, with a mask that never skips itself
 
 
@@ -44,13 +46,15 @@ def graph_windows(bucket: int, chunk: int, windows: Sequence[int]) -> tuple[int,
 
 
 def label(bucket: int, chunk: int, windows: Sequence[int]) -> str:
-    """How this bucket's prompt pass runs, for the warm-up plan."""
+    """How this bucket's prompt pass runs, for the warm-up plan (a message: English as str)."""
     if not chunk:
-        return "eager prefill"
+        return msg("chat_prefill_eager")
     over = graph_windows(bucket, chunk, windows)
     count = bucket // chunk
-    return (f"compiled prefill: {count} chunk{'s' if count > 1 else ''} of {chunk} tokens over window"
-            f"{'s' if len(over) > 1 else ''} {', '.join(str(w) for w in over)}")
+    where = msg("chat_prefill_windows" if len(over) > 1 else "chat_prefill_window",
+                windows=", ".join(str(w) for w in over))
+    return msg("chat_prefill_chunks" if count > 1 else "chat_prefill_one_chunk", count=count, chunk=chunk,
+               windows=where)
 
 
 def use_static_masks(model) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import PromptTooLongError
+from ..messages import msg
 from .text import THINK_OPEN, ChatRequest
 
 _SLOT = "\ue000{}\ue001"  # private-use characters: a message content placeholder in the skeleton
@@ -187,10 +188,8 @@ class PromptBuilder:
         return best, high
 
     def too_long_message(self, tokens: int, request: ChatRequest) -> str:
-        what, fix = ("The message and the system prompt take", "the message or the system prompt") \
-            if request.system_prompt else ("The message takes", "the message")
-        return (f"{what} {tokens} tokens with the chat template; the longest prompt this server accepts is "
-                f"{self.buckets[-1]} tokens. Shorten {fix}.")
+        key = "chat_err_prompt_too_long_system" if request.system_prompt else "chat_err_prompt_too_long"
+        return msg(key, tokens=tokens, limit=self.buckets[-1])
 
     def prepare(self, request: ChatRequest) -> Prompt:
         """The prompt of a validated request, or PromptTooLongError naming the limit."""

@@ -25,4 +25,23 @@ WORDS: dict[str, tuple[str, str]] = {
     "chat_export_file": ("Conversation export", "ملف المحادثة المُصدَّر"),
     "chat_feedback_comment": ("Comment on your mark (optional)", "تعليق على تقييمك (اختياري)"),
     "chat_feedback_save": ("Save comment", "حفظ التعليق"),
+    # ----- built at run time (ui/presentation.py, chat_view.py, chat_saved.py, chat_export.py) -----------
+    # the stats line under a reply: "0.12 s to first token · 35.1 tokens/s · 40 new tokens · seed 7 · no compile"
+    "chat_stats_line": ("{first} s to first token · {speed} tokens/s · {new} new tokens",
+                        "{first} ث حتى أول رمز · {speed} رمز/ث · رموز جديدة: {new}"),
+    "chat_stats_seed": (" · seed {seed}", " · البذرة {seed}"),
+    "chat_stats_compiled": ("⚠ compiled a graph", "⚠ تُرجِم رسم حسابي (graph)"),
+    "chat_stats_no_compile": ("no compile", "بلا ترجمة"),
+    "chat_stats_stopped": (" · stopped", " · أُوقِف"),
+    "chat_stats_cut": (" · cut at the {limit}-token limit", " · قُطِع عند حدّ {limit} رمزًا"),
+    "chat_meter_idle": ("Context: prompt buckets {buckets} tokens · cache {context} tokens",
+                        "السياق: حاويات الموجّه {buckets} رمزًا · الذاكرة المؤقتة {context} رمزًا"),
+    "chat_meter": ("Context: prompt {prompt}/{bucket} tokens (bucket) · {used}/{context} tokens of cache",
+                   "السياق: الموجّه {prompt}/{bucket} رمزًا (الحاوية) · {used}/{context} رمزًا من الذاكرة المؤقتة"),
+    "chat_meter_dropped": (" · ⚠ {dropped} oldest turn(s) dropped to fit the {limit}-token limit",
+                           " · ⚠ أُسقِط أقدم الأدوار (عددها {dropped}) ليتسع الموجّه لحدّ {limit} رمزًا"),
+    "chat_refused_title": ("⚠ Not answered", "⚠ بلا إجابة"),
+    "chat_feedback_thanks": ("Thanks: reply marked {mark}. Add a comment below if you like.",
+                             "شكرًا: قُيِّم الرد بـ {mark}. أضف تعليقًا أدناه إن شئت."),
+    "chat_feedback_saved": ("Comment saved.", "حُفِظ التعليق."),
 }
