@@ -17,7 +17,7 @@ from PIL import Image
 
 from neuron_backend.errors import CancelledError
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
-from neuron_backend.image.paste_back import read_settings
+from neuron_backend.image.paste_back import PastedSettings, read_settings
 from neuron_backend.messages import Message, msg
 from neuron_backend.runtime import Backend
 
@@ -78,6 +78,23 @@ def params_view(params: dict) -> dict:
     """An image's parameters as the JSON view shows them: notes (guidance ignored, not saved) in the page's
     language; keys and values stay as the API returns them."""
     return {k: localized(v) if isinstance(v, Message) else v for k, v in params.items()}
+
+
+def progress_text(step: int, total: int, elapsed: float) -> str:
+    """The progress bar's text: "step 3/8 · ~1.2 s left" (ETA from the mean step time so far)."""
+    eta = elapsed / max(step, 1) * (total - step)
+    return say("image_progress_step", step=step, total=total, eta=f"{eta:.1f}")
+
+
+def preview_label(frame) -> str:
+    """The image's label while a preview frame shows: "Preview · image 1 · step 3/8"."""
+    return say("image_preview_label", index=frame.index + 1, step=frame.step, total=frame.total)
+
+
+def restored_text(pasted: PastedSettings) -> str:
+    """The note under a dropped PNG: where its settings came from, and what was adjusted."""
+    notes = "".join(say("image_restored_note", note=n) for n in pasted.notes)
+    return say("image_restored", source=say(f"image_source_{pasted.source}"), size=pasted.size, notes=notes)
 
 
 def preview_picture(frame) -> Image.Image:
@@ -164,15 +181,11 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
                 if state is None:
                     progress(0.0, desc=say("image_progress_waiting"))
                 else:
-                    step, total, elapsed = state
-                    eta = elapsed / max(step, 1) * (total - step)
-                    progress((step, total), desc=say("image_progress_step", step=step, total=total, eta=f"{eta:.1f}"),
-                             unit=say("image_progress_unit"))
+                    progress(state[:2], desc=progress_text(*state), unit=say("image_progress_unit"))
                 frame = call.preview
                 if frame is not None and frame is not shown and time.perf_counter() - shown_at >= PREVIEW_EVERY_S:
                     shown, shown_at = frame, time.perf_counter()
-                    label = say("image_preview_label", index=frame.index + 1, step=frame.step, total=frame.total)
-                    yield (gr.update(value=preview_picture(frame), label=label),) + (gr.skip(),) * 6
+                    yield (gr.update(value=preview_picture(frame), label=preview_label(frame)),) + (gr.skip(),) * 6
                 else:
                     yield (gr.skip(),) * 7
         finally:
@@ -210,12 +223,10 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         if not path:
             return (gr.skip(),) * 7
         pasted = read_settings(path, settings)
-        notes = "".join(say("image_restored_note", note=n) for n in pasted.notes)
-        message = say("image_restored", source=say(f"image_source_{pasted.source}"), size=pasted.size, notes=notes)
         keep = gr.skip()
         return (pasted.prompt, pasted.size, keep if pasted.steps is None else pasted.steps,
                 keep if pasted.seed is None else pasted.seed, pasted.seed is None,
-                keep if pasted.guidance is None else pasted.guidance, message)
+                keep if pasted.guidance is None else pasted.guidance, restored_text(pasted))
 
     generate_btn.click(mark_waiting, None, None, queue=False, api_visibility="private").then(
         press_generate, [prompt, size, steps, count, seed, randomize, guidance, live, session_images],
