@@ -24,6 +24,7 @@ import numbers
 import regex
 
 from ..errors import InvalidRequestError
+from ..messages import MESSAGES, Message, msg
 from ..shapes import parse_size
 from .images import png_size
 
@@ -44,7 +45,7 @@ def parse_check(key: str, value: object, where: str) -> object:
     if key in ("contains", "not_contains"):
         items = value if isinstance(value, list) else [value]
         if not items or len(items) > MAX_EXPECT_ITEMS:
-            raise InvalidRequestError(f"{where}: {key} needs 1 to {MAX_EXPECT_ITEMS} texts.")
+            raise InvalidRequestError(msg("err_qa_expect_items", where=where, field=key, most=MAX_EXPECT_ITEMS))
         texts = [_text(key, item, where) for item in items]
         return texts if isinstance(value, list) else texts[0]
     if key == "starts_with":
@@ -54,28 +55,30 @@ def parse_check(key: str, value: object, where: str) -> object:
         try:
             regex.compile(pattern)
         except (regex.error, RecursionError) as exc:
-            raise InvalidRequestError(f"{where}: regex {pattern!r} is not a valid pattern ({exc}).") from None
+            raise InvalidRequestError(msg("err_qa_expect_bad_regex", where=where, pattern=pattern,
+                                          detail=str(exc))) from None
         return pattern
     if key == "max_tokens":
         number = value
         if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9:
             number = int(value.strip())
         if isinstance(number, bool) or not isinstance(number, numbers.Integral) or not 1 <= number <= 10**9:
-            raise InvalidRequestError(f"{where}: max_tokens must be a whole number of at least 1, got {value!r}.")
+            raise InvalidRequestError(msg("err_qa_expect_max_tokens", where=where, got=value))
         return int(number)
     if key == "image_size":
         try:
             return parse_size(value).label
         except InvalidRequestError as exc:
-            raise InvalidRequestError(f"{where}: image_size: {exc}") from None
-    raise InvalidRequestError(f"{where}: unknown expectation {key!r}; allowed: {', '.join(CHECKS)}.")
+            where = msg("err_qa_where_key", where=where, field="image_size")
+            raise InvalidRequestError(msg("err_qa_where_detail", where=where, detail=exc)) from None
+    raise InvalidRequestError(msg("err_qa_expect_unknown", where=where, field=key, allowed=", ".join(CHECKS)))
 
 
 def _text(key: str, value: object, where: str, limit: int = MAX_EXPECT_TEXT_CHARS) -> str:
     if not isinstance(value, str) or not value:
-        raise InvalidRequestError(f"{where}: {key} must be non-empty text, got {value!r}.")
+        raise InvalidRequestError(msg("err_qa_expect_not_text", where=where, field=key, got=value))
     if len(value) > limit:
-        raise InvalidRequestError(f"{where}: {key} is {len(value)} characters; at most {limit} are allowed.")
+        raise InvalidRequestError(msg("err_qa_expect_too_long", where=where, field=key, chars=len(value), most=limit))
     return value
 
 
@@ -84,51 +87,64 @@ def applicable(expect: dict, kind: str) -> dict:
     return {k: v for k, v in (expect or {}).items() if CHECKS.get(k) == kind}
 
 
-def judge(expect: dict, cell) -> tuple[str | None, str]:
-    """(verdict, reason) of a finished cell: "pass"/"fail", or None when nothing applies or it did not finish."""
+def judge(expect: dict, cell, lang: str = "en") -> tuple[str | None, str]:
+    """(verdict, reason) of a finished cell: "pass"/"fail", or None when nothing applies or it did not finish.
+
+    The reason is in ``lang`` (the page's language; runs store the English one, which exports carry).
+    """
     checks = applicable(expect, cell.kind)
     if not checks:
         return None, ""
     if cell.status == "failed":
-        return FAIL, f"the cell failed: {cell.error}"
+        return FAIL, _in(lang, "qa_view_judge_cell_failed", error=cell.error)
     if cell.status != "done":
-        return None, f"not judged: the cell is {cell.status}"
-    problems = [p for key, value in checks.items() if (p := _check(key, value, cell))]
+        return None, _in(lang, "qa_view_judge_not_judged", status=word("status", cell.status))
+    problems = [p.text(lang) for key, value in checks.items() if (p := _check(key, value, cell))]
     if problems:
         return FAIL, "; ".join(problems)
-    return PASS, "all of " + ", ".join(checks) + " hold"
+    return PASS, _in(lang, "qa_view_judge_all_hold", checks=", ".join(checks))
 
 
-def _check(key: str, value: object, cell) -> str | None:
+def word(family: str, value: str) -> str:
+    """A status ("done"), kind ("chat") or verdict ("pass") as a Message the page can translate; else as it is."""
+    key = f"qa_view_{family}_{value}" if family else f"qa_view_{value}"
+    return msg(key) if isinstance(value, str) and key in MESSAGES else value
+
+
+def _in(lang: str, key: str, **params) -> str:
+    return msg(key, **params).text(lang)
+
+
+def _check(key: str, value: object, cell) -> Message | None:
     """None when the check holds, else why not."""
     text = cell.text or ""
     if key == "contains":
         missing = [t for t in _as_list(value) if t not in text]
-        return f"does not contain {', '.join(map(repr, missing))}" if missing else None
+        return msg("qa_view_judge_missing", texts=", ".join(map(repr, missing))) if missing else None
     if key == "not_contains":
         found = [t for t in _as_list(value) if t in text]
-        return f"contains {', '.join(map(repr, found))}" if found else None
+        return msg("qa_view_judge_found", texts=", ".join(map(repr, found))) if found else None
     if key == "starts_with":
-        return None if text.lstrip().startswith(value) else f"does not start with {value!r}"
+        return None if text.lstrip().startswith(value) else msg("qa_view_judge_start", text=value)
     if key == "regex":
         try:
             hit = regex.search(value, text, timeout=REGEX_TIMEOUT_S)
         except TimeoutError:
-            return f"regex {value!r} took over {REGEX_TIMEOUT_S} s (too complex): simplify it"
+            return msg("qa_view_judge_regex_slow", pattern=value, seconds=REGEX_TIMEOUT_S)
         except (regex.error, RecursionError) as exc:
-            return f"regex {value!r} is not usable ({exc})"
-        return None if hit else f"no match for regex {value!r}"
+            return msg("qa_view_judge_regex_bad", pattern=value, detail=str(exc))
+        return None if hit else msg("qa_view_judge_no_match", pattern=value)
     if key == "max_tokens":
         tokens = (cell.stats or {}).get("new_tokens")
         if not isinstance(tokens, int):
-            return "the number of new tokens is unknown"
-        return None if tokens <= value else f"{tokens} new tokens > max_tokens {value}"
+            return msg("qa_view_judge_tokens_unknown")
+        return None if tokens <= value else msg("qa_view_judge_too_many_tokens", tokens=tokens, most=value)
     if key == "image_size":
         size = _image_size(cell)
         if size is None:
-            return "no image to measure"
-        return None if size == value else f"image is {size}, expected {value}"
-    return f"unknown expectation {key!r}"
+            return msg("qa_view_judge_no_image")
+        return None if size == value else msg("qa_view_judge_wrong_size", size=size, expected=value)
+    return msg("qa_view_judge_unknown", field=key)
 
 
 def _as_list(value: object) -> list[str]:

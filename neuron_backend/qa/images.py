@@ -16,28 +16,30 @@ import struct
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import InvalidRequestError
+from ..messages import msg
 
 MAX_IMAGE_BYTES = 8_000_000  # one cell's PNG, decoded from base64 (a 1344x768 photo-like PNG is ~2 MB)
 MAX_IMAGE_PIXELS = 2048 * 2048  # without a server's sizes to compare with
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def png_bytes(data: str, where: str = "image") -> bytes:
+def png_bytes(data: str, where: str | None = None) -> bytes:
     """The PNG bytes of a base64 string, bounded in size; InvalidRequestError when it is not one."""
+    where = msg("err_qa_where_image") if where is None else where
     if not isinstance(data, str):
-        raise InvalidRequestError(f"{where}: image_png must be base64 text.")
+        raise InvalidRequestError(msg("err_qa_png_not_text", where=where))
     if len(data) > MAX_IMAGE_BYTES * 4 // 3 + 4:
-        raise InvalidRequestError(f"{where}: the image is larger than {MAX_IMAGE_BYTES // 1_000_000} MB.")
+        raise InvalidRequestError(msg("err_qa_png_too_big", where=where, mb=MAX_IMAGE_BYTES // 1_000_000))
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidRequestError(f"{where}: image_png is not valid base64.") from None
+        raise InvalidRequestError(msg("err_qa_png_bad_base64", where=where)) from None
     if not raw.startswith(_SIGNATURE) or len(raw) < 33 or raw[12:16] != b"IHDR":
-        raise InvalidRequestError(f"{where}: image_png is not a PNG image.")
+        raise InvalidRequestError(msg("err_qa_png_not_png", where=where))
     return raw
 
 
-def png_size(data: str, where: str = "image") -> tuple[int, int]:
+def png_size(data: str, where: str | None = None) -> tuple[int, int]:
     """(width, height) from the PNG header, without decoding any pixel."""
     width, height = struct.unpack(">II", png_bytes(data, where)[16:24])
     return width, height
@@ -50,14 +52,14 @@ def check_png(data: str, where: str, sizes: tuple | None = None) -> None:
     label = f"{width}x{height}"
     if sizes is not None and label not in {s.label for s in sizes}:
         allowed = ", ".join(s.label for s in sizes)
-        raise InvalidRequestError(f"{where}: the image is {label}; this server's sizes are {allowed}.")
+        raise InvalidRequestError(msg("err_qa_png_wrong_size", where=where, size=label, allowed=allowed))
     if not 0 < width * height <= MAX_IMAGE_PIXELS:
-        raise InvalidRequestError(f"{where}: the image is {label}; at most {MAX_IMAGE_PIXELS} pixels are allowed.")
+        raise InvalidRequestError(msg("err_qa_png_too_many_pixels", where=where, size=label, most=MAX_IMAGE_PIXELS))
     try:
         with Image.open(io.BytesIO(raw)) as image:
             image.verify()  # chunk structure and checksums; pixels are decoded later, within the bound
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, struct.error) as exc:
-        raise InvalidRequestError(f"{where}: image_png is not a readable PNG ({exc}).") from None
+        raise InvalidRequestError(msg("err_qa_png_unreadable", where=where, detail=str(exc))) from None
 
 
 def decode_png(data: str | None) -> Image.Image | None:
@@ -66,7 +68,7 @@ def decode_png(data: str | None) -> Image.Image | None:
         return None
     width, height = png_size(data)
     if not 0 < width * height <= MAX_IMAGE_PIXELS:
-        raise InvalidRequestError(f"The image is {width}x{height}; at most {MAX_IMAGE_PIXELS} pixels are allowed.")
+        raise InvalidRequestError(msg("err_qa_png_decode_too_big", size=f"{width}x{height}", most=MAX_IMAGE_PIXELS))
     image = Image.open(io.BytesIO(base64.b64decode(data)))
     image.load()
     return image

@@ -39,8 +39,9 @@ from ..chat.text import SAMPLING_DEFAULTS, ChatRequest
 from ..errors import InvalidRequestError, ShowcaseError
 from ..image.engine import ImageRequest
 from ..image.png_info import png_metadata
+from ..messages import Message, msg
 from ..settings import Settings
-from .expect import judge
+from .expect import judge, word
 from .inputs import (
     MAX_PROMPTS,
     MAX_VARIANTS,
@@ -137,17 +138,16 @@ def build_run(settings: Settings, rows: list[PromptRow], variants: list[Variant]
     settings. Greedy chat cells keep the seed in their settings; the engine ignores it.
     """
     if kind not in KINDS:
-        raise InvalidRequestError(f"Unknown kind {kind!r}; choose chat, image or both.")
+        raise InvalidRequestError(msg("err_qa_unknown_kind", kind=kind))
     for engine in KINDS[kind]:
         if not getattr(settings, engine):
-            raise InvalidRequestError(f"The {engine} engine is disabled on this server (--no-{engine}); "
-                                      f"choose {'image' if engine == 'chat' else 'chat'}.")
+            raise InvalidRequestError(msg("err_qa_engine_disabled", engine=word("kind", engine), flag=engine,
+                                          other=word("kind", "image" if engine == "chat" else "chat")))
     for variant in variants:
         stray = [k for k in variant.settings if SETTINGS[k][0] not in (*KINDS[kind], "both")]
         if stray:
-            raise InvalidRequestError(f"Variant {variant.name!r}: {', '.join(stray)} only apply to "
-                                      f"{SETTINGS[stray[0]][0]} cells, but this run is {kind} only; choose 'both' "
-                                      "or remove them.")
+            raise InvalidRequestError(msg("err_qa_stray_settings", name=variant.name, keys=", ".join(stray),
+                                          applies=word("kind", SETTINGS[stray[0]][0]), kind=word("kind", kind)))
     cells = [Cell(p, variant.name, engine, _cell_settings(settings, engine, row, variant, run_seed, p))
              for p, row in enumerate(rows) for variant in variants for engine in KINDS[kind]]
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -243,8 +243,9 @@ def _execute(backend, run: QARun, cell: Cell, stop: threading.Event) -> None:
             _run_chat(backend, prompt, cell, stop)
         else:
             _run_image(backend, prompt, cell, stop)
-    except ShowcaseError as exc:
-        cell.status, cell.error = FAILED, str(exc)
+    except ShowcaseError as exc:  # a Message stays one: the grid shows it in the page's language
+        message = exc.args[0] if len(exc.args) == 1 else None
+        cell.status, cell.error = FAILED, message if isinstance(message, Message) else str(exc)
     except Exception as exc:  # noqa: BLE001 - one broken cell must not end the set; logged with its traceback
         log.exception("QA cell %s/%s/%s failed", cell.prompt_index, cell.variant, cell.kind)
         cell.status, cell.error = FAILED, f"{type(exc).__name__}: {exc}"
@@ -317,16 +318,16 @@ def set_mark(run: QARun, index: int, mark: str | None, comment: str | None = Non
     cell = run.cells[_check_index(run, index)]
     mark = (mark or "").strip().lower() or None
     if mark not in (None, *MARKS):
-        raise InvalidRequestError(f"Unknown mark {mark!r}; use pass, fail or nothing.")
+        raise InvalidRequestError(msg("err_qa_unknown_mark", mark=mark))
     if comment is not None:
         if not isinstance(comment, str) or len(comment) > MAX_COMMENT_CHARS:
-            raise InvalidRequestError(f"A comment must be text of at most {MAX_COMMENT_CHARS} characters.")
-        cell.comment = check_text(comment.strip(), "The comment")
+            raise InvalidRequestError(msg("err_qa_comment_too_long", most=MAX_COMMENT_CHARS))
+        cell.comment = check_text(comment.strip(), msg("err_qa_what_comment"))
     cell.mark = mark
     return cell
 
 
 def _check_index(run: QARun, index: object) -> int:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(run.cells):
-        raise InvalidRequestError(f"Cell {index!r} does not exist; this run has cells 0 to {len(run.cells) - 1}.")
+        raise InvalidRequestError(msg("err_qa_no_such_cell", index=index, last=len(run.cells) - 1))
     return index
