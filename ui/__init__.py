@@ -9,7 +9,7 @@ from neuron_backend.runtime import Backend
 
 from .api import add_public_api
 from .chat_tab import build_chat_tab
-from .guards import Guards, LoginThrottle
+from .guards import EarlyCancels, Guards, LoginThrottle
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import build_image_tab
 from .mcp_tools import describe_tools, loopback_login
@@ -18,8 +18,8 @@ from .qa_tab import build_qa_tab
 from .status_panel import build_status_panel, wire_refresh
 
 
-def create_demo(backend: Backend) -> gr.Blocks:
-    """Build the Blocks; every event calls into ``backend``."""
+def create_demo(backend: Backend, cancels: EarlyCancels | None = None) -> gr.Blocks:
+    """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs)."""
     settings = backend.settings
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
@@ -36,13 +36,14 @@ def create_demo(backend: Backend) -> gr.Blocks:
         with gr.Tab(t("tab_qa"), elem_id="qa-tab"):
             build_qa_tab(backend)
         wire_refresh(demo, backend, panel, image)
-        add_public_api(backend, concurrency)
+        add_public_api(backend, concurrency, cancels or EarlyCancels())
     if settings.mcp:  # the tools Gradio's MCP server lists, named and documented for agents
         describe_tools(demo, backend)
     return demo
 
 
-def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None) -> dict:
+def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None,
+                  cancels: EarlyCancels | None = None) -> dict:
     """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, the guards."""
     settings = backend.settings
 
@@ -54,7 +55,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
     app_kwargs = {
         # /healthz, /readyz, /metrics (ui/probes.py), as FastAPI routes from the server's first request
         "routes": probe_routes(backend),
-        "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state),
+        "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels),
                        Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
@@ -81,8 +82,9 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
 def serve(backend: Backend, throttle: LoginThrottle | None = None, **kwargs):
     """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
-    demo = create_demo(backend)
+    cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
+    demo = create_demo(backend, cancels)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     backend.metrics.queue_depth = queue_depth(demo)
-    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle), **kwargs})
+    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels), **kwargs})
     return demo, launched

@@ -13,20 +13,24 @@ import inspect
 import io
 import time
 from collections.abc import AsyncIterator, Iterator
-from functools import wraps
+from functools import partial, wraps
 from typing import Any, TypedDict, get_type_hints
 
 import gradio as gr
 from gradio.components.api_component import Api
+from gradio.context import LocalContext
 
 from neuron_backend.chat.text import ChatRequest, reply_notices  # not chat.engine: it imports transformers
-from neuron_backend.errors import ShowcaseError
+from neuron_backend.errors import CancelledError, ShowcaseError
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 
+from .guards import EarlyCancels
 from .i18n import localized
 
 SEED_MAX = 2**32 - 1
+# Only the API client that cancelled could read it (and it has gone): English, like the API's other text.
+EARLY_CANCEL = "Cancelled before it started: nothing ran and nothing was saved."
 
 
 def shown(exc: Exception) -> str:
@@ -97,6 +101,33 @@ def refusals_as_toast(outputs: int):
         return skip
 
     return lambda fn: _on_refusal(fn, toast)
+
+
+def drops_early_cancels(cancels: EarlyCancels, fn):
+    """``fn`` (a generator or async generator handler) that ends at once, running nothing, when its job
+    was cancelled before the client knew its event id (ui/guards.py ``EarlyCancels``, issue 23 #4)."""
+
+    def cancelled_early() -> bool:
+        return cancels.take(LocalContext.event_id.get(None))  # set by Gradio around each handler call
+
+    if inspect.isasyncgenfunction(fn):
+
+        @wraps(fn)
+        async def async_gen_wrapper(*args, **kwargs):
+            if cancelled_early():
+                raise CancelledError(EARLY_CANCEL)
+            async for item in fn(*args, **kwargs):
+                yield item
+
+        return async_gen_wrapper
+
+    @wraps(fn)
+    def gen_wrapper(*args, **kwargs):
+        if cancelled_early():
+            raise CancelledError(EARLY_CANCEL)
+        yield from fn(*args, **kwargs)
+
+    return gen_wrapper
 
 
 def _optional_int(value):
@@ -216,11 +247,15 @@ def image_api_inputs(backend: Backend) -> list[Api]:
     ]
 
 
-def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
-    """The scriptable endpoints (gradio_client): /chat, /generate_image, /status. Call inside the Blocks."""
+def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCancels) -> None:
+    """The scriptable endpoints (gradio_client): /chat, /generate_image, /status. Call inside the Blocks.
+
+    ``cancels``: the jobs the guard (ui/guards.py) saw cancelled before their client knew their id.
+    """
 
     # Gradio reads the return hint as the type of each streamed update (hence ChatReply, not Iterator).
     @user_errors
+    @partial(drops_early_cancels, cancels)
     def chat(message: str, history: list[dict[str, Any]] | None = None, system_prompt: str | None = None,
              thinking: bool = False, temperature: float | None = None, top_p: float | None = None,
              top_k: int | None = None, max_new_tokens: int | None = None, greedy: bool = False,
@@ -255,6 +290,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str]) -> None:
         api_trigger = gr.Button()
 
     @user_errors
+    @partial(drops_early_cancels, cancels)
     async def generate_image_api(prompt: str, size: str | None = None, steps: int | None = None,
                                  seed: int | None = None, guidance: float | None = None, images: int = 1,
                                  preview: bool = False):

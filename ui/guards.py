@@ -9,8 +9,14 @@
   each session hash to the login token that first joined the queue with it, and lets only that
   login cancel the session's jobs: another login, even of the same user, gets 403; no
   login gets 401.
+- Early cancels (``EarlyCancels``): gradio_client's ``job.cancel()`` in the first ~50 ms after
+  ``submit()`` posts ``/gradio_api/cancel`` before the client has read its event id, and Gradio
+  6.31 refuses a cancel without one (422): the cancel was lost and an image ran all its steps. The
+  guard matches such a cancel to the job that session joined for that endpoint within
+  ``window_s`` (before or after the cancel), fills in its event id for Gradio (which then drops
+  it from the queue) and remembers it, so the handler drops it if it starts anyway (issue 23 #4).
 
-Both run on the server's event loop; their state is guarded by the GIL-atomic dict operations of a
+All of them run on the server's event loop; their state is guarded by the GIL-atomic dict operations of a
 single coroutine step (no awaits between a read and its update).
 """
 
@@ -96,23 +102,78 @@ def _replay(messages: list[dict], receive):
     return replayed
 
 
-def _session_hash(body: bytes) -> str | None:
+def _json_object(body: bytes) -> dict:
     try:
-        value = json.loads(body).get("session_hash")
-    except (ValueError, AttributeError, RecursionError):
-        return None
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _session_hash(body: bytes) -> str | None:
+    value = _json_object(body).get("session_hash")
     return value if isinstance(value, str) else None
+
+
+class EarlyCancels:
+    """Cancels that arrived before their client knew the job's event id, matched to that job.
+
+    A job is (session hash, fn index, event id); a cancel without an event id names the session
+    and fn index. It takes every job of that pair that joined within ``window_s`` before it, or,
+    when none has, the first one that joins within ``window_s`` after it (the client's join may
+    still be on its way). ``take(event_id)`` tells a starting handler that its job was cancelled.
+    Bounded: at most ``MAX_TRACKED`` of each are remembered, the oldest forgotten first.
+    """
+
+    def __init__(self, window_s: float = 2.0, clock: Callable[[], float] = time.monotonic):
+        self.window_s, self.clock = window_s, clock
+        self._joins: OrderedDict[str, tuple[str, int, float]] = OrderedDict()  # event id -> session, fn, when
+        self._waiting: OrderedDict[tuple[str, int], float] = OrderedDict()  # a cancel with no job yet -> when
+        self._cancelled: OrderedDict[str, float] = OrderedDict()  # event ids a handler must drop
+
+    def joined(self, event_id: str, session: str, fn_index: int) -> None:
+        now = self.clock()
+        asked = self._waiting.pop((session, fn_index), None)
+        if asked is not None and now - asked <= self.window_s:
+            self._remember(self._cancelled, event_id, now)
+        else:
+            self._remember(self._joins, event_id, (session, fn_index, now))
+
+    def cancelled(self, session: str, fn_index: int) -> str | None:
+        """Record a cancel that came without an event id; returns the newest job it matched (None: none yet)."""
+        now = self.clock()
+        matched = [event_id for event_id, (s, f, when) in self._joins.items()
+                   if s == session and f == fn_index and now - when <= self.window_s]
+        for event_id in matched:
+            del self._joins[event_id]
+            self._remember(self._cancelled, event_id, now)
+        if not matched:
+            self._remember(self._waiting, (session, fn_index), now)
+        return matched[-1] if matched else None
+
+    def take(self, event_id: str | None) -> bool:
+        """Whether the job ``event_id`` was cancelled before its client knew its id (asked once, at its start)."""
+        return event_id is not None and self._cancelled.pop(event_id, None) is not None
+
+    def _remember(self, table: OrderedDict, key, value) -> None:
+        table.pop(key, None)
+        table[key] = value
+        while len(table) > MAX_TRACKED:
+            table.popitem(last=False)
 
 
 class Guards:
     """The ASGI middleware: login backoff always, job ownership when the app has auth.
 
     ``auth_state`` returns (auth on, valid tokens, cookie id) of the running Gradio app; it is read
-    per request because Gradio builds its app (and its token table) at launch.
+    per request because Gradio builds its app (and its token table) at launch. ``early_cancels``
+    is shared with the API handlers (``ui.api.drops_early_cancels``).
     """
 
-    def __init__(self, app, throttle: LoginThrottle, auth_state: Callable[[], tuple[bool, dict, str]]):
+    def __init__(self, app, throttle: LoginThrottle, auth_state: Callable[[], tuple[bool, dict, str]],
+                 early_cancels: EarlyCancels | None = None):
         self.app, self.throttle, self.auth_state = app, throttle, auth_state
+        self.early_cancels = early_cancels or EarlyCancels()
         self._owners: OrderedDict[str, str] = OrderedDict()  # session hash -> login token
 
     async def __call__(self, scope, receive, send):
@@ -122,9 +183,11 @@ class Guards:
         if path in LOGIN_PATHS:
             return await self._login(scope, receive, send)
         if path.rstrip("/") in (CANCEL_PATH, JOIN_PATH):
+            body, messages = await _read_body(receive)
             auth, tokens, cookie_id = self.auth_state()
-            if auth:
-                return await self._owned(scope, receive, send, tokens, cookie_id)
+            if auth and (refusal := self._refusal(scope, body, tokens, cookie_id)):
+                return await _send_json(send, *refusal)
+            return await self._early_cancels(scope, body, _replay(messages, receive), send)
         return await self.app(scope, receive, send)
 
     async def _login(self, scope, receive, send):
@@ -147,24 +210,51 @@ class Guards:
         elif status.get("code") in (400, 401):
             self.throttle.failed(client)
 
-    async def _owned(self, scope, receive, send, tokens: dict, cookie_id: str):
+    def _refusal(self, scope, body: bytes, tokens: dict, cookie_id: str) -> tuple[int, dict] | None:
+        """With auth: (status, body) when this join or cancel is not the login's own, else None."""
         token = _login_token(scope, cookie_id)
-        body, messages = await _read_body(receive)
         session = _session_hash(body)
-        path = scope["path"].rstrip("/")
-        if path == JOIN_PATH:
+        if scope["path"].rstrip("/") == JOIN_PATH:
             if token in tokens and session is not None:
                 owner = self._owners.setdefault(session, token)
                 if owner != token:
-                    return await _send_json(send, 403, {"detail": "This session belongs to another login."})
+                    return 403, {"detail": "This session belongs to another login."}
                 self._owners.move_to_end(session)
                 while len(self._owners) > MAX_TRACKED:
                     self._owners.popitem(last=False)
         elif token not in tokens:
-            return await _send_json(send, 401, {"detail": "Not authenticated: log in first."})
+            return 401, {"detail": "Not authenticated: log in first."}
         elif session is None or self._owners.get(session) != token:
-            return await _send_json(send, 403, {"detail": "Only the login that started a job can cancel it."})
-        return await self.app(scope, _replay(messages, receive), send)
+            return 403, {"detail": "Only the login that started a job can cancel it."}
+        return None
+
+    async def _early_cancels(self, scope, body: bytes, receive, send):
+        """Note each join's event id; give a cancel without one the id of the job it meant (EarlyCancels)."""
+        request = _json_object(body)
+        session, fn_index = request.get("session_hash"), request.get("fn_index")
+        if not (isinstance(session, str) and isinstance(fn_index, int)):
+            return await self.app(scope, receive, send)
+        if scope["path"].rstrip("/") == CANCEL_PATH:
+            if isinstance(request.get("event_id"), str):
+                return await self.app(scope, receive, send)
+            # Gradio needs a string id: the matched job's (dropped from its queue), else "" (no such job).
+            request["event_id"] = self.early_cancels.cancelled(session, fn_index) or ""
+            payload = json.dumps(request).encode()
+            headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"]
+            scope = {**scope, "headers": [*headers, (b"content-length", str(len(payload)).encode())]}
+            return await self.app(scope, _replay([{"type": "http.request", "body": payload}], receive), send)
+        answer = bytearray()
+
+        async def watching_send(message):
+            if message["type"] == "http.response.body" and len(answer) < 4096:
+                answer.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    event_id = _json_object(bytes(answer)).get("event_id")
+                    if isinstance(event_id, str):
+                        self.early_cancels.joined(event_id, session, fn_index)
+            await send(message)
+
+        return await self.app(scope, receive, watching_send)
 
 
 def _login_token(scope, cookie_id: str) -> str | None:
