@@ -19,7 +19,7 @@ from neuron_backend.qa import runs as qa
 from neuron_backend.qa.export_csv import export_csv
 from neuron_backend.qa.html_report import export_html
 from neuron_backend.runtime import Backend
-from ui.i18n import t
+from ui.i18n import lang, say, t
 
 VARIANTS_HINT = "cold: temperature=0.2, seed=1\nhot: temperature=1.2, seed=1"
 FORM_RESET = (0, "unmarked", "")  # cell #, mark, comment: cleared by every new run
@@ -33,7 +33,11 @@ def _file_path(upload) -> str | None:
 
 def _done_line(run) -> str:
     done = sum(c.status == "done" for c in run.cells)
-    return f"{done}/{len(run.cells)} cells done · {qa_grid.summary_line(run)}"
+    return say("qa_line_done", done=done, total=len(run.cells), summary=qa_grid.summary_line(run, lang()))
+
+
+def _eta(p) -> str:
+    return say("qa_progress_eta", seconds=f"{p.eta_s:.0f}") if p.eta_s is not None else ""
 
 
 def build_qa_tab(backend: Backend) -> None:
@@ -50,7 +54,8 @@ def build_qa_tab(backend: Backend) -> None:
             upload = gr.File(label=t("qa_upload"),
                              file_types=[".jsonl", ".csv", ".txt"], elem_id="qa-upload")
         with gr.Column():
-            kind = gr.Radio(kinds, value=kinds[0], label=t("qa_engine"), elem_id="qa-kind")
+            kind = gr.Radio([(t(f"qa_kind_{k}"), k) for k in kinds], value=kinds[0], label=t("qa_engine"),
+                            elem_id="qa-kind")
             variants = gr.Textbox(label=t("qa_variants"), lines=4,
                                   placeholder=VARIANTS_HINT, elem_id="qa-variants")
             run_seed = gr.Number(label=t("qa_run_seed"), value=0, precision=0)
@@ -126,14 +131,15 @@ def build_qa_tab(backend: Backend) -> None:
         stop = stops[session] = threading.Event()
         try:
             for p in qa.run_cells(backend, run, stop):
-                eta = f" · ~{p.eta_s:.0f} s left" if p.eta_s is not None else ""
-                progress((p.done, p.total), desc=f"{p.done}/{p.total} cells{eta}", unit="cells")
-                yield run, *v.views(run, running=True), f"{p.done}/{p.total} cells done{eta}", *skip_tail
+                progress((p.done, p.total), desc=say("qa_progress", done=p.done, total=p.total, eta=_eta(p)),
+                         unit=say("qa_progress_unit"))
+                line = say("qa_line_running", done=p.done, total=p.total, eta=_eta(p))
+                yield run, *v.views(run, running=True), line, *skip_tail
         except ShowcaseError as exc:
             v.refuse(exc)
         finally:
             stops.pop(session, None)
-        line = ("Stopped: " if stop.is_set() else "Finished: ") + _done_line(run)
+        line = say("qa_line_stopped" if stop.is_set() else "qa_line_finished", line=_done_line(run))
         yield run, *v.views(run), line, *FORM_RESET, *v.variant_choices(run), *v.ab_view(run)
 
     def press_stop(request: gr.Request):
@@ -153,9 +159,9 @@ def build_qa_tab(backend: Backend) -> None:
 
     def _picked(run, number) -> int:
         if run is None or not number or number < 1:
-            v.refuse("Run a set (or import one) and pick a cell first.")
+            v.refuse(say("qa_refuse_pick_cell"))
         if number > len(run.cells):
-            v.refuse(f"Cell {int(number)} does not exist; this run has cells 1 to {len(run.cells)}.")
+            v.refuse(say("qa_refuse_no_cell", number=int(number), last=len(run.cells)))
         return int(number) - 1
 
     def press_save_mark(run, number, mark_value, comment_value):
@@ -172,11 +178,12 @@ def build_qa_tab(backend: Backend) -> None:
             cell = qa.rerun_cell(backend, run, index)
         except ShowcaseError as exc:
             v.refuse(exc)
-        return run, *v.views(run), f"Re-ran cell {index + 1}: {cell.status} · " + _done_line(run)
+        return run, *v.views(run), say("qa_line_reran", number=index + 1, status=v.shown_word("status", cell.status),
+                                       line=_done_line(run))
 
     def _export(run, text_of, suffix: str) -> str:
         if run is None:
-            v.refuse("Nothing to export yet: run a set first.")
+            v.refuse(say("qa_refuse_export"))
         return str(backend.exports.write(text_of(run), suffix, "qa-run"))
 
     def pick_import(upload_value):
@@ -186,12 +193,12 @@ def build_qa_tab(backend: Backend) -> None:
             run = qa_report.read_run(_file_path(upload_value), settings)
         except ShowcaseError as exc:
             v.refuse(exc)
-        return (run, None, *v.views(run), f"Imported a run of {len(run.cells)} cells · " + _done_line(run),
+        return (run, None, *v.views(run), say("qa_line_imported", count=len(run.cells), line=_done_line(run)),
                 *FORM_RESET, *v.variant_choices(run), *v.ab_view(run))
 
     def press_compare(current, only, request: gr.Request, progress=gr.Progress()):
         if current is None:
-            v.refuse("Run a set or import a JSONL run first: the new run repeats its prompts, variants and seeds.")
+            v.refuse(say("qa_refuse_compare"))
         fresh = qa.new_run_like(current)
         final = None
         for final in _execute(fresh, request, progress):
@@ -200,7 +207,7 @@ def build_qa_tab(backend: Backend) -> None:
 
     def press_ab_start(run, first, second):
         if run is None:
-            v.refuse("Run a set (or import one) first.")
+            v.refuse(say("qa_refuse_ab_run"))
         try:
             qa_ab.start(run, first, second)
         except ShowcaseError as exc:
@@ -210,10 +217,10 @@ def build_qa_tab(backend: Backend) -> None:
     def press_pick(choice):
         def handler(run):
             if run is None or not run.ab:
-                v.refuse("Start a blind review first: choose two variants.")
+                v.refuse(say("qa_refuse_ab_start"))
             n = qa_ab.next_pair(run)
             if n is None:
-                v.refuse("Every pair is picked; start a new review to pick again.")
+                v.refuse(say("qa_refuse_ab_done"))
             qa_ab.pick(run, n, choice)
             return run, *v.ab_view(run)
 
@@ -221,7 +228,7 @@ def build_qa_tab(backend: Backend) -> None:
 
     def press_reveal(run):
         if run is None or not run.ab:
-            v.refuse("Start a blind review first: choose two variants.")
+            v.refuse(say("qa_refuse_ab_start"))
         qa_ab.reveal(run)
         return run, *v.ab_view(run)
 

@@ -2,7 +2,8 @@
 
 Only Gradio updates built from ``neuron_backend.qa``; everything from a file, a user or a model is
 shown as text (Textbox, Dataframe, captions), never as HTML or Markdown, and error toasts are
-escaped (Gradio renders a toast's message as HTML).
+escaped (Gradio renders a toast's message as HTML). Words are in the page's language (``ui.i18n``):
+headers, statuses, verdicts and captions; prompts, variant names and the model's output are data.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ from neuron_backend.errors import ShowcaseError
 from neuron_backend.qa import ab as qa_ab
 from neuron_backend.qa import grid as qa_grid
 from neuron_backend.qa.compare import changed_only, compare_runs, compare_table
+from neuron_backend.qa.expect import word
 from neuron_backend.qa.images import decode_png
+
+from .i18n import lang, localized, say
 
 VIEW_COUNT = 4  # grid, gallery, summary, speed
 
 
 def refuse(exc: ShowcaseError | str):
-    """Raise the error toast for a refusal, its text escaped (it may echo a variant key or a CSV header)."""
-    raise gr.Error(html.escape(str(exc))) from None
+    """Raise the error toast for a refusal in the page's language, its text escaped (it may echo a variant key)."""
+    raise gr.Error(html.escape(localized(exc))) from None
+
+
+def shown_word(family: str, value) -> str:
+    """A status, kind or verdict word ("done", "chat", "pass") in the page's language."""
+    return localized(word(family, value))
 
 
 def column_widths(columns: int) -> list[str]:
@@ -36,11 +45,12 @@ def views(run, running: bool = False) -> tuple:
     """Updates of the grid, gallery, per-variant summary and speed table."""
     if run is None:
         return gr.update(value=None), [], gr.update(value=None), gr.update(value=None)
-    headers, rows = qa_grid.results_table(run, running)
+    language = lang()
+    headers, rows = qa_grid.results_table(run, running, language)
     grid = gr.update(value={"headers": headers, "data": rows}, column_widths=column_widths(len(headers) - 2))
-    summary = gr.update(value={"headers": qa_grid.SUMMARY_HEADERS, "data": qa_grid.variant_summary(run)})
-    speed = gr.update(value={"headers": qa_grid.SPEED_HEADERS, "data": qa_grid.speed_rows(run)})
-    return grid, qa_grid.gallery_items(run), summary, speed
+    summary = gr.update(value={"headers": qa_grid.summary_headers(language), "data": qa_grid.variant_summary(run)})
+    speed = gr.update(value={"headers": qa_grid.speed_headers(language), "data": qa_grid.speed_rows(run, language)})
+    return grid, qa_grid.gallery_items(run, language), summary, speed
 
 
 def variant_choices(run) -> tuple:
@@ -57,39 +67,41 @@ def ab_view(run) -> tuple:
     """The blind pair to pick next (no name, seed or setting of either side), or the revealed result."""
     blank = gr.update(value=None, visible=False)
     if run is None or not run.ab:
-        return "Choose two variants and start a blind review.", blank, blank, blank, blank, ""
+        return say("qa_ab_idle"), blank, blank, blank, blank, ""
     review = run.ab
     n = qa_ab.next_pair(run)
     picked = sum(p["pick"] is not None for p in review["pairs"])
+    total = len(review["pairs"])
     if review["revealed"] or n is None:
-        return (f"Done: {picked} of {len(review['pairs'])} pairs picked. Names revealed below.",
-                blank, blank, blank, blank, ab_result(run))
+        return say("qa_ab_done", picked=picked, total=total), blank, blank, blank, blank, ab_result(run)
     pair = review["pairs"][n]
     left, right = qa_ab.pair_cells(run, n)
-    heading = (f"Pair {n + 1} of {len(review['pairs'])} · {pair['kind']} · prompt #{pair['prompt_index'] + 1}: "
-               f"{run.rows[pair['prompt_index']].prompt}")
-    return (heading, *_side(left), *_side(right),
-            f"{picked} of {len(review['pairs'])} picked; names stay hidden until every pair is picked.")
+    heading = say("qa_ab_heading", number=n + 1, total=total, kind=shown_word("kind", pair["kind"]),
+                  prompt=pair["prompt_index"] + 1, text=run.rows[pair["prompt_index"]].prompt)
+    return (heading, *_side(left), *_side(right), say("qa_ab_progress", picked=picked, total=total))
 
 
 def _side(cell) -> tuple:
+    status = shown_word("status", cell.status)
     if cell.kind == "image":
         image = decode_png(cell.image_png) if cell.image_png else None
-        text = "" if image is not None else f"(no image: {cell.status})"
+        text = "" if image is not None else say("qa_ab_no_image", status=status)
         return gr.update(value=text, visible=image is None), gr.update(value=image, visible=image is not None)
-    text = cell.text if cell.status == "done" else f"({cell.status}{': ' + cell.error if cell.error else ''})"
+    text = cell.text if cell.status == "done" else f"({status}{': ' + localized(cell.error) if cell.error else ''})"
     if cell.reasoning:
-        text = f"[reasoning]\n{cell.reasoning}\n[answer]\n{text}"
+        text = say("qa_ab_reasoning", reasoning=cell.reasoning, answer=text)
     return gr.update(value=text, visible=True), gr.update(value=None, visible=False)
 
 
 def ab_result(run) -> str:
     """Tally and every pair's pick with the names, as plain text."""
-    lines = [f"{' vs '.join(run.ab['variants'])}: {qa_ab.tally_line(run)}"]
+    first, second = run.ab["variants"]
+    lines = [say("qa_ab_tally", first=first, second=second, tally=qa_ab.tally_line(run, lang()))]
     for p in qa_ab.per_row(run):
-        won = p["winner"] or "unpicked"
-        lines.append(f"#{p['prompt_index'] + 1} {p['kind']}: left {p['left']}, right {p['right']} -> "
-                     f"{p['pick'] or 'unpicked'} ({won})")
+        pick = say(f"qa_ab_pick_{p['pick']}") if p["pick"] else say("qa_ab_unpicked")
+        won = (say("qa_ab_pick_tie") if p["winner"] == "tie" else p["winner"]) or say("qa_ab_unpicked")
+        lines.append(say("qa_ab_row", prompt=p["prompt_index"] + 1, kind=shown_word("kind", p["kind"]),
+                         left=p["left"], right=p["right"], pick=pick, won=won))
     return "\n".join(lines)
 
 
@@ -97,11 +109,11 @@ def compare_view(old, new, only_changed: bool) -> tuple:
     """The compare table (only changed cells when asked), the chat diffs as text, the image pairs."""
     if old is None or new is None:
         return gr.update(value=None), "", []
+    language = lang()
     changes = compare_runs(old, new)
-    headers, rows = compare_table(changes, only_changed)
-    changed = changed_only(old, new, changes)
-    diffs = "\n\n".join(f"{c.caption}\n{c.diff or '(same text; see what changed)'}" for c in changed
-                        if c.image is None)
+    headers, rows = compare_table(changes, only_changed, language)
+    changed = changed_only(old, new, changes, language)
+    diffs = "\n\n".join(f"{c.caption}\n{c.diff or say('qa_diff_same')}" for c in changed if c.image is None)
     images = [(c.image, c.caption) for c in changed if c.image is not None]
-    note = f"{len(changed)} of {len(changes)} cells changed"
-    return gr.update(value={"headers": headers, "data": rows}, label=f"What changed ({note})"), diffs, images
+    label = say("qa_compare_label", changed=len(changed), total=len(changes))
+    return gr.update(value={"headers": headers, "data": rows}, label=label), diffs, images

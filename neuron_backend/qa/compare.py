@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from ..messages import in_language, msg
+from .expect import word
 from .images import decode_png
 from .runs import PENDING, RUNNING, Cell, QARun
 
@@ -56,10 +58,25 @@ def compare_runs(old: QARun, new: QARun) -> list[CellChange]:
     return changes
 
 
-def compare_table(changes: list[CellChange], only_changed: bool = False) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows for showing ``compare_runs`` output (only the changed cells when asked)."""
-    headers = ["prompt", "variant", "kind", "change", "what", "old mark", "new mark", "Δ"]
-    rows = [[c.prompt, c.variant, c.kind, c.change, "; ".join(c.what), c.old_mark or "", c.new_mark or "",
+def _text(value, lang: str) -> str:
+    """A word or Message in ``lang``; other values (data) as they are."""
+    return str(in_language(value, lang)) if value is not None else ""
+
+
+def _what(c: CellChange, lang: str) -> str:
+    return "; ".join(_text(w, lang) for w in c.what)
+
+
+def compare_table(changes: list[CellChange], only_changed: bool = False,
+                  lang: str = "en") -> tuple[list[str], list[list[str]]]:
+    """Headers and rows for showing ``compare_runs`` output (only the changed cells when asked), words in ``lang``."""
+    headers = [_text(msg(k), lang) for k in ("qa_view_h_prompt", "qa_view_sh_variant", "qa_view_sh_kind",
+                                             "qa_view_ch_change", "qa_view_ch_what", "qa_view_ch_old_mark",
+                                             "qa_view_ch_new_mark")] + ["Δ"]
+    rows = [[c.prompt, c.variant, _text(word("kind", c.kind), lang),
+             _text(word("change", c.change.replace(" ", "_")), lang), _what(c, lang),
+             _text(word("", c.old_mark), lang) if c.old_mark else "",
+             _text(word("", c.new_mark), lang) if c.new_mark else "",
              ", ".join(f"{k} {v:+.3g}" for k, v in c.deltas.items())]
             for c in changes if not only_changed or c.change == "changed"]
     return headers, rows
@@ -75,19 +92,21 @@ class ChangedCell:
     caption: str
 
 
-def changed_only(old: QARun, new: QARun, changes: list[CellChange] | None = None) -> list[ChangedCell]:
+def changed_only(old: QARun, new: QARun, changes: list[CellChange] | None = None,
+                 lang: str = "en") -> list[ChangedCell]:
     """The cells whose output, verdict or mark differ, each with its diff or its two images side by side."""
     out = []
     for c in changes if changes is not None else compare_runs(old, new):
         if c.change != "changed":
             continue
         a, b = old.cells[c.old_index], new.cells[c.new_index]
-        caption = f"#{b.prompt_index + 1} · {c.variant} · {c.kind}: {'; '.join(c.what)}"
+        caption = msg("qa_view_change_caption", prompt=b.prompt_index + 1, variant=c.variant,
+                      kind=_text(word("kind", c.kind), lang), what=_what(c, lang)).text(lang)
         if c.kind == "chat":
             out.append(ChangedCell(c, text_diff(a, b), None, caption))
         else:
             out.append(ChangedCell(c, "", side_by_side(decode_png(a.image_png), decode_png(b.image_png)),
-                                   caption + " (old left, new right)"))
+                                   caption + msg("qa_view_old_left").text(lang)))
     return out
 
 
@@ -129,17 +148,17 @@ def _keyed(run: QARun) -> dict[tuple[str, str, str, int], int]:
 
 def _differences(a: Cell, b: Cell) -> list[str]:
     """Status, output, verdict, mark (when both are marked) and settings differences."""
-    what = []
+    what = []  # Messages: English as text, translated where the page shows them
     if a.status != b.status:
-        what.append(f"status: {a.status} -> {b.status}")
+        what.append(msg("qa_view_what_status", old=word("status", a.status), new=word("status", b.status)))
     if (a.text, a.reasoning) != (b.text, b.reasoning) or _pixels(a) != _pixels(b):
-        what.append("output")
+        what.append(msg("qa_view_what_output"))
     if a.auto != b.auto:
-        what.append(f"verdict: {a.auto or 'none'} -> {b.auto or 'none'}")
+        what.append(msg("qa_view_what_verdict", old=word("", a.auto or "none"), new=word("", b.auto or "none")))
     if a.mark and b.mark and a.mark != b.mark:
-        what.append(f"mark: {a.mark} -> {b.mark}")
+        what.append(msg("qa_view_what_mark", old=word("", a.mark), new=word("", b.mark)))
     keys = sorted(set(a.settings) | set(b.settings))
-    return what + [f"settings: {k}" for k in keys if a.settings.get(k) != b.settings.get(k)]
+    return what + [msg("qa_view_what_settings", field=k) for k in keys if a.settings.get(k) != b.settings.get(k)]
 
 
 def _pixels(cell: Cell) -> str | None:

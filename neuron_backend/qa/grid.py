@@ -1,6 +1,8 @@
 """Views of a QA run: the prompt x variant grid, the speed table, per-variant summary and gallery.
 
-Everything returned is plain text and numbers: the UI shows it as text, never as HTML/Markdown.
+Everything returned is plain text and numbers: the UI shows it as text, never as HTML/Markdown. Words
+(headers, statuses, verdicts, captions) are in ``lang``, the page's language ("en", what the CLI and the
+exports read, by default); prompts, variant names and the model's output are data, shown as they are.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ import statistics
 
 from PIL import Image
 
-from .expect import verdict
+from ..messages import msg
+from .expect import judge, verdict, word
 from .images import decode_png
 from .runs import FAILED, KINDS, PENDING, RUNNING, STOPPED, Cell, QARun
 
@@ -29,55 +32,84 @@ def grid_cell(run: QARun, row: int, column: int) -> int | None:
     return row * len(columns) + column - 2  # cells are planned prompt by prompt, in column order
 
 
-def results_table(run: QARun, running: bool = False) -> tuple[list[str], list[list[str]]]:
+def _in(lang: str, key: str, **params) -> str:
+    return msg(key, **params).text(lang)
+
+
+def _word(lang: str, family: str, value) -> str:
+    """A status, kind or verdict word in ``lang`` (anything unknown, e.g. from an imported file, as it is)."""
+    found = word(family, value)
+    return found.text(lang) if hasattr(found, "text") else str(found)
+
+
+def results_table(run: QARun, running: bool = False, lang: str = "en") -> tuple[list[str], list[list[str]]]:
     """Headers and rows for a table: one row per prompt, one column per variant (and engine).
 
     ``running``: whether a set is running now; pending cells read "… pending" then, "not run" after.
     """
     both = run.kind == "both"
-    headers = ["#", "prompt"] + [f"{v} · {k}" if both else v for v, k in grid_columns(run)]
+    columns = [_in(lang, "qa_view_column", variant=v, kind=_word(lang, "kind", k)) if both else v
+               for v, k in grid_columns(run)]
+    headers = ["#", _in(lang, "qa_view_h_prompt"), *columns]
     width = len(grid_columns(run))
     rows = []
     for p, row in enumerate(run.rows):
         cells = run.cells[p * width:(p + 1) * width]
-        rows.append([str(p + 1), row.prompt] + [cell_summary(c, running) for c in cells])
+        rows.append([str(p + 1), row.prompt] + [cell_summary(c, running, lang, _reason(row.expect, c, lang))
+                                                for c in cells])
     return headers, rows
 
 
-def cell_summary(cell: Cell, running: bool = False) -> str:
-    """One cell as short text: mark and verdict, output (or status/error) and its seed and stats."""
-    mark = {"pass": "✅ pass", "fail": "❌ fail", None: ""}[cell.mark]
+def _reason(expect: dict, cell: Cell, lang: str) -> str:
+    """Why the automatic verdict failed, in ``lang``: judged again (the run stores the English reason)."""
+    if lang == "en" or cell.auto != "fail":
+        return cell.auto_reason
+    again, reason = judge(expect, cell, lang)
+    return reason if again == cell.auto else cell.auto_reason
+
+
+def cell_summary(cell: Cell, running: bool = False, lang: str = "en", reason: str | None = None) -> str:
+    """One cell as short text: mark and verdict, output (or status/error) and its seed and stats.
+
+    ``reason``: why the automatic verdict failed, in ``lang`` (default: the stored English one).
+    """
+    icon = {"pass": "✅", "fail": "❌"}.get(cell.mark)
+    mark = _in(lang, "qa_view_mark", icon=icon, verdict=_word(lang, "", cell.mark)) if icon else ""
     head = " · ".join(x for x in (mark, cell.comment) if x)
     if cell.auto:
-        head = " · ".join(x for x in (head, f"auto {cell.auto}" + (f": {cell.auto_reason}" if cell.auto == "fail"
-                                                                     else "")) if x)
+        auto = _word(lang, "", cell.auto)
+        why = (_in(lang, "qa_view_auto_reason", verdict=auto, reason=cell.auto_reason if reason is None else reason)
+               if cell.auto == "fail" else _in(lang, "qa_view_auto", verdict=auto))
+        head = " · ".join(x for x in (head, why) if x)
     if cell.status == RUNNING or (cell.status == PENDING and running):
-        body = f"… {cell.status}"
+        body = f"… {_word(lang, 'status', cell.status)}"
     elif cell.status == PENDING:
-        body = "— not run (Run set resumes)"
+        body = _in(lang, "qa_view_not_run")
     elif cell.status == FAILED:
-        body = f"⚠ failed: {cell.error}"
+        body = _in(lang, "qa_view_failed", error=cell.error)
     elif cell.kind == "chat":
         text = (cell.text or "")[:PREVIEW_CHARS] + ("…" if len(cell.text or "") > PREVIEW_CHARS else "")
         stats = cell.stats or {}
-        seed = "greedy" if cell.settings.get("greedy") else f"seed {cell.settings['seed']}"
-        speed = f" · {stats.get('new_tokens')} tok · {fmt_stat(stats.get('tokens_per_s'), '.1f')} tok/s"
-        speed = speed if stats else ""
-        body = f"{text}\n[{seed}{speed}{compiled_flag(cell)}]"
+        seed = _in(lang, "qa_view_greedy") if cell.settings.get("greedy") else _in(lang, "qa_view_seed",
+                                                                                  seed=cell.settings["seed"])
+        speed = _in(lang, "qa_view_chat_speed", tokens=stats.get("new_tokens"),
+                    rate=fmt_stat(stats.get("tokens_per_s"), ".1f")) if stats else ""
+        body = f"{text}\n[{seed}{speed}{compiled_flag(cell, lang)}]"
     else:
         s = cell.settings
-        body = f"🖼 {s['size']} · seed {s['seed']} · {s['steps']} steps"
+        body = _in(lang, "qa_view_image_body", size=s["size"], seed=s["seed"], steps=s["steps"])
         if cell.stats:
-            body += f" · {fmt_stat(cell.stats.get('seconds'), '.1f')} s{compiled_flag(cell)}"
+            body += _in(lang, "qa_view_seconds", seconds=fmt_stat(cell.stats.get("seconds"), ".1f"))
+            body += compiled_flag(cell, lang)
     if cell.status == STOPPED:
-        body = f"⏹ stopped\n{body}"
+        body = f"⏹ {_word(lang, 'status', STOPPED)}\n{body}"
     return f"{head}\n{body}" if head else body
 
 
-def compiled_flag(cell: Cell) -> str:
+def compiled_flag(cell: Cell, lang: str = "en") -> str:
     """" · ⚠ compiled N" when graphs compiled while the cell ran (none may after warm-up), else ""."""
     n = compiled(cell)
-    return f" · ⚠ compiled {n}" if n else ""
+    return _in(lang, "qa_view_compiled_n", count=n) if n else ""
 
 
 def compiled(cell: Cell) -> int:
@@ -104,21 +136,26 @@ def speed(cell: Cell) -> dict:
     return out
 
 
-SPEED_HEADERS = ["cell", "prompt #", "variant", "kind", "status", "verdict", "TTFT s", "tok/s", "new tokens",
-                 "image s", "graphs compiled", "flag"]
+_SPEED = ("cell", "prompt", "variant", "kind", "status", "verdict", "ttft", "rate", "tokens", "image", "graphs", "flag")
+SPEED_HEADERS = [msg(f"qa_view_sh_{k}") for k in _SPEED]  # English (str); speed_headers(lang) for the page
 SPEED_TYPES = ["number", "number", "str", "str", "str", "str", "number", "number", "number", "number", "number",
                "str"]
 
 
-def speed_rows(run: QARun) -> list[list]:
+def speed_headers(lang: str = "en") -> list[str]:
+    return [h.text(lang) for h in SPEED_HEADERS]
+
+
+def speed_rows(run: QARun, lang: str = "en") -> list[list]:
     """One row per cell (numbers stay numbers, so the table sorts by them); cell numbers are 1-based."""
     rows = []
     for i, cell in enumerate(run.cells):
         sp = speed(cell)
-        rows.append([i + 1, cell.prompt_index + 1, cell.variant, cell.kind, cell.status, verdict(cell) or "",
+        rows.append([i + 1, cell.prompt_index + 1, cell.variant, _word(lang, "kind", cell.kind),
+                     _word(lang, "status", cell.status), _word(lang, "", verdict(cell)) if verdict(cell) else "",
                      _round(sp.get("ttft_s")), _round(sp.get("tokens_per_s")), sp.get("new_tokens"),
                      _round(sp.get("image_s")), sp.get("compiled_graphs"),
-                     "⚠ compiled" if compiled(cell) else ""])
+                     _in(lang, "qa_view_compiled") if compiled(cell) else ""])
     return rows
 
 
@@ -126,8 +163,13 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-SUMMARY_HEADERS = ["variant", "cells", "passed", "failed", "unmarked", "errors", "median TTFT s", "median tok/s",
-                   "median new tokens", "median image s", "cells that compiled"]
+SUMMARY_HEADERS = [msg("qa_view_sh_variant"), *(msg(f"qa_view_su_{k}") for k in (
+    "cells", "passed", "failed", "unmarked", "errors", "ttft", "rate", "tokens", "image", "compiled"))]
+
+
+def summary_headers(lang: str = "en") -> list[str]:
+    """SUMMARY_HEADERS (English, what the HTML report shows) in ``lang``."""
+    return [h.text(lang) for h in SUMMARY_HEADERS]
 
 
 def variant_summary(run: QARun) -> list[list]:
@@ -149,21 +191,22 @@ def _median(values: list) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def summary_line(run: QARun) -> str:
+def summary_line(run: QARun, lang: str = "en") -> str:
     """Per variant, one line: ``cold: 3 passed · 1 failed · 1 unmarked``."""
-    return " | ".join(f"{row[0]}: {row[2]} passed · {row[3]} failed · {row[4]} unmarked"
+    return " | ".join(_in(lang, "qa_view_summary_line", name=row[0], passed=row[2], failed=row[3], unmarked=row[4])
                       for row in variant_summary(run))
 
 
-def gallery_items(run: QARun) -> list[tuple[Image.Image, str]]:
+def gallery_items(run: QARun, lang: str = "en") -> list[tuple[Image.Image, str]]:
     """(image, caption) for each image cell that has one: prompt #, variant, size, seed and mark."""
     items = []
     for i, cell in enumerate(run.cells):
         image = cell_image(cell)
         if image is not None:
-            mark = f" · {verdict(cell)}" if verdict(cell) else ""
-            items.append((image, f"cell {i + 1} · #{cell.prompt_index + 1} · {cell.variant} · "
-                                 f"{image.size[0]}x{image.size[1]} · seed {cell.settings['seed']}{mark}"))
+            mark = f" · {_word(lang, '', verdict(cell))}" if verdict(cell) else ""
+            items.append((image, _in(lang, "qa_view_caption", number=i + 1, prompt=cell.prompt_index + 1,
+                                     variant=cell.variant, size=f"{image.size[0]}x{image.size[1]}",
+                                     seed=cell.settings["seed"], verdict=mark)))
     return items
 
 
