@@ -95,11 +95,12 @@ def test_run_time_texts_read_as_before_in_english(settings):
 
 def test_the_parameters_view_shows_notes_in_the_pages_language(tmp_path):
     saved = OutputFolder(tmp_path, 0).save(None, {}, stem="x")  # --max-saved-images 0
-    params = _params(save_note=saved.problem)
+    params = _params(save_note=saved.problem, model=Message("err_image_field_steps"))
     with i18n.speaking("ar"):
         view = params_view(params)
     _arabic(view["save_note"])
     assert "--max-saved-images" in view["save_note"]
+    assert view["model"] == "Steps"  # any other value (a Message too, e.g. a demo model's name): as the API has it
     assert {k: v for k, v in view.items() if k != "save_note"} == {k: v for k, v in params.items() if k != "save_note"}
     assert params_view(params)["save_note"] == "not saved: --max-saved-images is 0"  # English (and the API) as before
 

@@ -75,9 +75,9 @@ def caption(params: dict) -> str:
 
 
 def params_view(params: dict) -> dict:
-    """An image's parameters as the JSON view shows them: notes (guidance ignored, not saved) in the page's
-    language; keys and values stay as the API returns them."""
-    return {k: localized(v) if isinstance(v, Message) else v for k, v in params.items()}
+    """An image's parameters as the JSON view shows them: the notes (``guidance_note``, ``save_note``) in the
+    page's language; keys and every other value (the model's name too) stay as the API returns them."""
+    return {k: localized(v) if k.endswith("_note") and isinstance(v, Message) else v for k, v in params.items()}
 
 
 def progress_text(step: int, total: int, elapsed: float) -> str:
