@@ -20,8 +20,14 @@ import threading
 from dataclasses import dataclass
 
 from .errors import ShapeFailedError, ShapeNotReadyError
+from .messages import MESSAGES, Message, msg
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
+
+
+def engine_name(name: str) -> Message | str:
+    """An engine's name inside a sentence ("chat"; Arabic on the page), as a message."""
+    return msg(f"backend_engine_{name}") if f"backend_engine_{name}" in MESSAGES else name
 
 
 @dataclass
@@ -68,10 +74,10 @@ class ShapeRegistry:
         state = self.state(key)
         label = label or key
         if state.state == FAILED:
-            raise ShapeFailedError(f"{self.engine} shape {label} is unavailable: its warm-up failed ({state.reason}).")
+            raise ShapeFailedError(msg("err_shape_failed", engine=engine_name(self.engine), label=label,
+                                       reason=state.reason))
         if state.state == PENDING and self.gated:
-            message = f"{self.engine} shape {label} is still warming up (compiling); try again soon."
-            raise ShapeNotReadyError(message, key)
+            raise ShapeNotReadyError(msg("err_shape_warming", engine=engine_name(self.engine), label=label), key)
 
     def snapshot(self) -> dict[str, dict]:
         with self._lock:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .messages import msg
 from .model_files import safetensors_header, weight_files
 
 GIB = 1024**3
@@ -72,10 +73,9 @@ class ImageMemory:
         return self.weights + self.decode + self.activations + self.overhead
 
     def text(self) -> str:
-        dtype = str(self.dtype).removeprefix("torch.")
-        return (f"needs ~{self.total / GIB:.1f} GiB in {dtype} ({self.parameters / 1e9:.2f} B parameters: "
-                f"weights {self.weights / GIB:.1f} GiB + decoding {self.size_label} {self.decode / GIB:.1f} GiB "
-                f"+ activations and overhead {(self.activations + self.overhead) / GIB:.1f} GiB)")
+        return msg("backend_mem_needs", total=f"{self.total / GIB:.1f}", dtype=str(self.dtype).removeprefix("torch."),
+                   params=f"{self.parameters / 1e9:.2f}", weights=f"{self.weights / GIB:.1f}", size=self.size_label,
+                   decode=f"{self.decode / GIB:.1f}", rest=f"{(self.activations + self.overhead) / GIB:.1f}")
 
 
 def estimate_image(folder: Path, dtype: torch.dtype, sizes, on_cpu: bool) -> ImageMemory:
@@ -130,19 +130,17 @@ def plan_image(folder: Path, dtype: torch.dtype, dtype_flag: str, sizes, kind: s
     on_cpu = kind == "cpu"
     wanted = estimate_image(folder, dtype, sizes, on_cpu)
     if free is None:
-        return MemoryPlan(dtype, f"{wanted.text()}; free memory on {kind} unknown, not checked")
-    where = f"{free / GIB:.1f} GiB free on {kind}"
+        return MemoryPlan(dtype, msg("backend_mem_unknown", needs=wanted.text(), kind=kind))
+    where = msg("backend_mem_free", free=f"{free / GIB:.1f}", kind=kind)
     if wanted.total <= free:
-        return MemoryPlan(dtype, f"{wanted.text()}; {where}")
+        return MemoryPlan(dtype, msg("backend_mem_fits", needs=wanted.text(), where=where))
     half = estimate_image(folder, torch.bfloat16, sizes, on_cpu)
     if dtype_flag == "auto" and dtype != torch.bfloat16 and half.total <= free:
-        return MemoryPlan(torch.bfloat16, f"{wanted.text()}, more than the {where}: loading in bfloat16 instead, "
-                                          f"which {half.text()}")
-    advice = "--no-image, or smaller --sizes"
+        return MemoryPlan(torch.bfloat16, msg("backend_mem_half", needs=wanted.text(), where=where, half=half.text()))
+    advice = msg("err_mem_advice")
     if dtype != torch.bfloat16 and half.total <= free:
-        advice = f"--dtype bfloat16 (which {half.text()}), {advice}"
-    raise NotEnoughMemory(f"The image model {wanted.text()}, more than the {where}. Pass {advice}; "
-                          "or free memory and restart.")
+        advice = msg("err_mem_advice_bf16", half=half.text(), advice=advice)
+    raise NotEnoughMemory(msg("err_mem_too_big", needs=wanted.text(), where=where, advice=advice))
 
 
 class NotEnoughMemory(Exception):

@@ -14,11 +14,13 @@ from pathlib import Path
 from . import devices
 from .cache.warm_start import WarmStart  # compile-cache bundles (neuron_backend/cache)
 from .chat import prefill
+from .engine import engine_name
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
+from .messages import msg
 from .metrics import Metrics
 from .settings import Settings
-from .warmup import Step, Task, TimingHistory, WarmupRunner, versions_tag
+from .warmup import Step, Task, TimingHistory, WarmupRunner, error_of, joined, shape_title, versions_tag
 
 log = logging.getLogger("showcase")
 
@@ -30,17 +32,6 @@ def shape_keys(settings: Settings, engine: str) -> list[str]:
     if engine == "chat":
         return [f"prefill-{b}" for b in settings.buckets]
     return [s.label for s in settings.sizes]
-
-
-def shape_title(engine: str, key: str, first: bool, batch: int = 1, chunk: int = 0) -> str:
-    """A warm-up task's title; ``chunk``: the compiled prefill chunk (0: eager prefill, chat/prefill.py)."""
-    if engine == "chat":
-        bucket = int(key.removeprefix("prefill-"))
-        title = f"prompt bucket {bucket} tokens" + (f" × batch {batch}" if batch > 1 else "")
-        if chunk:
-            title += f" in {bucket // chunk} compiled chunk{'s' if bucket > chunk else ''} of {chunk}"
-        return title + " + decode graphs" if first else title
-    return f"size {key}"
 
 
 def model_folder(settings: Settings, engine: str, progress=None) -> Path:
@@ -113,19 +104,17 @@ class Backend:
     # ----- what runs where -------------------------------------------------------------------
     def model_id(self, engine: str) -> str:
         if self.settings.demo or engine in self.fallbacks:
-            return f"demo {'Qwen3' if engine == 'chat' else 'FLUX.2-klein'} (tiny, random weights)"
+            return msg("backend_demo_model_id", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
         return self.settings.chat_model if engine == "chat" else self.settings.image_model
 
     def banner(self) -> str:
-        """One line that says plainly what runs where."""
-        parts = []
-        for name, p in self.placements.items():
-            parts.append(f"{name}: {self.model_id(name)} on {p.label()}")
-        where = self.description["accelerator"]
-        tail = " · demo models with random weights: output is noise" if self.settings.demo else ""
-        for name, reason in self.fallbacks.items():
-            tail += f" · {name} FELL BACK to its demo model (random weights): {reason}"
-        return f"{where} · " + " | ".join(parts) + tail
+        """One line that says plainly what runs where (a message: the page shows it in its language)."""
+        parts = [msg("backend_banner_part", engine=engine_name(name), model=self.model_id(name), placement=p.label())
+                 for name, p in self.placements.items()]
+        tail = [msg("backend_banner_demo")] if self.settings.demo else []
+        tail += [msg("backend_banner_fell", engine=engine_name(name), reason=reason)
+                 for name, reason in self.fallbacks.items()]
+        return joined("backend_join_dot", [self.description["accelerator"], joined("backend_join_bar", parts), *tail])
 
     def log_startup(self) -> None:
         log.info("device: %s", self.description["accelerator"])
@@ -153,12 +142,16 @@ class Backend:
                 return TimingHistory.key(engine, self.model_id(engine), kind, shape, p.device, p.dtype_name,
                                          p.compile, self.settings.compile_repeated_blocks, tag)
 
-            head.append(Step(Task(f"{engine} · obtain weights", engine, "weights"), self._obtain, key("weights")))
-            head.append(Step(Task(f"{engine} · load on {p.device}", engine, "load"), self._load, key("load")))
+            said = engine_name(engine)
+            head.append(Step(Task(msg("backend_task_weights", engine=said), engine, "weights"), self._obtain,
+                             key("weights")))
+            head.append(Step(Task(msg("backend_task_load", engine=said, device=p.device), engine, "load"), self._load,
+                             key("load")))
             batch = self.settings.chat_batch if engine == "chat" else 1
             chunk = prefill.chunk_size(self.settings, p.compile) if engine == "chat" else 0
             for i, shape in enumerate(shape_keys(self.settings, engine)):
-                task = Task(f"{engine} · {shape_title(engine, shape, i == 0, batch, chunk)}", engine, "compile", shape)
+                title = shape_title(engine, shape, i == 0, batch, chunk)
+                task = Task(msg("backend_task_shape", engine=said, title=title), engine, "compile", shape)
                 timed = shape if batch == 1 else f"{shape}@batch{batch}"  # batch N warms up other graphs
                 timed += f"@chunk{chunk}" if chunk else ""  # compiled prefill chunks: other graphs, other times
                 (head if i == 0 else tail).append(Step(task, self._warm_up, key("compile", timed)))
@@ -190,7 +183,8 @@ class Backend:
             self._fall_back(task.engine, exc)
             engine = self._create(task.engine)
             engine.load(self._folders[task.engine])
-        fell = f"demo model instead: {self.fallbacks[task.engine]}" if task.engine in self.fallbacks else None
+        fell = msg("backend_detail_demo_instead", reason=self.fallbacks[task.engine]) if task.engine in self.fallbacks \
+            else None
         task.detail = getattr(engine, "memory_note", None) or fell or task.detail
         with self._lock:
             self._engines[task.engine] = engine
@@ -200,7 +194,7 @@ class Backend:
         if (self.settings.models_requested != "auto" or self.settings.demo or name in self.fallbacks
                 or self.placements[name].tp > 1):
             raise exc
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = error_of(exc)
         log.error("%s engine: the real model failed (%s); falling back to the demo model", name, reason)
         self.fallbacks[name] = reason
         self._folders[name] = model_folder(self.settings.replace(models="tiny"), name)
@@ -218,7 +212,7 @@ class Backend:
     def _warm_up(self, task: Task) -> None:
         (engine := self.engine(task.engine)).warm_up(task.shape)
         if why := engine.shapes.eager.get(task.shape):  # Neuron: its compile failed, so it serves eager
-            task.detail = f"eager fallback: {why}"
+            task.detail = msg("backend_detail_eager", why=why)
 
     # ----- serving ------------------------------------------------------------------------------
     def engine(self, name: str):
@@ -228,19 +222,20 @@ class Backend:
         if engine is not None:
             return engine
         if name not in self.placements:
-            raise EngineUnavailableError(f"The {name} engine is disabled on this server (--no-{name}).")
+            raise EngineUnavailableError(msg("err_engine_disabled", engine=engine_name(name), flag=f"--no-{name}"))
         for task in self.runner.tasks:
             if task.engine == name and task.kind in ("weights", "load") and task.state in ("failed", "skipped"):
-                raise EngineUnavailableError(f"The {name} engine failed to load: {task.error}")
+                raise EngineUnavailableError(msg("err_engine_failed", engine=engine_name(name), error=task.error))
         eta = self.runner.eta_until(name, shape_keys(self.settings, name)[0])
-        when = f" (expected in about {eta:.0f} s)" if eta is not None else ""
-        raise EngineUnavailableError(f"The {name} engine is still loading{when}; try again shortly.")
+        when = msg("err_engine_loading_eta", eta=f"{eta:.0f}") if eta is not None else ""
+        raise EngineUnavailableError(msg("err_engine_loading", engine=engine_name(name), when=when))
 
     def explain_not_ready(self, engine: str, exc: ShapeNotReadyError) -> ShapeNotReadyError:
         """The same error with the expected time until that shape is ready."""
         eta = self.runner.eta_until(engine, exc.shape)
-        when = f" It should be ready in about {eta:.0f} s." if eta is not None else ""
-        return ShapeNotReadyError(f"{exc}{when}", exc.shape)
+        if eta is None:
+            return exc
+        return ShapeNotReadyError(msg("err_shape_eta", error=error_of(exc, bare=True), eta=f"{eta:.0f}"), exc.shape)
 
     def stream_chat(self, request) -> Iterator:
         """Stream a chat reply (see ChatEngine.stream); counted once in the metrics with its outcome."""
@@ -344,7 +339,7 @@ class Backend:
             self.engine(name)
         except EngineUnavailableError as exc:
             state = "disabled" if name not in self.placements else "failed" if "failed" in str(exc) else "loading"
-            return {"state": state, "reason": str(exc)}
+            return {"state": state, "reason": exc.args[0]}  # a Message (str): the page shows it in its language
         return {"state": "ready", "reason": None, "placement": self.placements[name].label()}
 
 

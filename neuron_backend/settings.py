@@ -33,6 +33,7 @@ from .flags import (  # noqa: F401 - env_name and build_parser are part of this 
     build_parser,
     env_name,
 )
+from .messages import msg
 from .shapes import ImageSize
 
 DEFAULT_CHAT_MODEL = "Qwen/Qwen3-0.6B"
@@ -223,9 +224,9 @@ def _default_cache_dir(env: Mapping[str, str]) -> Path:
 def _resolve_models(requested, chat_model, image_model, raw, weights_available, env) -> tuple[str, str]:
     """Turn auto|full|tiny into full|tiny with a reason that the log and the UI show."""
     if requested == "tiny":
-        return "tiny", "asked for the demo models (--models tiny)"
+        return "tiny", msg("backend_models_tiny")
     if requested == "full":
-        return "full", "asked for the real models (--models full)"
+        return "full", msg("backend_models_full")
     if weights_available is None:  # every needed file cached, or the Hub reachable (model_sources.py)
         from .model_sources import weights_available as probe  # local import: touches huggingface_hub
 
@@ -242,8 +243,8 @@ def _resolve_models(requested, chat_model, image_model, raw, weights_available, 
     for model, kind in wanted:
         ok, why = weights_available(model, timeout, kind)
         if not ok:
-            return "tiny", f"--models auto: {why}; using the offline demo models with random weights"
-    return "full", "--models auto: the real model weights are available"
+            return "tiny", msg("backend_models_auto_tiny", why=why)
+    return "full", msg("backend_models_auto_full")
 
 
 def validate(s: Settings) -> Settings:

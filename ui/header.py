@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import html
 
-from .i18n import bilingual_html
-from .status_text import status_bar_html
+from .i18n import bilingual_html, localized, say
+from .status_text import engine_title, status_bar_html
 
 TITLE = bilingual_html("header_title")  # both languages (ui/i18n.py); CSS shows the one of <html lang>
 SUMMARY = bilingual_html("header_summary")
-ENGINE_TITLES = {"chat": "Chat", "image": "Image"}
 # chip state -> (text colour, background)
 CHIP_COLOURS = {"ready": ("#1b5e20", "#e8f5e9"), "warming up": ("#8a5300", "#fff4e0"),
                 "loading": ("#8a5300", "#fff4e0"), "failed": ("#b71c1c", "#fdecea")}
@@ -26,7 +25,9 @@ NOTICE_STYLE = ("padding:8px 12px;margin-bottom:8px;border-radius:6px;color:#5d3
 
 def _short_model(model_id: str, demo: bool, engine: str) -> str:
     if demo:
-        return f"demo {'Qwen3' if engine == 'chat' else 'FLUX.2-klein'} (tiny)"
+        return say("status_demo_short", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
+    if model_id != localized(model_id):  # a message: a demo model after a --models auto fallback
+        return localized(model_id)
     return model_id.rstrip("/").split("/")[-1]
 
 
@@ -42,7 +43,8 @@ def engine_chips(status: dict) -> list[tuple[str, str]]:
                                     for t in status["tasks"]):
             state = "warming up"  # loaded and serving its warm shapes; others still compile
         device = status["device"]["engines"].get(name, {}).get("device", "?")
-        parts = [ENGINE_TITLES.get(name, name.title()), _short_model(model_id, status["demo"], name), device, state]
+        words = say(f"status_chip_{state.replace(' ', '_')}") if state in CHIP_COLOURS else state
+        parts = [engine_title(name), _short_model(model_id, status["demo"], name), device, words]
         chips.append((state, " · ".join(parts)))
     return chips
 
@@ -51,11 +53,8 @@ def demo_notice_html(status: dict) -> str:
     """The coloured notice shown while the demo models run (empty otherwise)."""
     if not status["demo"]:
         return ""
-    return (f'<div class="demo-notice" id="demo-notice" style="{NOTICE_STYLE}">'
-            "<b>Demo models: replies and images are noise.</b> This server runs tiny stand-ins with random "
-            f"weights, built offline (why: {html.escape(status['models_reason'])}). Shapes, timings and code "
-            "paths are the real ones; with the real weights cached, <code>--models full</code> gives real output."
-            "</div>")
+    notice = say("status_demo_notice", why=html.escape(localized(status["models_reason"])))
+    return f'<div class="demo-notice" id="demo-notice" style="{NOTICE_STYLE}">{notice}</div>'
 
 
 def header_html(status: dict) -> str:

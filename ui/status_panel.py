@@ -4,30 +4,47 @@ from __future__ import annotations
 
 import gradio as gr
 
+from neuron_backend.engine import engine_name
 from neuron_backend.runtime import Backend
 
 from .api import user_errors
 from .header import header_html
-from .i18n import t
+from .i18n import localized, say, t
 from .image_tab import ImageTab, size_choices
-from .status_text import counters_lines, task_rows
+from .status_text import counters_lines, state_word, task_rows
 
-TASK_HEADERS = ["task", "shape", "state", "seconds", "compile cache", "error"]
+TASK_COLUMNS = ["task", "shape", "state", "seconds", "compile cache", "error"]  # English: the API's words
+TASK_HEADERS = [f"status_col_{c.split()[-1]}" for c in TASK_COLUMNS]  # their keys (ui/texts/common.py)
+
+
+def task_headers() -> list[str]:
+    """The task table's headers in the page's language (a Dataframe's headers are plain strings)."""
+    return [say(key) for key in TASK_HEADERS]
+
+
+def task_table(status: dict) -> dict:
+    """The task table's value, headers included, so the page's language reaches them on every refresh."""
+    return {"headers": task_headers(), "data": task_rows(status)}
 
 
 def details_markdown(status: dict) -> str:
     """The 'Warm-up details' text: what runs where, engine states, cache folder, versions."""
     device = status["device"]
-    lines = [f"**Runs on:** {status['banner']}", f"**Models:** {status['models_reason']}",
-             f"**Device:** {device['accelerator']}"]
+    lines = [say("status_runs_on", banner=localized(status["banner"])),
+             say("status_models", reason=localized(status["models_reason"])),
+             say("status_device", device=device["accelerator"])]
     for name, engine in status["engines"].items():
-        lines.append(f"**{name} engine:** {engine['state']}" + (f" — {engine['reason']}" if engine["reason"] else ""))
-    lines.append(f"**Compile cache:** `{status['cache_dir']}/compile-cache`"
-                 + (f" ⚠ {status['cache_problem']}" if status["cache_problem"] else ""))
-    lines.append(f"**Graph compiles after warm-up:** {status['compiles_since_ready']}")
+        state = say("status_engine_disabled") if engine["state"] == "disabled" else \
+            say(f"status_chip_{engine['state']}") if engine["state"] in ("ready", "loading", "failed") else \
+            state_word(engine["state"])
+        lines.append(say("status_engine_line", engine=localized(engine_name(name)), state=state)
+                     + (f" — {localized(engine['reason'])}" if engine["reason"] else ""))
+    lines.append(say("status_cache_line", folder=f"`{status['cache_dir']}/compile-cache`")
+                 + (f" ⚠ {localized(status['cache_problem'])}" if status["cache_problem"] else ""))
+    lines.append(say("status_compiles_line", n=status["compiles_since_ready"]))
     lines += counters_lines(status.get("counters"))  # which counter that is, memory per core, CPU fallbacks
     versions = ", ".join(f"{k} {v}" for k, v in device["versions"].items())
-    lines.append(f"**Software:** {versions}")
+    lines.append(say("status_software", versions=versions))
     return "\n\n".join(lines)
 
 
@@ -35,7 +52,7 @@ def build_status_panel(backend: Backend) -> list:
     """The bar and the details accordion; returns the components the refresh writes (see wire_refresh)."""
     status_bar = gr.HTML(header_html(backend.status()), elem_id="status-bar")  # title, chips, notice, bar
     with gr.Accordion(t("status_details"), open=False, elem_id="warmup-details"):
-        tasks_table = gr.Dataframe(headers=TASK_HEADERS, value=task_rows(backend.status()),
+        tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(backend.status()),
                                    interactive=False, wrap=True, elem_id="warmup-table")
         details = gr.Markdown(elem_id="warmup-details-text")
         with gr.Row():
@@ -61,7 +78,7 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
         choices = size_choices(backend)
         size_update = gr.update(choices=choices) if choices != previous_choices else gr.skip()
         timer_update = gr.Timer(active=True, value=5.0 if status.get("warmup_done", status["ready"]) else 1.0)
-        return (header_html(status), task_rows(status), details_markdown(status), size_update, choices,
+        return (header_html(status), task_table(status), details_markdown(status), size_update, choices,
                 timer_update, gr.update(visible=not backend.image_distilled()))
 
     size_choices_state = gr.State(size_choices(backend))

@@ -1,9 +1,17 @@
 """The warm-up bar, task table, counters and size labels as text, built from the status snapshot
-(no Gradio here, so it is testable on its own). Names from settings or the backend go through ``html.escape``."""
+(no Gradio here, so it is testable on its own). Names from settings or the backend go through ``html.escape``.
+
+Every text is built with ``say`` in the page's language (ui/i18n.py); the backend's task names, errors and
+details are messages (neuron_backend/messages.py) shown with ``localized``. The snapshot stays English.
+"""
 
 from __future__ import annotations
 
 import html
+
+from neuron_backend.engine import engine_name
+
+from .i18n import localized, say
 
 STATE_ICONS = {"queued": "⏳", "running": "⚙️", "ready": "✅", "failed": "❌", "skipped": "⏭️"}
 
@@ -12,8 +20,25 @@ def fmt_seconds(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     if seconds < 60:
-        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-    return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
+        return say("status_seconds", n=f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}")
+    return say("status_minutes", m=f"{seconds // 60:.0f}", s=f"{seconds % 60:02.0f}")
+
+
+def state_word(state: str) -> str:
+    """A task's state (queued, running, ready, failed, skipped) in the page's language."""
+    key = f"status_state_{state}"
+    try:
+        return say(key)
+    except KeyError:
+        return state
+
+
+def engine_title(name: str) -> str:
+    """"Chat", "Image" (the chips, the details), in the page's language."""
+    try:
+        return say(f"status_engine_{name}")
+    except KeyError:
+        return name.title()
 
 
 def status_bar_html(status: dict) -> str:
@@ -21,19 +46,21 @@ def status_bar_html(status: dict) -> str:
     pct = round(100 * status["progress"])
     if status.get("warmup_done", status["ready"]):  # "ready" also needs every engine serving
         failed = len(status["failed"])
-        state = f"Warm-up done in {fmt_seconds(status['elapsed_s'])}" + (f" · {failed} failed" if failed else "")
+        state = say("status_done", elapsed=fmt_seconds(status["elapsed_s"])) + (
+            say("status_done_failed", n=failed) if failed else "")
     else:
         eta = status["eta_s"]
-        running = next((t["name"] for t in status["tasks"] if t["state"] == "running"), "starting")
-        state = f"Warming up: {html.escape(running)} · {status['done']}/{status['total']} tasks" + (
-            f" · about {fmt_seconds(eta)} left" if eta is not None else " · ETA learned after the first start"
+        running = next((localized(t["name"]) for t in status["tasks"] if t["state"] == "running"),
+                       say("status_starting"))
+        state = say("status_warming", task=html.escape(running), done=status["done"], total=status["total"]) + (
+            say("status_eta", eta=fmt_seconds(eta)) if eta is not None else say("status_eta_unknown")
         )
     alarm = status["compiles_since_ready"]
     alarm_html = (
         f'<span class="recompile-alarm" style="color:#fff;background:#c62828;padding:1px 6px;border-radius:4px">'
-        f"⚠ {alarm} graph compile(s) after warm-up</span>"
+        f"{say('status_recompiles', n=alarm)}</span>"
         if alarm
-        else '<span class="recompile-quiet">no recompiles</span>'
+        else f'<span class="recompile-quiet">{say("status_no_recompiles")}</span>'
     )
     # What runs where (the banner) and the demo notice sit in the page header (header.py) and the details.
     return (
@@ -46,11 +73,11 @@ def status_bar_html(status: dict) -> str:
 
 def fallback_html(status: dict) -> str:
     """A loud line per engine whose real model failed under --models auto and gave way to its demo model."""
+    lines = [say("status_fallback", engine=html.escape(localized(engine_name(name))),
+                 reason=html.escape(localized(reason))) for name, reason in (status.get("fallbacks") or {}).items()]
     return "".join(
         f'<div class="fallback-alarm" style="color:#fff;background:#b26a00;padding:2px 6px;border-radius:4px;'
-        f'margin-top:4px">⚠ {html.escape(name)}: the real model failed, so its demo model (random weights) '
-        f"runs instead: {html.escape(reason)}</div>"
-        for name, reason in (status.get("fallbacks") or {}).items())
+        f'margin-top:4px">{line}</div>' for line in lines)
 
 
 def task_rows(status: dict) -> list[list]:
@@ -58,20 +85,20 @@ def task_rows(status: dict) -> list[list]:
     rows = []
     for t in status["tasks"]:
         seconds = t["seconds"]  # measured only; what a task is expected to take goes with its state
-        hit = {True: "hit", False: "miss", None: ""}[t["cache_hit"]]
+        hit = {True: say("status_hit"), False: say("status_miss"), None: ""}[t["cache_hit"]]
         if t.get("from_bundle"):  # the shape's graphs came with a --cache-bundle
-            hit = f"{hit} (bundle)" if hit else "from bundle"
-        state = f"{STATE_ICONS.get(t['state'], '')} {t['state']}"
+            hit = say("status_hit_bundle", hit=hit) if hit else say("status_from_bundle")
+        state = f"{STATE_ICONS.get(t['state'], '')} {state_word(t['state'])}"
         if t["progress"] is not None and t["state"] == "running":
             state += f" {t['progress']:.0%}"
         if t.get("detail") and t["kind"] in ("weights", "load") and t["state"] in ("running", "ready"):
-            state += f" · {t['detail']}"  # download bytes/rate, the model folder, the memory estimate
+            state += f" · {localized(t['detail'])}"  # download bytes/rate, the model folder, the memory estimate
         if t.get("detail") and t["kind"] == "compile" and t["state"] == "ready":
-            state += f" · {t['detail']}"  # "eager fallback: <the compile error>" (Neuron, devices.compile_or_eager)
+            state += f" · {localized(t['detail'])}"  # "eager fallback: <the compile error>" (devices.compile_or_eager)
         if t["state"] in ("queued", "running") and t["expected_s"] is not None:
-            state += f" (expected {fmt_seconds(t['expected_s'])})"
-        rows.append([t["name"], t["shape"] or "", state, "" if seconds is None else round(seconds, 1), hit,
-                     t["error"] or ""])
+            state += say("status_expected", eta=fmt_seconds(t["expected_s"]))
+        rows.append([localized(t["name"]), t["shape"] or "", state, "" if seconds is None else round(seconds, 1),
+                     hit, localized(t["error"] or "")])
     return rows
 
 
@@ -79,24 +106,28 @@ def counters_lines(counters: dict | None) -> list[str]:
     """Details lines: which compile counter the alarm shows, memory per device, ops that ran on the CPU."""
     if not counters:
         return []
-    lines = [f"**Compile counter shown:** {counters['compile_counter']}"]
+    lines = [say("status_counter_line", counter=localized(counters["compile_counter"]))]
     for device, mem in counters["memory"].items():
         if "error" in mem:
-            lines.append(f"**Memory {device}:** unavailable ({mem['error']})")
+            lines.append(say("status_memory_unavailable", device=device, error=localized(mem["error"])))
         else:
-            lines.append(f"**Memory {device}:** {mem['allocated_bytes'] / 2**30:.2f} GiB allocated of "
-                         f"{mem['total_bytes'] / 2**30:.1f} GiB")
+            lines.append(say("status_memory", device=device, used=f"{mem['allocated_bytes'] / 2**30:.2f}",
+                             total=f"{mem['total_bytes'] / 2**30:.1f}"))
     ops = counters["cpu_fallback_ops"]
     if ops is not None:
-        lines.append("**Ops that fell back to CPU:** " + (", ".join(f"`{op}`" for op in ops) if ops else "none"))
+        lines.append(say("status_cpu_ops", ops=", ".join(f"`{op}`" for op in ops) if ops else say("status_none")))
     return lines
 
 
 def size_choice_label(size, state: dict | None) -> str:
     """'1344x768 (7:4) · ready' for the size picker."""
     state = state or {"state": "queued", "eta_s": None, "error": None}
-    text = {"ready": "ready", "failed": "failed", "skipped": "unavailable"}.get(state["state"])
-    if text is None:  # only the running task compiles; the others wait their turn
+    key = {"ready": "status_size_ready", "failed": "status_size_failed",
+           "skipped": "status_size_unavailable"}.get(state["state"])
+    if key is not None:
+        text = say(key)
+    else:  # only the running task compiles; the others wait their turn
         eta = state.get("eta_s")
-        text = ("compiling" if state["state"] == "running" else "queued") + (f", ~{fmt_seconds(eta)}" if eta else "")
+        text = say("status_size_compiling" if state["state"] == "running" else "status_size_queued")
+        text = say("status_size_eta", state=text, eta=fmt_seconds(eta)) if eta else text
     return f"{size.label} ({size.aspect}) · {text}"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import CacheBundleError
+from ..messages import msg
 from . import manifest as manifests
 
 log = logging.getLogger("showcase.cache")
@@ -110,8 +111,7 @@ def export(cache_root: Path, out: Path) -> dict:
     folder = cache_folder(cache_root)
     live = folder / LIVE_MANIFEST
     if not live.is_file():
-        raise CacheBundleError(f"{folder} has no {LIVE_MANIFEST}: start the app once with the settings the bundle "
-                               "is for and let warm-up finish (it writes the manifest), then export.")
+        raise CacheBundleError(msg("err_bundle_no_manifest", folder=folder, manifest=LIVE_MANIFEST))
     described = json.loads(live.read_text())
     files = {}
     for path in _cache_files(folder):

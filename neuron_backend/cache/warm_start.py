@@ -12,6 +12,7 @@ import logging
 import threading
 from pathlib import Path
 
+from ..messages import msg
 from ..warmup import READY, Step, Task, TimingHistory
 from . import bundle, manifest
 
@@ -40,7 +41,7 @@ class WarmStart:
         source = self.backend.settings.cache_bundle
         if not source:
             return steps
-        task = Task("compile cache · install bundle", "cache", "bundle", detail=source)
+        task = Task(msg("backend_task_bundle"), "cache", "bundle", detail=source)
         step = Step(task, self._install, TimingHistory.key("cache", "bundle", source))
         weights = [s for s in steps if s.task.kind == "weights"]
         return weights + [step] + [s for s in steps if s.task.kind != "weights"]

@@ -58,7 +58,7 @@ def plan_memory(folder: Path, placement, settings) -> MemoryPlan:
         return plan_image(folder, placement.dtype, settings.dtype, settings.sizes, placement.kind,
                           free_bytes(placement.kind, core))
     except NotEnoughMemory as exc:
-        raise EngineUnavailableError(str(exc)) from None
+        raise EngineUnavailableError(exc.args[0]) from None  # a Message: shown in the page's language
 
 
 def cause_chain(exc: BaseException) -> str:
