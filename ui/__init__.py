@@ -27,7 +27,7 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None) -> gr.Blo
         concurrency["chat"] = "chat-batch"
 
     # delete_cache: Gradio copies every served file into its cache; drop copies older than an hour, hourly.
-    with gr.Blocks(title=t("page_title"), delete_cache=(3600, 3600)) as demo:
+    with gr.Blocks(title="Hugging Face on Trainium", delete_cache=(3600, 3600)) as demo:
         panel = build_status_panel(backend)
         with gr.Tab(t("tab_chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
             build_chat_tab(backend)

@@ -16,7 +16,6 @@ WORDS: dict[str, tuple[str, str]] = {
                              "تصدير ذاكرة الترجمة المؤقتة (حزمة لخادم آخر)"),
     "status_bundle_file": ("Compile-cache bundle (.tar.gz; start another host with --cache-bundle)",
                            "حزمة ذاكرة الترجمة (‎.tar.gz؛ شغّل بها خادمًا آخر مع ‎--cache-bundle)"),
-    "page_title": ("Hugging Face on Trainium", "Hugging Face على Trainium"),
     # header chips and the demo notice (ui/header.py)
     "status_engine_chat": ("Chat", "المحادثة"),
     "status_engine_image": ("Image", "الصورة"),
