@@ -75,6 +75,8 @@ def build_qa_tab(backend: Backend) -> None:
         save_mark_btn = gr.Button(t("qa_save_mark"), elem_id="qa-save-mark")
         rerun_btn = gr.Button(t("qa_rerun"), elem_id="qa-rerun")
     with gr.Accordion(t("qa_speed"), open=False, elem_id="qa-speed-box"):
+        # English headers until the first run, which sends them in the page's language (views(); Gradio's frontend
+        # does not translate a Dataframe's headers given at build time)
         speed = gr.Dataframe(headers=qa_grid.SPEED_HEADERS, datatype=qa_grid.SPEED_TYPES, interactive=False,
                              elem_id="qa-speed")
     with gr.Accordion(t("qa_ab"), open=False, elem_id="qa-ab-box"):
@@ -106,7 +108,7 @@ def build_qa_tab(backend: Backend) -> None:
     export_file = gr.File(label=t("qa_export_file"), height=90, elem_id="qa-export-file")
     only_changed = gr.Checkbox(label=t("qa_only_changed"), value=False, elem_id="qa-only-changed")
     compare_grid = gr.Dataframe(label=t("qa_compare_grid"), interactive=False, wrap=True,
-                                headers=["cell", "change"], elem_id="qa-compare-grid")
+                                headers=["#", "Δ"], elem_id="qa-compare-grid")  # no words until a compare
     diff_box = gr.Textbox(label=t("qa_diff"), lines=8, interactive=False,
                           elem_id="qa-diff")
     diff_gallery = gr.Gallery(label=t("qa_diff_gallery"), columns=2, height="auto",

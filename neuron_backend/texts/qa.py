@@ -42,7 +42,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "err_qa_hint_one_object": ("give one JSON object per line", "اكتب كائن JSON واحدًا في كل سطر"),
     # ----- prompt sets ---------------------------------------------------------------------------------------
     "err_qa_lone_surrogate": ("{what} contains a character that is not valid text (a lone surrogate); remove it.",
-                              "{what} فيه حرف ليس نصًا صالحًا (بديل منفرد lone surrogate)؛ احذفه."),
+                              "{what} فيه حرف ليس نصًا صالحًا (بديل منفرد، surrogate)؛ احذفه."),
     "err_qa_text_and_file": ("Give either pasted prompts or a file, not both: clear one of them.",
                              "أعطِ موجّهات ملصوقة أو ملفًا، لا كليهما: امسح أحدهما."),
     "err_qa_empty_set": ("The prompt set is empty: paste one prompt per line, or upload a .jsonl or a .csv file "
@@ -84,7 +84,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
                                     "allowed: {allowed}.",
                                     "{where}: المقاس {size} ليس من المقاسات المترجَمة مسبقًا على هذا الخادم؛ "
                                     "المسموح: {allowed}."),
-    "err_qa_not_text": ("{where}: {field} must be text, got {got}.", "{where}: يجب أن يكون {field} نصًا، والمُعطى {got}."),
+    "err_qa_not_text": ("{where}: {field} must be text, got {got}.",
+                        "{where}: يجب أن يكون {field} نصًا، والمُعطى {got}."),
     "err_qa_range_positive": ("above 0 and at most {high:g}", "أكبر من 0 وبحد أقصى {high:g}"),
     "err_qa_range_between": ("from {low} to {high}", "من {low} إلى {high}"),
     "err_qa_out_of_range": ("{where}: {field} must be {allowed}, got {got}.",
@@ -122,7 +123,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "err_qa_variant_bad_quote": ("Variant line {number}: {value} is not a valid quoted string.",
                                  "سطر المتغيّر {number}: {value} ليس نصًا صالحًا بين علامتي تنصيص."),
     # ----- expectations ------------------------------------------------------------------------------------------
-    "err_qa_expect_items": ("{where}: {field} needs 1 to {most} texts.", "{where}: يحتاج {field} من 1 إلى {most} نصوص."),
+    "err_qa_expect_items": ("{where}: {field} needs 1 to {most} texts.",
+                            "{where}: يحتاج {field} من 1 إلى {most} نصوص."),
     "err_qa_expect_bad_regex": ("{where}: regex {pattern!r} is not a valid pattern ({detail}).",
                                 "{where}: التعبير النمطي (regex) {pattern!r} ليس نمطًا صالحًا ({detail})."),
     "err_qa_expect_max_tokens": ("{where}: max_tokens must be a whole number of at least 1, got {got!r}.",
@@ -134,7 +136,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "err_qa_expect_too_long": ("{where}: {field} is {chars} characters; at most {most} are allowed.",
                                "{where}: طول {field} {chars} حرفًا؛ والحد الأقصى {most}."),
     # ----- images ------------------------------------------------------------------------------------------------
-    "err_qa_png_not_text": ("{where}: image_png must be base64 text.", "{where}: يجب أن يكون image_png نصًا بترميز base64."),
+    "err_qa_png_not_text": ("{where}: image_png must be base64 text.",
+                            "{where}: يجب أن يكون image_png نصًا بترميز base64."),
     "err_qa_png_too_big": ("{where}: the image is larger than {mb} MB.", "{where}: الصورة أكبر من {mb} ميغابايت."),
     "err_qa_png_bad_base64": ("{where}: image_png is not valid base64.", "{where}: image_png ليس base64 صالحًا."),
     "err_qa_png_not_png": ("{where}: image_png is not a PNG image.", "{where}: image_png ليس صورة PNG."),
@@ -208,7 +211,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
                                "طول الموجّه {chars} حرفًا؛ والحد الأقصى {most}"),
     "err_qa_imp_expect": ("expect must be an object with keys among {keys}",
                           "يجب أن يكون expect كائنًا مفاتيحه من بين {keys}"),
-    "err_qa_imp_name": ("the name must be 1 to {most} characters of text", "يجب أن يكون الاسم نصًا من 1 إلى {most} حرفًا"),
+    "err_qa_imp_name": ("the name must be 1 to {most} characters of text",
+                        "يجب أن يكون الاسم نصًا من 1 إلى {most} حرفًا"),
     "err_qa_imp_settings": ("settings must be an object with keys among {keys}",
                             "يجب أن يكون settings كائنًا مفاتيحه من بين {keys}"),
     "err_qa_imp_cell_order": ("expected cell {position}", "المتوقع الخلية {position}"),
