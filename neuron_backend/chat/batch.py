@@ -335,8 +335,7 @@ class BatchScheduler:
                     input_ids=ids, attention_mask=mask, streamer=streamer,
                     stopping_criteria=StoppingCriteriaList([criteria]),
                     max_new_tokens=max(r.max_new_tokens for r in rows), min_new_tokens=min_new_tokens or None,
-                    window_floor=window_floor,
-                    **rows[0].sampling.generate_kwargs(),
+                    window_floor=window_floor, **rows[0].sampling.generate_kwargs(),
                 )
                 self.model.synchronize()
                 for row in rows:

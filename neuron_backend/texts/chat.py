@@ -38,17 +38,17 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "chat_err_empty_message": ("The message is empty: type something to send.",
                                "الرسالة فارغة: اكتب شيئًا لإرساله."),
     "chat_err_flag": ("{name} must be true or false, got {value}.",
-                      "{name}: يجب أن تكون القيمة true أو false، ووصلت {value}."),
+                      "{name}: يجب أن تكون القيمة true أو false، والقيمة المُرسَلة {value}."),
     "chat_err_real_range": ("{name} must be a number from {low} to {high} (for the most likely token every time, "
                             "use greedy), got {value}.",
                             "{name}: يجب أن تكون القيمة عددًا من {low} إلى {high} (لاختيار الرمز الأرجح في كل مرة "
-                            "استخدم الوضع الجشع)، ووصلت {value}."),
+                            "استخدم الوضع الجشع)، والقيمة المُرسَلة {value}."),
     "chat_err_real_positive": ("{name} must be a number above 0 and at most {high}, got {value}.",
-                               "{name}: يجب أن تكون القيمة عددًا أكبر من 0 ولا يتجاوز {high}، ووصلت {value}."),
+                               "{name}: يجب أن تكون القيمة عددًا أكبر من 0 ولا يتجاوز {high}، والقيمة المُرسَلة {value}."),
     "chat_err_whole_range": ("{name} must be a whole number from {low} to {high}, got {value}.",
-                             "{name}: يجب أن تكون القيمة عددًا صحيحًا من {low} إلى {high}، ووصلت {value}."),
+                             "{name}: يجب أن تكون القيمة عددًا صحيحًا من {low} إلى {high}، والقيمة المُرسَلة {value}."),
     "chat_err_whole_min": ("{name} must be a whole number of {low} or more, got {value}.",
-                           "{name}: يجب أن تكون القيمة عددًا صحيحًا لا يقل عن {low}، ووصلت {value}."),
+                           "{name}: يجب أن تكون القيمة عددًا صحيحًا لا يقل عن {low}، والقيمة المُرسَلة {value}."),
     "chat_value_digits": ("a whole number of about {digits} digits", "عدد صحيح من نحو {digits} خانة"),
     # ----- texts and history (chat/history.py) ---------------------------------------------------------
     "chat_what_message": ("The message", "الرسالة"),
@@ -57,32 +57,32 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "chat_what_a_message": ("A message", "رسالة"),
     "chat_what_reasoning": ("A reply's reasoning", "استدلال رد"),
     "chat_what_notice": ("A notice", "تنبيه"),
-    "chat_err_not_text": ("{what} must be text, got {kind}.", "{what}: المطلوب نص، ووصل {kind}."),
+    "chat_err_not_text": ("{what} must be text, got {kind}.", "{what}: المطلوب نص، والمُرسَل من النوع {kind}."),
     "chat_err_too_long": ("{what} is {length} characters; at most {limit} are allowed.",
-                          "{what}: طوله {length} حرفًا؛ والحد الأقصى المسموح {limit}."),
+                          "{what}: الطول {length} حرفًا؛ والحد الأقصى المسموح {limit}."),
     "chat_err_surrogate": ("{what} holds a lone surrogate ({char}) at character {at}, which is not valid Unicode; "
                            "send UTF-8 text.",
-                           "{what}: فيه بديل منفرد (surrogate) ({char}) عند الحرف {at}، وهذا ليس Unicode صالحًا؛ "
+                           "{what}: يوجد بديل منفرد (surrogate) ({char}) عند الحرف {at}، وهذا ليس Unicode صالحًا؛ "
                            "أرسل نصًا بترميز UTF-8."),
     "chat_err_part_type": ("{where} has a part of type {kind}; only text parts are accepted.",
-                           "{where}: فيه جزء من النوع {kind}؛ لا تُقبل إلا الأجزاء النصية."),
+                           "{where}: يوجد جزء من النوع {kind}؛ لا تُقبل إلا الأجزاء النصية."),
     "chat_err_content_type": ("{where} must be text or a list of text parts, got {kind}.",
-                              "{where}: المطلوب نص أو قائمة أجزاء نصية، ووصل {kind}."),
+                              "{where}: المطلوب نص أو قائمة أجزاء نصية، والمُرسَل من النوع {kind}."),
     "chat_history_allowed": ('a list of {{"role": "user" or "assistant", "content": text or a list of text parts}}, '
                              'oldest first (an exported conversation\'s "messages" work as they are)',
                              'قائمة من {{"role": "user" أو "assistant"، "content": نص أو قائمة أجزاء نصية}}، '
                              'الأقدم أولًا (يصلح الحقل "messages" من محادثة مُصدَّرة كما هو)'),
     "chat_err_history_type": ("The history must be {allowed}; got {kind}.",
-                              "السجل: يجب أن يكون {allowed}؛ ووصل {kind}."),
+                              "السجل: يجب أن يكون {allowed}؛ والمُرسَل من النوع {kind}."),
     "chat_err_history_messages": ("The history has {count} messages; this server accepts at most {limit}. Send only "
                                   "the newest ones (old turns that do not fit the prompt are dropped anyway).",
-                                  "في السجل {count} رسالة؛ وهذا الخادم يقبل {limit} على الأكثر. أرسل أحدثها فقط "
+                                  "عدد الرسائل في السجل {count}؛ وهذا الخادم يقبل {limit} على الأكثر. أرسل أحدثها فقط "
                                   "(الأدوار القديمة التي لا تتسع في الموجّه تُسقَط على أي حال)."),
     "chat_err_history_item": ("History item {index} is not valid: it must be {allowed}.",
                               "العنصر {index} من السجل غير صالح: يجب أن يكون السجل {allowed}."),
     "chat_err_history_chars": ("The history holds more than {limit} characters; this server accepts at most {limit}. "
                                "Send only the newest messages.",
-                               "في السجل أكثر من {limit} حرف؛ وهذا الخادم يقبل {limit} على الأكثر. "
+                               "عدد الأحرف في السجل يتجاوز {limit}؛ وهذا الخادم يقبل {limit} على الأكثر. "
                                "أرسل أحدث الرسائل فقط."),
     "chat_err_not_export": ("This file is not a conversation exported by this app (its \"format\" must be {format}).",
                             "هذا الملف ليس محادثة صدّرها هذا التطبيق (يجب أن تكون قيمة \"format\" فيه {format})."),
@@ -134,5 +134,5 @@ MESSAGES: dict[str, tuple[str, str]] = {
                                     "هذا التقييم أكبر مما يُسمح لملف التقييمات أن يبلغه ({limit} بايت، "
                                     "--feedback-max-bytes)؛ فلم يُحفَظ."),
     "chat_err_comment_too_long": ("The comment is {length} characters; at most {limit} are allowed.",
-                                  "التعليق طوله {length} حرفًا؛ والحد الأقصى المسموح {limit}."),
+                                  "طول التعليق {length} حرفًا؛ والحد الأقصى المسموح {limit}."),
 }
