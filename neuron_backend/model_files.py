@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .messages import Message, msg
+
 Exists = Callable[[str], bool]
 ReadJson = Callable[[str], dict]
 
@@ -45,12 +47,39 @@ class BrokenModelFile(Exception):
     """A file is present but unusable; the message names the file and the cause."""
 
 
+def broken(file: str, problem: str) -> BrokenModelFile:
+    """"<file>: <problem>" (a message: the page shows it in its language; ``problem_of`` gives the cause alone)."""
+    return BrokenModelFile(msg("err_files_broken", file=file, problem=problem))
+
+
+def said(exc: BaseException) -> str:
+    """An error's message: the Message it carries (translatable), else its text."""
+    return exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], Message) else str(exc)
+
+
+def problem_of(exc: BrokenModelFile) -> str:
+    """What is wrong, without the file's name."""
+    text = said(exc)
+    if isinstance(text, Message) and text.key == "err_files_broken":
+        return text.params["problem"]
+    return str(exc).split(": ", 1)[-1]
+
+
+def joined(parts, key: str = "backend_join_comma") -> str:
+    """``parts`` joined by the separator message ``key`` (", " or "; "), each part kept translatable."""
+    parts = list(parts)
+    text = parts[0] if parts else ""
+    for part in parts[1:]:
+        text = msg(key, a=text, b=part)
+    return text
+
+
 def _join(folder: str, name: str) -> str:
     return f"{folder}/{name}" if folder else name
 
 
 def _tokenizer_needs(folder: str, exists: Exists, what: str) -> list[Need]:
-    needs = [Need(_join(folder, "tokenizer_config.json"), f"{what} settings")]
+    needs = [Need(_join(folder, "tokenizer_config.json"), msg("backend_files_settings", what=what))]
     if exists(_join(folder, "tokenizer.json")) or not exists(_join(folder, "vocab.json")):
         needs.append(Need(_join(folder, "tokenizer.json"), what))
     else:
@@ -62,18 +91,21 @@ def _weight_needs(folder: str, single: str, exists: Exists, read_json: ReadJson,
     """The index and every shard it names, or the single weights file."""
     index = _join(folder, single.replace(".safetensors", ".safetensors.index.json"))
     if not exists(index):
-        return [Need(_join(folder, single), f"{what} weights")]
+        return [Need(_join(folder, single), msg("backend_files_weights", what=what))]
     try:
         shards = sorted(set(read_json(index)["weight_map"].values()))
     except (KeyError, TypeError, AttributeError) as exc:
-        raise BrokenModelFile(f"{index}: not a safetensors index (no weight_map: {exc!r})") from None
-    return [Need(index, f"{what} weight index")] + [Need(_join(folder, s), f"{what} weight shard") for s in shards]
+        raise broken(index, msg("err_files_not_index", error=repr(exc))) from None
+    return [Need(index, msg("backend_files_index", what=what))] + [
+        Need(_join(folder, s), msg("backend_files_shard", what=what)) for s in shards]
 
 
 def chat_needs(exists: Exists, read_json: ReadJson) -> list[Need]:
     """Files a transformers causal LM folder must hold."""
-    return [Need("config.json", "model config"), *_tokenizer_needs("", exists, "tokenizer"),
-            *_weight_needs("", _WEIGHTS["transformers"], exists, read_json, "model")]
+    model = msg("backend_files_model")
+    return [Need("config.json", msg("backend_files_config", what=model)),
+            *_tokenizer_needs("", exists, msg("backend_files_tokenizer")),
+            *_weight_needs("", _WEIGHTS["transformers"], exists, read_json, model)]
 
 
 def component_kind(library: str, class_name: str) -> str:
@@ -102,21 +134,21 @@ def pipeline_components(model_index: dict) -> dict[str, tuple[str, str]]:
 
 def image_needs(exists: Exists, read_json: ReadJson) -> list[Need]:
     """Files a diffusers pipeline folder must hold (what from_pretrained reads)."""
-    needs = [Need("model_index.json", "pipeline index")]
+    needs = [Need("model_index.json", msg("backend_files_pipeline"))]
     if not exists("model_index.json"):
         return needs
     for name, (library, class_name) in pipeline_components(read_json("model_index.json")).items():
         what = f"{name} ({class_name})"
         kind = component_kind(library, class_name)
         if kind == "scheduler":
-            needs.append(Need(f"{name}/scheduler_config.json", f"{what} config"))
+            needs.append(Need(f"{name}/scheduler_config.json", msg("backend_files_config", what=what)))
         elif kind == "tokenizer":
             needs += _tokenizer_needs(name, exists, what)
         elif kind == "processor":
-            needs.append(Need(f"{name}/preprocessor_config.json", f"{what} config"))
+            needs.append(Need(f"{name}/preprocessor_config.json", msg("backend_files_config", what=what)))
         else:
             single = _WEIGHTS.get(library, _WEIGHTS["transformers"])
-            needs.append(Need(f"{name}/config.json", f"{what} config"))
+            needs.append(Need(f"{name}/config.json", msg("backend_files_config", what=what)))
             needs += _weight_needs(name, single, exists, read_json, what)
     return needs
 
@@ -152,9 +184,9 @@ def read_json_file(folder: Path, rel: str) -> dict:
     try:
         data = json.loads((Path(folder) / rel).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BrokenModelFile(f"{rel}: unreadable JSON ({exc})") from None
+        raise broken(rel, msg("err_files_bad_json", error=str(exc))) from None
     if not isinstance(data, dict):
-        raise BrokenModelFile(f"{rel}: expected a JSON object, found {type(data).__name__}")
+        raise broken(rel, msg("err_files_not_object", type=type(data).__name__))
     return data
 
 
@@ -171,20 +203,19 @@ def safetensors_header(path: Path) -> dict:
     with open(path, "rb") as handle:
         head = handle.read(8)
         if len(head) < 8:
-            raise BrokenModelFile(f"{path.name}: truncated ({size} bytes, not even a safetensors header)")
+            raise broken(path.name, msg("err_files_no_header", size=size))
         (length,) = struct.unpack("<Q", head)
         if length > size - 8:
-            raise BrokenModelFile(f"{path.name}: truncated ({size} bytes; its header alone declares {length + 8})")
+            raise broken(path.name, msg("err_files_short_header", size=size, length=length + 8))
         try:
             header = json.loads(handle.read(length))
         except ValueError as exc:
-            raise BrokenModelFile(f"{path.name}: corrupt safetensors header ({exc})") from None
+            raise broken(path.name, msg("err_files_bad_header", error=str(exc))) from None
     if not isinstance(header, dict):
-        raise BrokenModelFile(f"{path.name}: corrupt safetensors header (not a JSON object)")
+        raise broken(path.name, msg("err_files_header_not_object"))
     end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
     if 8 + length + end > size:
-        raise BrokenModelFile(f"{path.name}: truncated ({size:,} bytes of {8 + length + end:,}; "
-                              "an interrupted download?)")
+        raise broken(path.name, msg("err_files_truncated", size=f"{size:,}", expected=f"{8 + length + end:,}"))
     return header
 
 
@@ -198,14 +229,15 @@ def verify_folder(folder: Path, kind: str) -> list[str]:
     try:
         needs = folder_needs(folder, kind)
     except BrokenModelFile as exc:
-        return [str(exc)]
+        return [said(exc)]
     problems = []
     for need in needs:
         path = folder / need.path
         if not path.is_file():
             top = need.path.split("/")[0]
             gone = "/" in need.path and not (folder / top).is_dir()
-            problems.append(f"{need.path}: missing ({need.why}" + (f"; the {top}/ folder is absent)" if gone else ")"))
+            problems.append(msg("err_files_missing_folder", path=need.path, why=need.why, top=top) if gone
+                            else msg("err_files_missing", path=need.path, why=need.why))
             continue
         try:
             if path.suffix == ".json":
@@ -213,7 +245,7 @@ def verify_folder(folder: Path, kind: str) -> list[str]:
             elif path.suffix == ".safetensors":
                 safetensors_header(path)
         except BrokenModelFile as exc:
-            problems.append(f"{need.path}: {str(exc).split(': ', 1)[-1]}")
+            problems.append(msg("err_files_broken", file=need.path, problem=problem_of(exc)))
     return problems
 
 

@@ -19,13 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import EngineUnavailableError
+from .messages import msg
 from .model_files import (
     CHAT_EXTRAS,
     BrokenModelFile,
     component_kind,
+    joined,
     missing_in_folder,
     needs_for,
     pipeline_components,
+    said,
     verify_folder,
 )
 
@@ -42,10 +45,7 @@ def local_folder(model: str) -> Path | None:
 def check_folder(path: Path) -> None:
     """Raise EngineUnavailableError when a model folder lacks its config."""
     if not any((path / marker).is_file() for marker in _MARKERS):
-        raise EngineUnavailableError(
-            f"Model folder {path} has no config.json or model_index.json: "
-            "point --chat-model/--image-model at a folder saved with save_pretrained()."
-        )
+        raise EngineUnavailableError(msg("err_model_no_config", path=path))
 
 
 def kind_of_folder(path: Path) -> str:
@@ -99,12 +99,12 @@ def _missing(folder: Path, kind: str) -> list[str]:
     try:
         return missing_in_folder(folder, kind)
     except BrokenModelFile as exc:
-        return [str(exc)]
+        return [said(exc)]
 
 
 def _listed(names: list[str], limit: int = 6) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    shown = joined(names[:limit])
+    return msg("backend_files_more", shown=shown, n=len(names) - limit) if len(names) > limit else shown
 
 
 def _hub_reachable(model: str, timeout: float) -> tuple[bool, str]:
@@ -112,21 +112,21 @@ def _hub_reachable(model: str, timeout: float) -> tuple[bool, str]:
     import huggingface_hub
 
     if huggingface_hub.constants.is_offline_mode():
-        return False, "HF_HUB_OFFLINE is set"
+        return False, msg("backend_hub_offline")
     result: list[tuple[bool, str]] = []
 
     def ask() -> None:
         try:
             huggingface_hub.HfApi(endpoint=huggingface_hub.constants.ENDPOINT).model_info(model, timeout=timeout)
-            result.append((True, "the Hub is reachable"))
+            result.append((True, msg("backend_hub_reachable")))
         except Exception as exc:  # noqa: BLE001 - reported, not raised
-            result.append((False, f"the Hub is unreachable ({type(exc).__name__})"))
+            result.append((False, msg("backend_hub_unreachable", kind=type(exc).__name__)))
 
     thread = threading.Thread(target=ask, name="hub-probe", daemon=True)
     thread.start()
     thread.join(timeout + 1.0)
     if not result:
-        return False, f"the Hub did not answer within {timeout:g}s"
+        return False, msg("backend_hub_silent", timeout=f"{timeout:g}")
     return result[0]
 
 
@@ -137,21 +137,21 @@ def weights_available(model: str, timeout: float, kind: str | None = None) -> tu
         try:
             check_folder(folder)
         except EngineUnavailableError as exc:
-            return False, str(exc)
+            return False, said(exc)
         missing = _missing(folder, kind or kind_of_folder(folder))
         if missing:
-            return False, f"local folder {folder} lacks {len(missing)} needed file(s): {_listed(missing)}"
-        return True, f"local folder {folder}"
+            return False, msg("backend_model_local_lacks", folder=folder, n=len(missing), files=_listed(missing))
+        return True, msg("backend_model_local", folder=folder)
     kind = kind or "chat"
     missing = missing_files(model, kind)
     if not missing:
-        return True, f"{model} is in the local Hugging Face cache"
-    where = "is not in the local Hugging Face cache" if cached_snapshot(model) is None else (
-        f"lacks {len(missing)} needed file(s) in the local Hugging Face cache ({_listed(missing)})")
+        return True, msg("backend_model_cached", model=model)
+    where = msg("backend_model_not_cached") if cached_snapshot(model) is None else msg(
+        "backend_model_cache_lacks", n=len(missing), files=_listed(missing))
     ok, hub = _hub_reachable(model, timeout)
     if ok:
-        return True, f"{model} {where}; they will be downloaded ({hub})"
-    return False, f"{model} {where} and {hub}"
+        return True, msg("backend_model_will_download", model=model, where=where, hub=hub)
+    return False, msg("backend_model_unavailable", model=model, where=where, hub=hub)
 
 
 def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = None, *,
@@ -164,10 +164,9 @@ def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = No
     folder = find_or_fetch(model, progress, kind, hub_timeout=hub_timeout, stall_timeout=stall_timeout, flag=flag)
     problems = verify_folder(folder, kind or kind_of_folder(folder))
     if problems:
-        raise EngineUnavailableError(
-            f"{model} in {folder} has damaged or missing files: {'; '.join(problems[:12])}. Fetch them again "
-            f"(`{_hf_download_command('<repo>' if local_folder(model) else model, [])}`) or pass a complete "
-            f"folder with {flag}.")
+        raise EngineUnavailableError(msg(
+            "err_model_damaged", model=model, folder=folder, problems=joined(problems[:12], "backend_join_semi"),
+            command=_hf_download_command("<repo>" if local_folder(model) else model, []), flag=flag))
     return folder
 
 
@@ -185,9 +184,8 @@ def find_or_fetch(model: str, progress: ProgressFn | None = None, kind: str | No
         kind = kind or kind_of_folder(folder)
         missing = _missing(folder, kind)
         if missing:
-            raise EngineUnavailableError(
-                f"Model folder {folder} lacks {len(missing)} needed file(s): {_listed(missing, 12)}. "
-                "Copy them in (e.g. hf download <repo> --local-dir <folder>) or point the flag at a complete folder.")
+            raise EngineUnavailableError(msg("err_model_folder_lacks", folder=folder, n=len(missing),
+                                             files=_listed(missing, 12)))
         return folder
     kind = kind or "chat"
     snapshot = cached_snapshot(model)
@@ -197,10 +195,8 @@ def find_or_fetch(model: str, progress: ProgressFn | None = None, kind: str | No
     import huggingface_hub
 
     if huggingface_hub.constants.is_offline_mode():
-        raise EngineUnavailableError(
-            f"{model}: {len(missing)} needed file(s) are not in the local Hugging Face cache "
-            f"({_listed(missing, 12)}) and HF_HUB_OFFLINE is set. Go online, or fetch them "
-            f"elsewhere with `{_hf_download_command(model, missing)}` and pass the folder with {flag}.")
+        raise EngineUnavailableError(msg("err_model_offline", model=model, n=len(missing), files=_listed(missing, 12),
+                                         command=_hf_download_command(model, missing), flag=flag))
     return _Download(model, kind, progress, hub_timeout, stall_timeout, flag).run()
 
 
@@ -240,21 +236,22 @@ class _Download:
                 idle = time.monotonic() - self.last_activity
             self._report()
             if worker.is_alive() and idle > self.stall_timeout:
-                raise EngineUnavailableError(
-                    f"Downloading {self.model} stalled: nothing arrived for {self.stall_timeout:g} s "
-                    f"({self._amount()}). Fetch it by hand with `{_hf_download_command(self.model, self.files)}` "
-                    f"and pass the folder with {self.flag}, or raise --download-stall-timeout.")
+                raise EngineUnavailableError(msg(
+                    "err_model_stalled", model=self.model, timeout=f"{self.stall_timeout:g}", amount=self._amount(),
+                    command=_hf_download_command(self.model, self.files), flag=self.flag))
         if self.error is not None:
-            raise EngineUnavailableError(
-                f"Could not download {self.model} ({type(self.error).__name__}: {self.error}). Check the "
-                f"network or HF_TOKEN, or fetch it with `{_hf_download_command(self.model, self.files)}` and pass "
-                f"the folder with {self.flag}; --models tiny runs the demo models.") from self.error
+            raise EngineUnavailableError(msg(
+                "err_model_download_failed", model=self.model, kind=type(self.error).__name__,
+                error=said(self.error), command=_hf_download_command(self.model, self.files),
+                flag=self.flag)) from self.error
         assert self.result is not None
         return self.result
 
     def _amount(self) -> str:
-        total = f" of {self.total_bytes / 1e9:.2f} GB" if self.total_bytes else ""
-        return f"{self.done_bytes / 1e9:.2f} GB{total} received"
+        done = f"{self.done_bytes / 1e9:.2f}"
+        if self.total_bytes:
+            return msg("backend_model_received_of", done=done, total=f"{self.total_bytes / 1e9:.2f}")
+        return msg("backend_model_received", done=done)
 
     def _report(self) -> None:
         if self.progress is None or not self.total_bytes:
@@ -262,8 +259,9 @@ class _Download:
         with self._lock:
             done, total = self.done_bytes, self.total_bytes
         rate = done / max(1e-6, time.monotonic() - self.started)
-        self.progress(min(1.0, done / total),
-                      f"{done / 1e9:.2f} / {total / 1e9:.2f} GB · {rate / 1e6:.1f} MB/s · {len(self.files)} file(s)")
+        self.progress(min(1.0, done / total), msg("backend_download_progress", done=f"{done / 1e9:.2f}",
+                                                  total=f"{total / 1e9:.2f}", rate=f"{rate / 1e6:.1f}",
+                                                  files=len(self.files)))
 
     # ----- the worker's side -----------------------------------------------------------------
     def _touch(self, nbytes: int = 0) -> None:
@@ -298,7 +296,7 @@ class _Download:
         needs = needs_for(self.kind, lambda rel: rel in sizes, lambda rel: json.loads(get(rel).read_text()))
         absent = [n.path for n in needs if n.path not in sizes]
         if absent:
-            raise BrokenModelFile(f"the Hub repository {self.model} lacks needed file(s): {_listed(absent, 12)}")
+            raise BrokenModelFile(msg("err_model_hub_lacks", model=self.model, files=_listed(absent, 12)))
         wanted = [n.path for n in needs] + self._extras(sizes, get)
         from huggingface_hub import constants
         from huggingface_hub.file_download import repo_folder_name
@@ -314,7 +312,7 @@ class _Download:
         folder = cached_snapshot(self.model) or snapshot
         still = _missing(folder, self.kind)
         if still:
-            raise BrokenModelFile(f"after the download {folder} still lacks {_listed(still, 12)}")
+            raise BrokenModelFile(msg("err_model_still_lacks", folder=folder, files=_listed(still, 12)))
         return folder
 
     def _extras(self, sizes: dict[str, int], get) -> list[str]:

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import CacheBundleError
 from ..messages import msg
+from ..model_files import joined
 from . import manifest as manifests
 
 log = logging.getLogger("showcase.cache")
@@ -60,10 +61,10 @@ class InstallReport:
         return sum(len(s) for s in self.usable.values())
 
     def summary(self) -> str:
-        text = f"{self.usable_graphs} of {self.total_graphs} graphs usable"
-        if self.mismatches:
-            text += "; " + "; ".join(self.mismatches)
-        return text + f"; {self.installed_files} files installed, {self.present_files} already present"
+        """"3 of 4 graphs usable; <mismatches>; 12 files installed, 0 already present" (a message)."""
+        return joined([msg("backend_bundle_usable", usable=self.usable_graphs, total=self.total_graphs),
+                       *self.mismatches, msg("backend_bundle_files", installed=self.installed_files,
+                                              present=self.present_files)], "backend_join_semi")
 
 
 def cache_folder(cache_root: Path) -> Path:
@@ -137,7 +138,7 @@ def _member_path(name: str) -> str:
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\\" in name or not path.parts or path.parts[0] != "files" \
             or len(path.parts) < 2:
-        raise CacheBundleError(f"refused: archive member {name!r} is outside files/ (paths must stay in the cache)")
+        raise CacheBundleError(msg("err_bundle_outside", name=repr(name)))
     return PurePosixPath(*path.parts[1:]).as_posix()
 
 
@@ -146,35 +147,34 @@ def read_manifest(tar: tarfile.TarFile) -> tuple[dict, dict[str, tarfile.TarInfo
     members, found, total = {}, None, 0
     for count, info in enumerate(tar, start=1):
         if count > MAX_FILES + 1:
-            raise CacheBundleError(f"refused: more than {MAX_FILES} files in the archive")
+            raise CacheBundleError(msg("err_bundle_too_many", n=MAX_FILES))
         if info.isdir():
             continue
         if not info.isfile():  # symlinks, hard links, devices, fifos
-            raise CacheBundleError(f"refused: archive member {info.name!r} is not a regular file")
+            raise CacheBundleError(msg("err_bundle_not_regular", name=repr(info.name)))
         if info.name == MANIFEST:
             if info.size > MAX_MANIFEST_BYTES:
-                raise CacheBundleError(f"refused: {MANIFEST} is {info.size} bytes (at most {MAX_MANIFEST_BYTES})")
+                raise CacheBundleError(msg("err_bundle_manifest_big", manifest=MANIFEST, size=info.size,
+                                           limit=MAX_MANIFEST_BYTES))
             found = info
             continue
         total += info.size
         if total > MAX_TOTAL_BYTES:
-            raise CacheBundleError(f"refused: the files add up to more than {MAX_TOTAL_BYTES} bytes")
+            raise CacheBundleError(msg("err_bundle_total_big", limit=MAX_TOTAL_BYTES))
         members[_member_path(info.name)] = info
     if found is None:
-        raise CacheBundleError(f"refused: no {MANIFEST} in the archive (not a bundle made by "
-                               "python -m neuron_backend.cache export)")
+        raise CacheBundleError(msg("err_bundle_no_manifest_in", manifest=MANIFEST))
     try:
         described = json.loads(tar.extractfile(found).read())
     except ValueError as exc:
-        raise CacheBundleError(f"refused: {MANIFEST} is not valid JSON ({exc})") from None
+        raise CacheBundleError(msg("err_bundle_manifest_json", manifest=MANIFEST, error=str(exc))) from None
     if not isinstance(described, dict) or described.get("format") != manifests.FORMAT \
             or not isinstance(described.get("files"), dict) or not isinstance(described.get("engines"), dict):
-        raise CacheBundleError(f"refused: {MANIFEST} is not a format-{manifests.FORMAT} bundle manifest")
+        raise CacheBundleError(msg("err_bundle_manifest_format", manifest=MANIFEST, format=manifests.FORMAT))
     listed, packed = set(described["files"]), set(members)
     if listed != packed:
         odd = sorted(listed ^ packed)[:3]
-        raise CacheBundleError(f"refused: the manifest and the archive disagree on {len(listed ^ packed)} files "
-                               f"(e.g. {', '.join(odd)})")
+        raise CacheBundleError(msg("err_bundle_disagree", n=len(listed ^ packed), examples=", ".join(odd)))
     return described, members
 
 
@@ -188,20 +188,19 @@ def resolve_source(source: str, timeout: float = 30.0) -> Path:
             folder = snapshot_download(repo, revision=revision or None, etag_timeout=timeout,
                                        allow_patterns=["*.tar", "*.tar.gz", "*.tgz"])
         except Exception as exc:  # noqa: BLE001 - offline, missing repo, auth: all said plainly
-            raise CacheBundleError(f"cannot fetch the bundle {source} from the Hub ({type(exc).__name__}: {exc}); "
-                                   "download it yourself and pass the file with --cache-bundle PATH") from None
+            raise CacheBundleError(msg("err_bundle_hub", source=source, kind=type(exc).__name__,
+                                       error=str(exc))) from None
         return resolve_source(folder)
     path = Path(source).expanduser()
     if path.is_dir():
         archives = sorted(p for p in path.iterdir() if p.name.endswith((".tar", ".tar.gz", ".tgz")))
         if len(archives) != 1:
-            raise CacheBundleError(f"--cache-bundle: {path} holds {len(archives)} archives; pass one .tar.gz file")
+            raise CacheBundleError(msg("err_bundle_many", path=path, n=len(archives)))
         path = archives[0]
     if not path.is_file():
-        raise CacheBundleError(f"--cache-bundle: {path} does not exist (a .tar.gz from python -m "
-                               "neuron_backend.cache export, a folder holding one, or hf://owner/repo)")
+        raise CacheBundleError(msg("err_bundle_missing", path=path))
     if path.stat().st_size > MAX_BUNDLE_BYTES:
-        raise CacheBundleError(f"refused: {path} is {path.stat().st_size} bytes (at most {MAX_BUNDLE_BYTES})")
+        raise CacheBundleError(msg("err_bundle_too_big", path=path, size=path.stat().st_size, limit=MAX_BUNDLE_BYTES))
     return path
 
 
@@ -215,13 +214,13 @@ def install(source: str, here: Mapping, cache_root: Path) -> InstallReport:
     try:
         tar = tarfile.open(path, "r:*")
     except (tarfile.TarError, OSError) as exc:
-        raise CacheBundleError(f"refused: {path.name} is not a readable tar archive ({exc})") from None
+        raise CacheBundleError(msg("err_bundle_unreadable", name=path.name, error=str(exc))) from None
     with tar:
         described, members = read_manifest(tar)
         report = InstallReport(str(source))
         report.usable, report.mismatches, report.total_graphs = manifests.compare(described, here)
         if not report.usable_graphs:
-            raise CacheBundleError(f"nothing installed from {path.name}: {report.summary()}")
+            raise CacheBundleError(msg("err_bundle_nothing", name=path.name, summary=report.summary()))
         folder.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=folder))
         try:
@@ -240,7 +239,7 @@ def install(source: str, here: Mapping, cache_root: Path) -> InstallReport:
 def _stage(tar: tarfile.TarFile, info: tarfile.TarInfo, rel: str, expected: Mapping, staging: Path) -> None:
     """Copy one member to the staging folder, checking its size and sha256 on the way."""
     if not isinstance(expected, Mapping) or expected.get("bytes") != info.size:
-        raise CacheBundleError(f"refused: {rel} is {info.size} bytes, the manifest says {expected.get('bytes')}")
+        raise CacheBundleError(msg("err_bundle_size", rel=rel, size=info.size, expected=expected.get("bytes")))
     target = staging / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
@@ -250,7 +249,7 @@ def _stage(tar: tarfile.TarFile, info: tarfile.TarInfo, rel: str, expected: Mapp
             digest.update(chunk)
             out.write(chunk)
     if digest.hexdigest() != expected.get("sha256"):
-        raise CacheBundleError(f"refused: {rel} does not match its sha256 in the manifest (corrupt or tampered)")
+        raise CacheBundleError(msg("err_bundle_sha", rel=rel))
 
 
 def _move_into_place(staging: Path, folder: Path, files: Mapping[str, Mapping]) -> tuple[int, int]:

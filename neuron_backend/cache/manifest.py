@@ -25,6 +25,9 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..engine import engine_name
+from ..messages import msg
+
 FORMAT = 1
 # Environment the Neuron compiler reads into its cache key (NOTES.md 1b): recorded, never set here.
 COMPILER_ENV = {"platform_target": "NEURON_PLATFORM_TARGET_OVERRIDE",
@@ -125,7 +128,7 @@ def _get(manifest: Mapping, dotted: str):
 def compare(bundle: Mapping, here: Mapping) -> tuple[dict[str, list[str]], list[str], int]:
     """(usable shapes per engine, mismatch lines, graphs in the bundle) of ``bundle`` on this server."""
     total = sum(len(e.get("shapes") or []) for e in (bundle.get("engines") or {}).values())
-    mismatches = [f"{f.split('.')[-1]} {_get(here, f)} here, {_get(bundle, f)} in the bundle"
+    mismatches = [msg("backend_bundle_field", field=f.split(".")[-1], here=_get(here, f), theirs=_get(bundle, f))
                   for f in GLOBAL_FIELDS if _get(here, f) != _get(bundle, f)]
     every_graph_stale = bool(mismatches)
     usable: dict[str, list[str]] = {}
@@ -133,15 +136,15 @@ def compare(bundle: Mapping, here: Mapping) -> tuple[dict[str, list[str]], list[
         ours = (here.get("engines") or {}).get(name)
         shapes = list(theirs.get("shapes") or [])
         if ours is None:
-            mismatches.append(f"{name} engine: not enabled here ({len(shapes)} graphs unused)")
+            mismatches.append(msg("backend_bundle_engine_off", engine=engine_name(name), n=len(shapes)))
             continue
-        fields = [f"{name} {f}: {ours.get(f)} here, {theirs.get(f)} in the bundle"
-                  for f in ENGINE_FIELDS.get(name, ()) if ours.get(f) != theirs.get(f)]
+        fields = [msg("backend_bundle_engine_field", engine=engine_name(name), field=f, here=ours.get(f),
+                      theirs=theirs.get(f)) for f in ENGINE_FIELDS.get(name, ()) if ours.get(f) != theirs.get(f)]
         mismatches += fields
         declared = ours.get("shapes") or []
         extra = [s for s in shapes if s not in declared]
         if extra:
-            mismatches.append(f"{name} shapes {', '.join(extra)}: in the bundle, not declared here")
+            mismatches.append(msg("backend_bundle_extra_shapes", engine=engine_name(name), shapes=", ".join(extra)))
         if not every_graph_stale and not fields:
             usable[name] = [s for s in shapes if s in declared]
     return usable, mismatches, total

@@ -10,6 +10,145 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "backend_join_bar": ("{a} | {b}", "{a} | {b}"),
     "backend_join_dot": ("{a} · {b}", "{a} · {b}"),
     "backend_error_of": ("{kind}: {error}", "{kind}: {error}"),
+    "backend_join_comma": ("{a}, {b}", "{a}، {b}"),
+    "backend_join_semi": ("{a}; {b}", "{a}؛ {b}"),
+    # which files a model needs and what is wrong with them (model_files.py)
+    "backend_files_more": ("{shown} and {n} more", "{shown} و{n} غيرها"),
+    "backend_files_model": ("model", "النموذج"),
+    "backend_files_tokenizer": ("tokenizer", "المُرمِّز"),
+    "backend_files_pipeline": ("pipeline index", "فهرس خط المعالجة (pipeline)"),
+    "backend_files_config": ("{what} config", "إعدادات {what}"),
+    "backend_files_settings": ("{what} settings", "ضبط {what}"),
+    "backend_files_weights": ("{what} weights", "أوزان {what}"),
+    "backend_files_index": ("{what} weight index", "فهرس أوزان {what}"),
+    "backend_files_shard": ("{what} weight shard", "جزء من أوزان {what}"),
+    "err_files_broken": ("{file}: {problem}", "{file}: {problem}"),
+    "err_files_missing": ("{path}: missing ({why})", "{path}: مفقود ({why})"),
+    "err_files_missing_folder": ("{path}: missing ({why}; the {top}/ folder is absent)",
+                                 "{path}: مفقود ({why}؛ المجلد {top}/ غير موجود)"),
+    "err_files_not_index": ("not a safetensors index (no weight_map: {error})",
+                            "ليس فهرس safetensors (لا يحوي weight_map: {error})"),
+    "err_files_bad_json": ("unreadable JSON ({error})", "ملف JSON غير مقروء ({error})"),
+    "err_files_not_object": ("expected a JSON object, found {type}", "كان يُنتظر كائن JSON، فوُجد {type}"),
+    "err_files_no_header": ("truncated ({size} bytes, not even a safetensors header)",
+                            "مبتور ({size} بايت، ولا يتسع حتى لترويسة safetensors)"),
+    "err_files_short_header": ("truncated ({size} bytes; its header alone declares {length})",
+                               "مبتور ({size} بايت؛ وترويسته وحدها تعلن {length})"),
+    "err_files_bad_header": ("corrupt safetensors header ({error})", "ترويسة safetensors تالفة ({error})"),
+    "err_files_header_not_object": ("corrupt safetensors header (not a JSON object)",
+                                    "ترويسة safetensors تالفة (ليست كائن JSON)"),
+    "err_files_truncated": ("truncated ({size} bytes of {expected}; an interrupted download?)",
+                            "مبتور ({size} بايت من {expected}؛ ربما انقطع تنزيله؟)"),
+    # where the weights come from (model_sources.py): --models auto's reason, the weights task's errors
+    "err_model_no_config": (
+        "Model folder {path} has no config.json or model_index.json: "
+        "point --chat-model/--image-model at a folder saved with save_pretrained().",
+        "لا يحوي مجلد النموذج {path} الملف config.json ولا model_index.json: "
+        "وجِّه --chat-model/--image-model إلى مجلد حُفظ بـ save_pretrained()."),
+    "backend_model_local": ("local folder {folder}", "المجلد المحلي {folder}"),
+    "backend_model_local_lacks": ("local folder {folder} lacks {n} needed file(s): {files}",
+                                  "ينقص المجلد المحلي {folder} من الملفات اللازمة {n}: {files}"),
+    "backend_model_cached": ("{model} is in the local Hugging Face cache",
+                             "{model} موجود في الذاكرة المؤقتة المحلية لـ Hugging Face"),
+    "backend_model_not_cached": ("is not in the local Hugging Face cache",
+                                 "ليس في الذاكرة المؤقتة المحلية لـ Hugging Face"),
+    "backend_model_cache_lacks": ("lacks {n} needed file(s) in the local Hugging Face cache ({files})",
+                                  "ينقصه من الملفات اللازمة {n} في الذاكرة المؤقتة المحلية لـ Hugging Face ({files})"),
+    "backend_model_will_download": ("{model} {where}; they will be downloaded ({hub})",
+                                    "{model} {where}؛ وستُنزَّل ({hub})"),
+    "backend_model_unavailable": ("{model} {where} and {hub}", "{model} {where}، و{hub}"),
+    "backend_hub_offline": ("HF_HUB_OFFLINE is set", "المتغير HF_HUB_OFFLINE مضبوط"),
+    "backend_hub_reachable": ("the Hub is reachable", "منصة Hub متاحة"),
+    "backend_hub_unreachable": ("the Hub is unreachable ({kind})", "تعذّر الوصول إلى منصة Hub ‏({kind})"),
+    "backend_hub_silent": ("the Hub did not answer within {timeout}s", "لم تُجب منصة Hub خلال {timeout} ث"),
+    "err_model_damaged": (
+        "{model} in {folder} has damaged or missing files: {problems}. Fetch them again (`{command}`) "
+        "or pass a complete folder with {flag}.",
+        "في {folder} ملفات تالفة أو مفقودة للنموذج {model}: {problems}. اجلبها من جديد (`{command}`) "
+        "أو مرِّر مجلدًا كاملًا عبر {flag}."),
+    "err_model_folder_lacks": (
+        "Model folder {folder} lacks {n} needed file(s): {files}. Copy them in (e.g. hf download <repo> "
+        "--local-dir <folder>) or point the flag at a complete folder.",
+        "ينقص مجلد النموذج {folder} من الملفات اللازمة {n}: {files}. انسخها إليه (مثلًا "
+        "`hf download <repo> --local-dir <folder>`) أو وجِّه الخيار إلى مجلد كامل."),
+    "err_model_offline": (
+        "{model}: {n} needed file(s) are not in the local Hugging Face cache ({files}) and HF_HUB_OFFLINE is set. "
+        "Go online, or fetch them elsewhere with `{command}` and pass the folder with {flag}.",
+        "{model}: من الملفات اللازمة {n} ليست في الذاكرة المؤقتة المحلية لـ Hugging Face ({files})، "
+        "والمتغير HF_HUB_OFFLINE مضبوط. اتصل بالشبكة، أو اجلبها من مكان آخر بـ `{command}` ومرِّر المجلد عبر {flag}."),
+    "err_model_stalled": (
+        "Downloading {model} stalled: nothing arrived for {timeout} s ({amount}). Fetch it by hand with "
+        "`{command}` and pass the folder with {flag}, or raise --download-stall-timeout.",
+        "توقّف تنزيل {model}: لم يصل شيء منذ {timeout} ث ({amount}). نزِّله يدويًا بـ `{command}` "
+        "ومرِّر المجلد عبر {flag}، أو ارفع --download-stall-timeout."),
+    "backend_model_received": ("{done} GB received", "وصل {done} GB"),
+    "backend_model_received_of": ("{done} GB of {total} GB received", "وصل {done} GB من {total} GB"),
+    "err_model_download_failed": (
+        "Could not download {model} ({kind}: {error}). Check the network or HF_TOKEN, or fetch it with "
+        "`{command}` and pass the folder with {flag}; --models tiny runs the demo models.",
+        "تعذّر تنزيل {model} ‏({kind}: {error}). تحقّق من الشبكة أو من HF_TOKEN، أو اجلبه بـ `{command}` "
+        "ومرِّر المجلد عبر {flag}؛ والخيار --models tiny يشغّل النماذج التجريبية."),
+    "err_model_hub_lacks": ("the Hub repository {model} lacks needed file(s): {files}",
+                            "ينقص مستودع Hub ‏{model} ملفات لازمة: {files}"),
+    "err_model_still_lacks": ("after the download {folder} still lacks {files}",
+                              "بعد التنزيل ما زال ينقص {folder}: {files}"),
+    # the compile cache folder (compile_cache.py; the details show it after "⚠")
+    "backend_cache_not_writable": (
+        "compile cache {folder} is not writable ({problem}); compiled programs are cached in {temp} for this run "
+        "only (a restart compiles again)",
+        "مجلد ذاكرة الترجمة {folder} غير قابل للكتابة ({problem})؛ فتُحفظ البرامج المترجَمة في {temp} "
+        "لهذا التشغيل وحده (وإعادة التشغيل تترجمها من جديد)"),
+    # installing a compile-cache bundle (cache/bundle.py, cache/manifest.py): the bundle task's detail and error
+    "backend_bundle_usable": ("{usable} of {total} graphs usable", "{usable} من {total} مخططات صالحة للاستخدام"),
+    "backend_bundle_files": ("{installed} files installed, {present} already present",
+                             "ثُبِّت من الملفات {installed}، وكان {present} موجودًا من قبل"),
+    "backend_bundle_field": ("{field} {here} here, {theirs} in the bundle",
+                             "{field}: ‏{here} هنا، و{theirs} في الحزمة"),
+    "backend_bundle_engine_off": ("{engine} engine: not enabled here ({n} graphs unused)",
+                                  "محرك {engine}: غير مفعَّل هنا (لن يُستخدم من المخططات {n})"),
+    "backend_bundle_engine_field": ("{engine} {field}: {here} here, {theirs} in the bundle",
+                                    "محرك {engine}، {field}: ‏{here} هنا، و{theirs} في الحزمة"),
+    "backend_bundle_extra_shapes": ("{engine} shapes {shapes}: in the bundle, not declared here",
+                                    "أشكال {engine} ‏{shapes}: في الحزمة، وغير معلنة هنا"),
+    "err_bundle_nothing": ("nothing installed from {name}: {summary}", "لم يُثبَّت شيء من {name}: {summary}"),
+    "err_bundle_outside": ("refused: archive member {name} is outside files/ (paths must stay in the cache)",
+                           "رُفضت الحزمة: العنصر {name} في الأرشيف خارج files/ (يجب أن تبقى المسارات داخل الذاكرة)"),
+    "err_bundle_too_many": ("refused: more than {n} files in the archive",
+                            "رُفضت الحزمة: في الأرشيف أكثر من {n} ملف"),
+    "err_bundle_not_regular": ("refused: archive member {name} is not a regular file",
+                               "رُفضت الحزمة: العنصر {name} في الأرشيف ليس ملفًا عاديًا"),
+    "err_bundle_manifest_big": ("refused: {manifest} is {size} bytes (at most {limit})",
+                                "رُفضت الحزمة: حجم {manifest} ‏{size} بايت (والحد الأقصى {limit})"),
+    "err_bundle_total_big": ("refused: the files add up to more than {limit} bytes",
+                             "رُفضت الحزمة: مجموع أحجام الملفات يتجاوز {limit} بايت"),
+    "err_bundle_no_manifest_in": (
+        "refused: no {manifest} in the archive (not a bundle made by python -m neuron_backend.cache export)",
+        "رُفضت الحزمة: لا يوجد {manifest} في الأرشيف (فهو ليس حزمة صنعها `python -m neuron_backend.cache export`)"),
+    "err_bundle_manifest_json": ("refused: {manifest} is not valid JSON ({error})",
+                                 "رُفضت الحزمة: {manifest} ليس JSON صالحًا ({error})"),
+    "err_bundle_manifest_format": ("refused: {manifest} is not a format-{format} bundle manifest",
+                                   "رُفضت الحزمة: {manifest} ليس ملف وصف حزمة بالصيغة {format}"),
+    "err_bundle_disagree": ("refused: the manifest and the archive disagree on {n} files (e.g. {examples})",
+                            "رُفضت الحزمة: يختلف ملف الوصف والأرشيف في {n} ملف (مثل {examples})"),
+    "err_bundle_size": ("refused: {rel} is {size} bytes, the manifest says {expected}",
+                        "رُفضت الحزمة: حجم {rel} ‏{size} بايت، وملف الوصف يقول {expected}"),
+    "err_bundle_sha": ("refused: {rel} does not match its sha256 in the manifest (corrupt or tampered)",
+                       "رُفضت الحزمة: {rel} لا يطابق بصمة sha256 المسجَّلة له في ملف الوصف (تالف أو عُبث به)"),
+    "err_bundle_too_big": ("refused: {path} is {size} bytes (at most {limit})",
+                           "رُفضت الحزمة: حجم {path} ‏{size} بايت (والحد الأقصى {limit})"),
+    "err_bundle_unreadable": ("refused: {name} is not a readable tar archive ({error})",
+                              "رُفضت الحزمة: {name} ليس أرشيف tar مقروءًا ({error})"),
+    "err_bundle_hub": (
+        "cannot fetch the bundle {source} from the Hub ({kind}: {error}); download it yourself and pass the file "
+        "with --cache-bundle PATH",
+        "تعذّر جلب الحزمة {source} من منصة Hub ‏({kind}: {error})؛ نزِّلها بنفسك ومرِّر الملف عبر --cache-bundle PATH"),
+    "err_bundle_many": ("--cache-bundle: {path} holds {n} archives; pass one .tar.gz file",
+                        "--cache-bundle: في {path} من الأرشيفات {n}؛ مرِّر ملف ‎.tar.gz واحدًا"),
+    "err_bundle_missing": (
+        "--cache-bundle: {path} does not exist (a .tar.gz from python -m neuron_backend.cache export, a folder "
+        "holding one, or hf://owner/repo)",
+        "--cache-bundle: ‏{path} غير موجود (يُنتظر ملف ‎.tar.gz من `python -m neuron_backend.cache export`، "
+        "أو مجلد يحوي واحدًا، أو hf://owner/repo)"),
     # what runs where (runtime.Backend.banner, model_id)
     "backend_demo_model_id": ("demo {family} (tiny, random weights)", "{family} تجريبي (مصغّر، بأوزان عشوائية)"),
     "backend_banner_part": ("{engine}: {model} on {placement}", "{engine}: {model} على {placement}"),
