@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 
 from .i18n import bilingual_html, localized, say
-from .status_text import engine_title, status_bar_html
+from .status_text import engine_title, ltr_runs, status_bar_html
 
 TITLE = bilingual_html("header_title")  # both languages (ui/i18n.py); CSS shows the one of <html lang>
 SUMMARY = bilingual_html("header_summary")
@@ -54,7 +54,7 @@ def demo_notice_html(status: dict) -> str:
     if not status["demo"]:
         return ""
     notice = say("status_demo_notice", why=html.escape(localized(status["models_reason"])))
-    return f'<div class="demo-notice" id="demo-notice" style="{NOTICE_STYLE}">{notice}</div>'
+    return f'<div class="demo-notice" id="demo-notice" style="{NOTICE_STYLE}">{ltr_runs(notice, True)}</div>'
 
 
 def header_html(status: dict) -> str:
@@ -63,7 +63,8 @@ def header_html(status: dict) -> str:
     for state, text in engine_chips(status):
         colour, background = CHIP_COLOURS.get(state, ("#444", "#f0f0f0"))
         chips.append(f'<span class="chip" data-state="{html.escape(state)}" '
-                     f'style="{CHIP_STYLE};color:{colour};background:{background}">{html.escape(text)}</span>')
+                     f'style="{CHIP_STYLE};color:{colour};background:{background}">'
+                     f'{ltr_runs(html.escape(text), True)}</span>')
     return (f'<div id="page-header"><h1 style="margin:0 0 2px 0;font-size:1.6em">{TITLE}</h1>'
             f'<p class="summary" style="margin:0 0 8px 0;opacity:.85">{SUMMARY}</p>'
             f'<div class="chips" id="engine-chips" style="display:flex;flex-wrap:wrap;gap:8px;margin-bottom:8px">'

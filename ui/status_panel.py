@@ -11,10 +11,14 @@ from .api import user_errors
 from .header import header_html
 from .i18n import localized, say, t
 from .image_tab import ImageTab, size_choices
-from .status_text import counters_lines, state_word, task_rows
+from .status_text import counters_lines, ltr_runs, state_word, task_rows
 
 TASK_COLUMNS = ["task", "shape", "state", "seconds", "compile cache", "error"]  # English: the API's words
 TASK_HEADERS = [f"status_col_{c.split()[-1]}" for c in TASK_COLUMNS]  # their keys (ui/texts/common.py)
+# Fixed shares of the table's width. Without them Gradio 6.31 sizes each column by its longest cell: "state"
+# (a model folder, a memory estimate) took ~1200 px, the table ~1900 px, and the last columns were left 32 px,
+# where wrap=True broke "compile cache" one letter a line (a ~270 px tall header) behind a side scroll.
+TASK_WIDTHS = ["22%", "10%", "34%", "8%", "11%", "15%"]
 
 
 def task_headers() -> list[str]:
@@ -45,7 +49,7 @@ def details_markdown(status: dict) -> str:
     lines += counters_lines(status.get("counters"))  # which counter that is, memory per core, CPU fallbacks
     versions = ", ".join(f"{k} {v}" for k, v in device["versions"].items())
     lines.append(say("status_software", versions=versions))
-    return "\n\n".join(lines)
+    return "\n\n".join(ltr_runs(line) for line in lines)
 
 
 def build_status_panel(backend: Backend) -> list:
@@ -53,7 +57,7 @@ def build_status_panel(backend: Backend) -> list:
     status_bar = gr.HTML(header_html(backend.status()), elem_id="status-bar")  # title, chips, notice, bar
     with gr.Accordion(t("status_details"), open=False, elem_id="warmup-details"):
         tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(backend.status()),
-                                   interactive=False, wrap=True, elem_id="warmup-table")
+                                   interactive=False, wrap=True, column_widths=TASK_WIDTHS, elem_id="warmup-table")
         details = gr.Markdown(elem_id="warmup-details-text")
         with gr.Row():
             bundle_btn = gr.Button(t("status_export_bundle"), size="sm",

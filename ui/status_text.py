@@ -8,12 +8,45 @@ details are messages (neuron_backend/messages.py) shown with ``localized``. The 
 from __future__ import annotations
 
 import html
+import re
 
 from neuron_backend.engine import engine_name
 
-from .i18n import localized, say
+from .i18n import lang, localized, say
 
 STATE_ICONS = {"queued": "⏳", "running": "⚙️", "ready": "✅", "failed": "❌", "skipped": "⏭️"}
+
+
+# Left-to-right runs inside Arabic text: flags, paths, commands, model ids ("--models tiny", "/data/compile-cache",
+# "Qwen3-0.6B"). Drawn in a right-to-left paragraph, their leading or trailing "-", "/", "." and spaces resolve to
+# the paragraph's direction and the run reads jumbled ("(tiny --models)"); an isolate keeps each run in one piece.
+LRI, PDI = "\u2066", "\u2069"  # Unicode's left-to-right isolate (plain text: a Dataframe cell, Markdown)
+_PIECE = r"(?:[A-Za-z0-9_./:~@=+#%`\\'-]|\(\)|&(?:lt|gt|amp|quot|#\d+);|<[\w-]+>)+"
+_RUN = re.compile(rf"{_PIECE}(?: {_PIECE})*")
+_HTML_TAG = re.compile(r"(<[^>]*>)")
+
+
+def _isolate(match: re.Match, markup: bool) -> str:
+    run = match.group(0)
+    core = run.rstrip(".,:;'")
+    if not re.search(r"[A-Za-z]", core) or re.fullmatch(r"[A-Za-z0-9]+", core):
+        return run  # a number, or one plain word ("cpu", "Qwen3", "GiB"), reads right as it is
+    tail = run[len(core):]
+    return (f'<bdi dir="ltr">{core}</bdi>' if markup else f"{LRI}{core}{PDI}") + tail
+
+
+def ltr_runs(text: str, markup: bool = False) -> str:
+    """``text`` with its Latin technical runs in left-to-right isolates, on an Arabic page only (English as it is).
+
+    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">`` (tags and entities left whole); otherwise
+    (a table cell, Markdown) between LRI and PDI.
+    """
+    if lang() != "ar" or not text:
+        return text
+    if not markup:
+        return _RUN.sub(lambda m: _isolate(m, False), text)
+    parts = _HTML_TAG.split(text)
+    return "".join(part if i % 2 else _RUN.sub(lambda m: _isolate(m, True), part) for i, part in enumerate(parts))
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -67,7 +100,8 @@ def status_bar_html(status: dict) -> str:
         '<div id="warmup-bar">'
         f'<div style="display:flex;gap:12px;align-items:center">'
         f'<progress id="warmup-progress" value="{pct}" max="100" style="flex:1"></progress>'
-        f'<span id="warmup-state">{state}</span> {alarm_html}</div>{fallback_html(status)}</div>'
+        f'<span id="warmup-state">{ltr_runs(state, True)}</span> {alarm_html}</div>'
+        f'{ltr_runs(fallback_html(status), True)}</div>'
     )
 
 
@@ -93,12 +127,12 @@ def task_rows(status: dict) -> list[list]:
             state += f" {t['progress']:.0%}"
         if t.get("detail") and t["kind"] in ("weights", "load") and t["state"] in ("running", "ready"):
             state += f" · {localized(t['detail'])}"  # download bytes/rate, the model folder, the memory estimate
-        if t.get("detail") and t["kind"] == "compile" and t["state"] == "ready":
-            state += f" · {localized(t['detail'])}"  # "eager fallback: <the compile error>" (devices.compile_or_eager)
+        if t.get("detail") and t["kind"] in ("compile", "bundle") and t["state"] == "ready":
+            state += f" · {localized(t['detail'])}"  # "eager fallback: <error>" (devices.compile_or_eager), the bundle
         if t["state"] in ("queued", "running") and t["expected_s"] is not None:
             state += say("status_expected", eta=fmt_seconds(t["expected_s"]))
-        rows.append([localized(t["name"]), t["shape"] or "", state, "" if seconds is None else round(seconds, 1),
-                     hit, localized(t["error"] or "")])
+        rows.append([ltr_runs(localized(t["name"])), t["shape"] or "", ltr_runs(state),
+                     "" if seconds is None else round(seconds, 1), hit, ltr_runs(localized(t["error"] or ""))])
     return rows
 
 
