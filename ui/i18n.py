@@ -218,3 +218,20 @@ html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type=
 /* code, JSON and the like stay left to right in either language */
 html[dir="rtl"] .cm-editor, html[dir="rtl"] pre, html[dir="rtl"] .json-holder { direction: ltr; text-align: left; }
 """
+
+# Gradio 6.31's frontend titles a toast with its type ("Warning", "Error", ...) in English whatever the locale
+# (and ignores gr.Warning(title=)): in Arabic the CSS hides that word and writes the table's one before it.
+TOAST_TYPES = ("error", "warning", "info", "success")
+
+
+def _toast_title_css() -> str:
+    rules = ['html[lang^="ar"] .toast-title { font-size: 0; }',
+             'html[lang^="ar"] .toast-title > * { font-size: var(--text-md); }']
+    for kind in TOAST_TYPES:
+        arabic = TABLE[f"toast_title_{kind}"][1].replace("\\", "").replace('"', "")
+        rules.append(f'html[lang^="ar"] .toast-title.{kind}::before '
+                     f'{{ content: "{arabic}"; font-size: var(--text-lg); }}')
+    return "\n".join(rules) + "\n"
+
+
+CSS += _toast_title_css()

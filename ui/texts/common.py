@@ -84,4 +84,9 @@ WORDS: dict[str, tuple[str, str]] = {
     "status_size_compiling": ("compiling", "قيد الترجمة"),
     "status_size_queued": ("queued", "في الانتظار"),
     "status_size_eta": ("{state}, ~{eta}", "{state}، ~{eta}"),
+    # toast titles (Gradio writes them in English; ui/i18n.py's CSS shows these in Arabic)
+    "toast_title_error": ("Error", "خطأ"),
+    "toast_title_warning": ("Warning", "تنبيه"),
+    "toast_title_info": ("Info", "معلومة"),
+    "toast_title_success": ("Success", "تمّ"),
 }
