@@ -253,6 +253,10 @@ def test_the_image_tab_in_arabic_shows_arabic_progress_captions_and_toasts(brows
         toast = page.locator(".toast-body", has_text="الموجّه فارغ").first
         toast.wait_for(timeout=REPLY_TIMEOUT_MS)
         _arabic(toast.inner_text())
+        # Its title: Gradio writes "Warning"; the CSS hides the word and shows the table's Arabic one.
+        title = toast.locator(".toast-title")
+        assert title.evaluate("e => getComputedStyle(e, '::before').content") == '"تنبيه"'
+        assert title.evaluate("e => getComputedStyle(e).fontSize") == "0px"
         # One small image (the smallest size, the default); enough steps (~1-4 s) for progress and previews to show.
         page.locator("#image-prompt textarea").fill("a red fox in the snow")
         steps = page.locator("#image-steps input[type=number]")
