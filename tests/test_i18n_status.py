@@ -8,15 +8,20 @@ The browser test opens the page in Arabic and reads the chips, the bar, the tabl
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 import re
+import shutil
+import tarfile
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
 from app_helpers import free_port
 from i18n_check import english_phrases, has_arabic
+from model_folders import truncate
 from test_browser import (  # noqa: F401 - fixtures
     READY_TIMEOUT_MS,
     TABLE_ROWS_JS,
@@ -27,12 +32,15 @@ from test_browser import (  # noqa: F401 - fixtures
     chromium,
 )
 
-from neuron_backend.cache import bundle
+from neuron_backend import model_sources
+from neuron_backend.cache import bundle, manifest
+from neuron_backend.compile_cache import configure_compile_cache
 from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.engine import ShapeRegistry
 from neuron_backend.errors import CacheBundleError, EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.memory import NotEnoughMemory, plan_image
 from neuron_backend.messages import Message, msg
+from neuron_backend.model_files import verify_folder
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import parse_size
@@ -41,16 +49,16 @@ from ui import i18n
 from ui.header import engine_chips, header_html
 from ui.i18n import localized
 from ui.status_panel import details_markdown, task_headers, task_table
-from ui.status_text import counters_lines, size_choice_label, status_bar_html, task_rows
+from ui.status_text import LRI, PDI, counters_lines, ltr_runs, size_choice_label, status_bar_html, task_rows
 
 # Names that stay as they are in either language: products, models, libraries, the demo's labels.
 ALLOWED = ("Hugging Face", "AWS Trainium", "FLUX.2-klein", "Qwen3", "TorchNeuron", "torch.compile")
 
 
-def _arabic(text: str) -> None:
+def _arabic(text: str, allowed: tuple[str, ...] = ()) -> None:
     text = re.sub(r'<span class="i18n-en">[^<]*</span>', "", text)  # both languages' title: CSS hides this one
     assert has_arabic(text), text
-    assert english_phrases(text, allowed=ALLOWED) == [], text
+    assert english_phrases(text, allowed=ALLOWED + allowed) == [], text
 
 
 def _settings(root: Path, demo_models, *extra):
@@ -220,6 +228,168 @@ def test_backend_messages_reach_the_page_in_arabic(tmp_path, demo_models, case):
     assert expected is None or english.startswith(expected) or expected in english, english
 
 
+# ----- where the weights come from, the compile cache and its bundles ---------------------------------------
+def _raised(call):
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the error under test
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def _archive(path: Path, members: dict[str, bytes], links: tuple[str, ...] = ()) -> str:
+    """A tar.gz with these regular files (and symlinks), as a bundle from elsewhere could be."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name in links:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+    return str(path)
+
+
+def _manifest(torch_version: str, context: int, engines=("chat", "image")) -> dict:
+    shapes = {"chat": ["prefill-32", "prefill-64"], "image": ["64x64"]}
+    return {"format": manifest.FORMAT, "software": {"torch": torch_version}, "device": {"machine": "x86_64"},
+            "engines": {name: {"model": "demo", "context_length": context, "shapes": shapes[name]}
+                        for name in engines}}
+
+
+def _model_errors(tmp_path, demo_models, monkeypatch):
+    """(name, error or message) from model_sources / model_files, offline, through their real code paths."""
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    lacking = tmp_path / "lacking"
+    shutil.copytree(demo_models.chat, lacking)
+    (lacking / "tokenizer.json").unlink()
+    (lacking / "model.safetensors").unlink()
+    damaged = tmp_path / "damaged"
+    shutil.copytree(demo_models.chat, damaged)
+    truncate(damaged / "model.safetensors")
+    (damaged / "tokenizer.json").unlink()
+    (damaged / "tokenizer.json").write_text("[1, 2]")  # JSON, not an object
+    out = [("no-config", _raised(lambda: model_sources.check_folder(empty))),
+           ("folder-lacks", _raised(lambda: model_sources.obtain(str(lacking), kind="chat"))),
+           ("damaged", _raised(lambda: model_sources.obtain(str(damaged), kind="chat", flag="--chat-model"))),
+           ("offline", _raised(lambda: model_sources.obtain("Qwen/Qwen3-0.6B", kind="chat"))),
+           ("auto-local", model_sources.weights_available(str(lacking), 1.0, "chat")[1]),
+           ("auto-hub", model_sources.weights_available("Qwen/Qwen3-0.6B", 1.0, "chat")[1])]
+    download = model_sources._Download("Qwen/Qwen3-0.6B", "chat", None, 1.0, 1.0, "--chat-model")
+    download.done_bytes, download.total_bytes, download.files = 12 * 10**6, 1_200 * 10**6, ["model.safetensors"]
+    seen = []
+    download.progress = lambda fraction, text: seen.append(text)
+    download._report()
+    out += [("progress", seen[0]), ("received", download._amount())]
+    missing = verify_folder(lacking, "chat")
+    out.append(("missing-file", missing[0]))
+    return out
+
+
+def _cache_errors(tmp_path):
+    """(name, error or message) from compile_cache.py and cache/bundle.py, cache/manifest.py."""
+    here = _manifest("2.9.0", 128, engines=("chat",))
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache root should be")
+    out = [("cache-problem", configure_compile_cache(blocked, environ={}).problem)]
+    good = json.dumps(_manifest("2.9.0", 128) | {"files": {}}).encode()
+    cases = {"outside": {"manifest.json": good, "../evil.txt": b"x"},
+             "no-manifest": {"files/neff/a.neff": b"x"},
+             "bad-json": {"manifest.json": b"{not json"},
+             "disagree": {"manifest.json": good, "files/neff/a.neff": b"x"}}
+    for name, members in cases.items():
+        source = _archive(tmp_path / f"{name}.tar.gz", members)
+        out.append((f"bundle-{name}", _raised(lambda source=source: bundle.install(source, here, tmp_path / "r"))))
+    link = _archive(tmp_path / "link.tar.gz", {"manifest.json": good}, links=("files/passwd",))
+    out.append(("bundle-link", _raised(lambda: bundle.install(link, here, tmp_path / "r"))))
+    stale = json.dumps(_manifest("2.8.0", 512) | {"files": {}}).encode()
+    other = _archive(tmp_path / "other-host.tar.gz", {"manifest.json": stale})
+    out.append(("bundle-nothing", _raised(lambda: bundle.install(other, here, tmp_path / "r"))))
+    out.append(("bundle-missing", _raised(lambda: bundle.resolve_source(str(tmp_path / "missing.tar.gz")))))
+    report = bundle.InstallReport("b.tar.gz", total_graphs=3, installed_files=7, present_files=1)
+    report.usable, report.mismatches, report.total_graphs = manifest.compare(
+        _manifest("2.9.0", 128), _manifest("2.9.0", 128) | {"engines": {
+            "chat": {"model": "demo", "context_length": 128, "shapes": ["prefill-32"]}}})
+    out.append(("bundle-summary", report.summary()))
+    return out
+
+
+MODEL_CASES = ["no-config", "folder-lacks", "damaged", "offline", "auto-local", "auto-hub", "progress", "received",
+               "missing-file"]
+CACHE_CASES = ["cache-problem", "bundle-outside", "bundle-no-manifest", "bundle-bad-json", "bundle-disagree",
+               "bundle-link", "bundle-nothing", "bundle-missing", "bundle-summary"]
+ENGLISH = {  # what logs, API clients, the CLI and tests/test_model_sources.py, test_cache_bundle.py read
+    "no-config": "Model folder ", "folder-lacks": "lacks 2 needed file(s): tokenizer.json, model.safetensors. Copy",
+    "damaged": "has damaged or missing files: tokenizer.json: expected a JSON object, found list; model.safetensors: "
+               "truncated (",
+    "offline": "Qwen/Qwen3-0.6B: 4 needed file(s) are not in the local Hugging Face cache",
+    "auto-local": "lacks 2 needed file(s): tokenizer.json, model.safetensors",
+    "auto-hub": "Qwen/Qwen3-0.6B is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+    "progress": "0.01 / 1.20 GB · ", "received": "0.01 GB of 1.20 GB received",
+    "missing-file": "tokenizer.json: missing (tokenizer)",
+    "cache-problem": "is not writable (", "bundle-outside": "refused: archive member '../evil.txt' is outside files/",
+    "bundle-no-manifest": "refused: no manifest.json in the archive", "bundle-bad-json": "is not valid JSON",
+    "bundle-disagree": "disagree on 1 files (e.g. neff/a.neff)", "bundle-link": "is not a regular file",
+    "bundle-nothing": "nothing installed from other-host.tar.gz: 0 of 3 graphs usable; torch 2.9.0 here, 2.8.0 in "
+                      "the bundle; chat context_length: 128 here, 512 in the bundle; image engine: not enabled here",
+    "bundle-missing": "does not exist",
+    "bundle-summary": "1 of 3 graphs usable; chat shapes prefill-64: in the bundle, not declared here; "
+                      "image engine: not enabled here (1 graphs unused); 7 files installed, 1 already present"}
+
+
+@pytest.mark.parametrize("case", MODEL_CASES + CACHE_CASES)
+def test_model_and_cache_messages_reach_the_page_in_arabic(tmp_path, demo_models, monkeypatch, case):
+    found = dict(_model_errors(tmp_path, demo_models, monkeypatch) if case in MODEL_CASES else _cache_errors(tmp_path))
+    value = found[case]
+    said = value.args[0] if isinstance(value, BaseException) else value
+    assert isinstance(said, Message), (case, said)  # translatable, not an f-string
+    english = str(said)
+    assert ENGLISH[case] in english and not has_arabic(english), english
+    with i18n.speaking("ar"):
+        arabic = localized(value)
+    # What the system says stays as it is: the OS's and json's error text, paths (pytest's tmp folders)
+    for system in [str(said.params.get(k, "")) for k in ("problem", "error")] + [str(tmp_path), str(demo_models.chat)]:
+        arabic = arabic.replace(system, " ") if system else arabic
+    _arabic(arabic)
+
+
+def test_the_task_table_shows_a_failed_download_in_arabic_flags_in_one_piece(tmp_path, demo_models, monkeypatch):
+    errors = dict(_model_errors(tmp_path, demo_models, monkeypatch))
+    runner = WarmupRunner([Step(Task("chat · obtain weights", "chat", "weights"),
+                                lambda task: (_ for _ in ()).throw(errors["offline"]), "k")],
+                          TimingHistory(Path("/nonexistent/history.json")))
+    runner.run()
+    task = runner.tasks[0]
+    status = {"tasks": [{"name": task.name, "shape": None, "state": task.state, "seconds": 0.5, "cache_hit": None,
+                         "error": task.error, "progress": None, "detail": None, "kind": "weights", "expected_s": None}]}
+    english = task_rows(status)[0]
+    assert english[5].startswith("EngineUnavailableError: Qwen/Qwen3-0.6B: 4 needed file(s)") and LRI not in english[5]
+    with i18n.speaking("ar"):
+        error = task_rows(status)[0][5]
+    _arabic(error)
+    assert "ليست في الذاكرة المؤقتة المحلية لـ Hugging Face" in error
+    assert f"{LRI}--chat-model{PDI}" in error and f"{LRI}`hf download Qwen/Qwen3-0.6B" in error, error
+
+
+def test_ltr_runs_isolates_technical_runs_on_an_arabic_page_only():
+    arabic = "طُلبت النماذج التجريبية (--models tiny) في /data/compile-cache على cpu بحجم 3.00 GiB و64x64 و3/7."
+    assert ltr_runs(arabic) == arabic  # outside an Arabic page: unchanged (English pages, API, logs)
+    with i18n.speaking("ar"):
+        plain = ltr_runs(arabic)
+        assert f"({LRI}--models tiny{PDI})" in plain and f"{LRI}/data/compile-cache{PDI}" in plain
+        assert f"{LRI}3.00 GiB{PDI}" in plain and " cpu " in plain and "3/7." in plain  # one word, a number: as is
+        markup = ltr_runs('<b class="x-y">نص</b> <code>--models full</code> &lt;repo&gt; Qwen3-0.6B.', True)
+        assert markup == ('<b class="x-y">نص</b> <code><bdi dir="ltr">--models full</bdi></code> '
+                          '<bdi dir="ltr">&lt;repo&gt; Qwen3-0.6B</bdi>.')
+        assert ltr_runs("") == ""
+
+
 # ----- the page in Arabic ------------------------------------------------------------------------------
 @pytest.mark.browser
 def test_the_status_panel_in_an_arabic_browser(browser, app_url):  # noqa: F811
@@ -245,6 +415,48 @@ def test_the_status_panel_in_an_arabic_browser(browser, app_url):  # noqa: F811
         assert all("جاهز" in row[2] for row in rows), rows
         _arabic(" ".join(" ".join(row[:3]) for row in rows))
         _arabic(page.locator("#warmup-details-text").inner_text().split("**")[0])
+        _table_fits(page)
+        # "(--models tiny)" in one piece: the dashes drawn left of "models", as in English (jumbled before)
+        for where in ("#demo-notice", "#warmup-details-text"):
+            dashes, word = page.evaluate(FLAG_PLACES_JS, where)
+            assert dashes < word, (where, dashes, word)
         _shot(page, "i18n-status-ar")
     finally:
         context.close()
+    context = browser.new_context(locale="en", viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.locator("#warmup-state", has_text="Warm-up done").wait_for(timeout=READY_TIMEOUT_MS)
+        _open_accordion(page, "Warm-up details")
+        page.wait_for_function("() => document.querySelector('#warmup-table').innerText.includes('compile cache')")
+        _table_fits(page)
+        _shot(page, "i18n-status-en")
+    finally:
+        context.close()
+
+
+# The header cells' box, and where "--" and "models" of the first "--models" under a selector are drawn.
+HEADER_BOXES_JS = """() => [...document.querySelectorAll('#warmup-table thead th')].map(th => {
+  const r = th.getBoundingClientRect(); return [th.innerText.trim(), r.left, r.right, r.height]; })"""
+FLAG_PLACES_JS = """(selector) => {
+  const walker = document.createTreeWalker(document.querySelector(selector), NodeFilter.SHOW_TEXT);
+  for (let node; (node = walker.nextNode());) {
+    const at = node.textContent.indexOf('--models');
+    if (at < 0) continue;
+    const left = k => { const range = document.createRange(); range.setStart(node, k); range.setEnd(node, k + 1);
+                        return range.getBoundingClientRect().left; };
+    return [left(at), left(at + 2)];
+  }
+  return null;
+}"""
+
+
+def _table_fits(page) -> None:
+    """The task table's six columns in view at 1280 px, its header one line (was ~270 px: "compile cache" one
+    letter a line in a 32 px column, three columns behind a side scroll)."""
+    cells = page.evaluate(HEADER_BOXES_JS)
+    width = page.evaluate("() => document.documentElement.clientWidth")
+    assert len(cells) == 6, cells
+    assert all(0 <= left and right <= width for _, left, right, _ in cells), (width, cells)
+    assert all(height < 60 for *_, height in cells), cells
