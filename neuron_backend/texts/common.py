@@ -112,7 +112,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
                                     "أشكال {engine} ‏{shapes}: في الحزمة، وغير معلنة هنا"),
     "err_bundle_nothing": ("nothing installed from {name}: {summary}", "لم يُثبَّت شيء من {name}: {summary}"),
     "err_bundle_outside": ("refused: archive member {name} is outside files/ (paths must stay in the cache)",
-                           "رُفضت الحزمة: العنصر {name} في الأرشيف خارج files/ (يجب أن تبقى المسارات داخل ذاكرة الترجمة)"),
+                           "رُفضت الحزمة: العنصر {name} في الأرشيف خارج files/ "
+                           "(يجب أن تبقى المسارات داخل ذاكرة الترجمة)"),
     "err_bundle_too_many": ("refused: more than {n} files in the archive",
                             "رُفضت الحزمة: في الأرشيف أكثر من {n} ملف"),
     "err_bundle_not_regular": ("refused: archive member {name} is not a regular file",
