@@ -29,8 +29,8 @@ _HTML_TAG = re.compile(r"(<[^>]*>)")
 def _isolate(match: re.Match, markup: bool) -> str:
     run = match.group(0)
     core = run.rstrip(".,:;'")
-    if not re.search(r"[A-Za-z]", core) or re.fullmatch(r"[A-Za-z0-9]+", core):
-        return run  # a number, or one plain word ("cpu", "Qwen3", "GiB"), reads right as it is
+    if not re.search(r"[A-Za-z]", core) or re.fullmatch(r"[A-Za-z0-9 ]+", core):
+        return run  # a number, plain words ("cpu", "Hugging Face"): no "-", "/", "." at an edge to misplace
     tail = run[len(core):]
     return (f'<bdi dir="ltr">{core}</bdi>' if markup else f"{LRI}{core}{PDI}") + tail
 
