@@ -273,6 +273,11 @@ def test_the_image_tab_in_arabic_shows_arabic_progress_captions_and_toasts(brows
             _arabic(text)
         previews = [t for t in page.evaluate("window.__imageLabels") if t.startswith("معاينة")]
         assert previews and all(re.match(r"معاينة · الصورة 1 · الخطوة \d+/50", t) for t in previews), previews
+        # The PNG's file name reads left to right in one piece: its stem left of its ".png".
+        stem, ext = (page.locator(f"#png-file td.filename .{part}").first.bounding_box() for part in ("stem", "ext"))
+        assert stem["x"] + stem["width"] <= ext["x"] + 1, (stem, ext)
+        # and the notice's "--models full" never breaks after a hyphen
+        assert page.locator("#demo-notice code").first.evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
         captions = page.locator("#gallery img").evaluate_all("imgs => imgs.map(i => i.alt)")
         assert captions and all(re.fullmatch(r"البذرة \d+ · 64x64", c) for c in captions), captions
         # A dropped file that is not a PNG is refused, in Arabic.

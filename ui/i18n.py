@@ -215,6 +215,10 @@ html[dir="rtl"] .block[dir="ltr"] { direction: rtl; }
 html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type="checkbox"] {
   margin-right: 0; margin-left: var(--size-2, 8px);
 }
+/* a file's name reads left to right in one piece ("20261201-...-s7.png", not "png.20261201-..."), and a flag in the
+   header never breaks after its hyphens ("- -" at a line's end, "models full" on the next) */
+html[dir="rtl"] .file-preview td.filename { direction: ltr; unicode-bidi: isolate; }
+#page-header code { white-space: nowrap; }
 /* code, JSON and the like stay left to right in either language */
 html[dir="rtl"] .cm-editor, html[dir="rtl"] pre, html[dir="rtl"] .json-holder { direction: ltr; text-align: left; }
 """
