@@ -298,6 +298,13 @@ def test_the_qa_bench_in_arabic(browser, app_url):  # noqa: F811 - fixtures
     try:
         page.get_by_role("tab", name="منصة ضمان الجودة").click()
         assert page.locator("#qa-kind").get_by_text("محادثة", exact=True).count() == 1  # the engine's label
+        # The speed table opened before any run: its headers in Arabic too (written when the box opens).
+        page.locator("#qa-speed-box button.label-wrap").first.click()
+        arabic_header = qa_grid.speed_headers("ar")[1]
+        page.locator("#qa-speed th", has_text=arabic_header).first.wait_for(timeout=REPLY_TIMEOUT_MS)
+        speed_heads = page.locator("#qa-speed th").evaluate_all("ths => ths.map(t => t.textContent)")
+        assert not any(h in " ".join(speed_heads) for h in qa_grid.speed_headers("en")[1:]), speed_heads
+        page.locator("#qa-speed-box button.label-wrap").first.click()
         page.locator("#qa-prompts textarea").fill("Say hello.\nName a colour.")
         page.locator("#qa-variants textarea").fill("cold: temperature=9")
         page.locator("#qa-run").click()

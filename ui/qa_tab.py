@@ -74,11 +74,18 @@ def build_qa_tab(backend: Backend) -> None:
         comment = gr.Textbox(label=t("qa_comment"), elem_id="qa-comment")
         save_mark_btn = gr.Button(t("qa_save_mark"), elem_id="qa-save-mark")
         rerun_btn = gr.Button(t("qa_rerun"), elem_id="qa-rerun")
-    with gr.Accordion(t("qa_speed"), open=False, elem_id="qa-speed-box"):
-        # English headers until the first run, which sends them in the page's language (views(); Gradio's frontend
-        # does not translate a Dataframe's headers given at build time)
+    with gr.Accordion(t("qa_speed"), open=False, elem_id="qa-speed-box") as speed_box:
+        # Gradio's frontend does not translate a Dataframe's headers given at build time: opening the box before
+        # any run writes them in the page's language; a run sends them with its rows (views()).
         speed = gr.Dataframe(headers=qa_grid.SPEED_HEADERS, datatype=qa_grid.SPEED_TYPES, interactive=False,
                              elem_id="qa-speed")
+
+    def open_speed_box(run):
+        if run is not None:
+            return gr.skip()
+        return gr.update(value={"headers": qa_grid.speed_headers(lang()), "data": []})
+
+    speed_box.expand(open_speed_box, run_state, speed, queue=False, api_visibility="private")
     with gr.Accordion(t("qa_ab"), open=False, elem_id="qa-ab-box"):
         with gr.Row():
             ab_first = gr.Dropdown(label=t("qa_ab_first"), elem_id="qa-ab-first")
