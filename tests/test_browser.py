@@ -493,10 +493,21 @@ def test_a_json_export_loads_back_into_the_chat(page, tmp_path):
                                         "time_to_first_token_s": 0.1, "finish_reason": "eos"}}]}
     path = tmp_path / "conversation.json"
     path.write_text(json.dumps(document), encoding="utf-8")
+    # A reply first, so a stats line shows (clearing the chat takes the last one away)
+    clear = page.locator("#chatbot").get_by_label("Clear")  # shown while the chat has messages
+    if clear.count():
+        clear.first.click()
+    page.wait_for_function("() => !document.querySelector('#chat-stats').innerText.trim()")
+    _send(page, "a reply before the load")
+    page.wait_for_function("() => document.querySelector('#chat-stats').innerText.includes('tokens/s')",
+                           timeout=REPLY_TIMEOUT_MS)
     with page.expect_file_chooser() as chooser:
         page.locator("#load-json").click()
     chooser.value.set_files(str(path))
     page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('Loaded answer')")
+    # The loaded conversation replaced the chat: the stats of the reply before it are gone, the meter is idle.
+    page.wait_for_function("() => !document.querySelector('#chat-stats').innerText.trim()")
+    assert page.locator("#context-meter").inner_text().startswith("Context: prompt buckets")
     assert _user_texts(page) == ["Loaded question"]
     assert page.get_by_label("System prompt").input_value() == "Loaded system"
     assert page.get_by_label("number input for Temperature").input_value() == "0.3"

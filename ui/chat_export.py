@@ -82,9 +82,10 @@ def read_conversation(path: str, limits: HistoryLimits) -> dict:
     return load_document(data, limits)
 
 
-def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: list, reply_records: gr.State) -> None:
+def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: list, reply_records: gr.State):
     """Export JSON / Export Markdown / Load JSON under the chat. ``controls``: system prompt, thinking,
-    temperature, top_p, top_k, max new tokens, greedy, seed (in that order)."""
+    temperature, top_p, top_k, max new tokens, greedy, seed (in that order). Returns the load event
+    (its ``.success`` follows a conversation that was loaded)."""
     limits = history_limits(backend.settings)
     with gr.Row():
         export_json_btn = gr.Button(t("chat_export_json"), size="sm", elem_id="export-json")
@@ -122,5 +123,5 @@ def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: 
     export_json_btn.click(export_json, inputs, export_file, api_visibility="private")
     export_md_btn.click(export_markdown, inputs, export_file, api_visibility="private")
     # chatbot_value: Gradio's way to set the chat from outside (it syncs ChatInterface's own state)
-    load_btn.upload(load_conversation, [load_btn, reply_records], [chat.chatbot_value, *controls, reply_records],
-                    api_visibility="private")
+    return load_btn.upload(load_conversation, [load_btn, reply_records],
+                           [chat.chatbot_value, *controls, reply_records], api_visibility="private")

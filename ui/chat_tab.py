@@ -122,8 +122,10 @@ def build_chat_tab(backend: Backend) -> None:
     for event in (chatbot.undo, chatbot.clear):
         event(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
     # Export JSON / Markdown and Load JSON (chat_export.py)
-    wire_conversation_files(backend, chat, [system_prompt, thinking, temperature, top_p, top_k, max_new, greedy,
-                                            chat_seed], reply_records)
+    loaded = wire_conversation_files(backend, chat, [system_prompt, thinking, temperature, top_p, top_k, max_new,
+                                                     greedy, chat_seed], reply_records)
+    # A loaded conversation replaces the chat: the last reply's stats and meter no longer describe it.
+    loaded.success(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
 
     def follow_thinking_defaults(think):
         # Qwen's recommended sampling per mode (NOTES.md section 2).
