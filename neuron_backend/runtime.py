@@ -237,12 +237,12 @@ class Backend:
             return exc
         return ShapeNotReadyError(msg("err_shape_eta", error=error_of(exc, bare=True), eta=f"{eta:.0f}"), exc.shape)
 
-    def stream_chat(self, request) -> Iterator:
+    def stream_chat(self, request, stop: threading.Event | None = None) -> Iterator:
         """Stream a chat reply (see ChatEngine.stream); counted once in the metrics with its outcome."""
         with self.metrics.track("chat") as tracked:
             engine = self.engine("chat")
             try:
-                yield from tracked.chat(engine.stream(request))
+                yield from tracked.chat(engine.stream(request, stop))
             except ShapeNotReadyError as exc:
                 raise self.explain_not_ready("chat", exc) from None
 

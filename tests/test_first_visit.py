@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -226,6 +227,39 @@ def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
     assert not backend.engine("chat").busy
     assert replies.stopped("session-1") is None  # shown once
     assert replies.stopped("another session") is None
+
+
+def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_runs_on(tmp_path, demo_models):
+    """With --chat-batch 2, Stop ends only that reply's row: it keeps its stats, the other user's reply goes on."""
+    from neuron_backend.chat.batch import BatchRow
+    from neuron_backend.chat.sampling import Sampling
+    from neuron_backend.chat.text import ChatRequest
+    from ui.chat_view import StoppedReplies
+
+    backend = _backend(tmp_path, demo_models, "--no-image", "--chat-batch", "2", "--max-new-tokens", "2000")
+    replies = StoppedReplies(backend)
+    # 2000 tokens: a few seconds on the demo model, so the stop lands mid-reply (200 could end before it)
+    request = ChatRequest(message="long story", greedy=True, max_new_tokens=2000)
+    mine, theirs = replies.stream("me", request), replies.stream("them", request)
+    # Both submitted at once, so they share one batch (a request that comes while a batch runs waits for it).
+    started = threading.Thread(target=next, args=(theirs,))
+    started.start()
+    first = [next(mine) for _ in range(3)]
+    started.join(10)
+    assert not first[-1].done
+    mine.close()  # what Gradio does on Stop
+    final = replies.stopped("me")
+    assert final is not None and final.done and final.stats.stopped and final.stats.finish_reason == "stopped"
+    assert 1 <= final.stats.new_tokens < 2000 and final.stats.batch_size == 2
+    rest = list(theirs)  # the other reply ran on to its own end, in the same batch
+    assert rest[-1].done and rest[-1].stats.batch_size == 2 and not rest[-1].stats.stopped
+    assert rest[-1].stats.new_tokens > final.stats.new_tokens
+    # A row stopped before its turn ends with a result (no tokens), not a wait for a batch that never comes.
+    scheduler = backend.engine("chat")._scheduler()
+    row = BatchRow([1, 2, 3], 32, 5, Sampling(greedy=True))
+    row.cancel.set()
+    scheduler.submit(row)
+    assert list(scheduler.follow(row)) == [] and row.result.finish_reason == "stopped" and row.result.new_ids == []
 
 
 # ----- the header and the warm-up table ---------------------------------------------------------------

@@ -79,12 +79,12 @@ class StoppedReplies:
     """Keeps the final update (with stats, marked stopped) of a reply the visitor stopped.
 
     Gradio ends a handler on Stop by closing its generator, so the last update, the one with the
-    stats, never reaches the page. ``stream`` catches that close: it stops the engine within one
-    token, drains the reply to its final update and keeps it for ``stopped`` (the Stop button's own
-    listener), which waits up to ``wait_s`` for it. Only on the one-reply-at-a-time path: there the
-    suspended reply holds the engine's job lock, so ``cancel`` stops exactly this reply; with
-    ``--chat-batch`` a cancel would stop the other users' rows too, so the stream is just closed.
-    Thread-safety: one entry per browser session, guarded by ``_lock``.
+    stats, never reaches the page. ``stream`` catches that close: it stops this reply within one
+    token, drains it to its final update and keeps it for ``stopped`` (the Stop button's own
+    listener), which waits up to ``wait_s`` for it. How it stops only this reply: on the
+    one-reply-at-a-time path the suspended reply holds the engine's job lock, so ``cancel`` stops
+    exactly it; with ``--chat-batch`` the reply's own ``stop`` event ends its row (the other users'
+    rows run on). Thread-safety: one entry per browser session, guarded by ``_lock``.
     """
 
     def __init__(self, backend: Backend, wait_s: float = 5.0):
@@ -103,7 +103,8 @@ class StoppedReplies:
     def stream(self, session: str, request) -> Iterator:
         """``Backend.stream_chat(request)``, keeping the final update if the consumer stops early."""
         done, kept = self._fresh(session)
-        stream = self.backend.stream_chat(request)
+        stop = threading.Event()  # --chat-batch: this reply's own row stop (ChatEngine.stream)
+        stream = self.backend.stream_chat(request, stop)
         finished = False
         try:
             for update in stream:  # noqa: UP028 - ``yield from`` would close ``stream`` when we are closed
@@ -111,14 +112,14 @@ class StoppedReplies:
             finished = True
         finally:
             if not finished:
-                self._finish_stopped(stream, kept)
+                self._finish_stopped(stream, stop, kept)
             done.set()
 
-    def _finish_stopped(self, stream, kept: list) -> None:
+    def _finish_stopped(self, stream, stop: threading.Event, kept: list) -> None:
         if self.backend.settings.chat_batch > 1:
-            stream.close()
-            return
-        self.backend.cancel("chat")
+            stop.set()
+        else:
+            self.backend.cancel("chat")
         last = None
         try:
             for last in stream:  # noqa: B007 - within one token the engine ends with its stats

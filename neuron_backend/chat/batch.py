@@ -56,32 +56,11 @@ from ..devices import CompileCounter
 from ..engine import SerialJobs
 from ..errors import EngineUnavailableError
 from ..messages import msg
+from .sampling import Sampling
 
 GATHER_S = 0.02  # how long the oldest waiting request waits for company before its batch starts
 POLL_S = 0.5  # a waiting consumer checks the scheduler thread is alive this often
 _TEXT, _DONE, _ERROR = "text", "done", "error"
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """The sampling parameters generate() takes once per call; rows share a batch only when equal."""
-
-    greedy: bool
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-
-    @classmethod
-    def of(cls, request) -> Sampling:
-        """From a validated ChatRequest; greedy ignores the others, so all greedy requests are equal."""
-        if request.greedy:
-            return cls(True)
-        return cls(False, request.temperature, request.top_p, request.top_k)
-
-    def generate_kwargs(self) -> dict:
-        if self.greedy:  # sampling flags are passed only when sampling: generate() warns about unused ones
-            return {"do_sample": False}
-        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
 
 
 @dataclass(frozen=True)
@@ -207,6 +186,11 @@ class _Batch:
     graphs_before: int
     seed: int | None  # reported to the rows (None when shared or greedy)
 
+    @classmethod
+    def unrun(cls, row: BatchRow) -> _Batch:
+        """What a row stopped before its turn reports: no batch ran it."""
+        return cls(0, row.bucket, 0, time.perf_counter(), CompileCounter.graphs(), None)
+
 
 class BatchScheduler:
     """Collects chat requests and runs them N at a time through one generate() of exactly N rows."""
@@ -285,7 +269,10 @@ class BatchScheduler:
         """Wait until a batch may start and return its rows (removed from the line); None: the line is empty."""
         with self._cond:
             while True:
-                self._waiting = [r for r in self._waiting if not r.cancel.is_set()]  # gone before their turn
+                for row in [r for r in self._waiting if r.cancel.is_set()]:  # stopped before their turn
+                    self._waiting.remove(row)
+                    row._reason = "stopped"
+                    self._finish(row, _Batch.unrun(row))  # its follower gets a result (no tokens)
                 if not self._waiting:
                     self._thread = None  # this thread ends; the next submit starts another
                     return None
@@ -377,7 +364,8 @@ class BatchScheduler:
 
     def _finish(self, row: BatchRow, batch: _Batch) -> None:
         """Flush the row's held-back text and send its result: it is done even if its batch runs on."""
-        row._text.end()
+        if row._text is not None:  # None: stopped before its turn
+            row._text.end()
         ended = time.perf_counter()
         row.result = RowResult(
             new_ids=list(row._new_ids), finish_reason=row._reason or "length", bucket=batch.bucket,

@@ -41,10 +41,11 @@ from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import msg
 from ..settings import Settings
 from . import prefill
-from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
+from .batch import BatchModel, BatchRow, BatchScheduler
 from .kv_windows import WindowedStaticCache, attach, declared, window_for
 from .prompt import Prompt as _Prompt
 from .prompt import PromptBuilder
+from .sampling import Sampling
 from .stream import STREAM_POLL_S, CancelCriteria, GenerateThread, TimedStreamer, Worker, chunks
 from .text import (
     SAMPLING_DEFAULTS,
@@ -176,11 +177,14 @@ class ChatEngine:
         limits = HistoryLimits(s.max_history_messages, s.max_history_chars, s.max_prompt_chars)
         return normalize_request(request, s.max_prompt_chars, s.max_new_tokens, allow_empty, limits)
 
-    def stream(self, request: ChatRequest | Mapping) -> Iterator[ChatUpdate]:
+    def stream(self, request: ChatRequest | Mapping, stop: threading.Event | None = None) -> Iterator[ChatUpdate]:
         """Validate, fit the prompt into a bucket, then stream the reply (the last update has stats).
 
         Raises InvalidRequestError/PromptTooLongError/ShapeNotReadyError at once, before anything
         runs. Closing the returned iterator early cancels the generation and frees the engine.
+        ``stop`` (with --chat-batch): set, it ends this reply's row within one token, and the stream
+        still ends with its final update (stats, finish reason "stopped"); the one-reply path stops
+        with ``cancel()``.
         """
         request = self.validate(request)
         self._require_loaded()
@@ -188,7 +192,7 @@ class ChatEngine:
         key = f"prefill-{prompt.bucket}"
         self.shapes.require(key, self.shape_labels[key])
         if self.settings.chat_batch > 1:
-            return self._run_batched(request, prompt)
+            return self._run_batched(request, prompt, stop)
         return self._run(request, prompt)
 
     def reply(self, request: ChatRequest | Mapping) -> ChatUpdate:
@@ -372,11 +376,13 @@ class ChatEngine:
         for _ in scheduler.follow(row):  # raises the error of a failed generate()
             pass
 
-    def _run_batched(self, request: ChatRequest, prompt: _Prompt) -> Iterator[ChatUpdate]:
-        """Stream one reply from a slot of a shared batch; closing this stops only this reply."""
+    def _run_batched(self, request: ChatRequest, prompt: _Prompt, stop: threading.Event | None = None
+                     ) -> Iterator[ChatUpdate]:
+        """Stream one reply from a slot of a shared batch; closing this, or setting ``stop``, stops only this reply."""
         scheduler, splitter = self._scheduler(), ThinkSplitter(prompt.starts_in_reasoning, tags=prompt.thinking)
         row = BatchRow(prompt.ids, prompt.bucket, prompt.max_new_tokens, Sampling.of(request),
                        None if request.greedy else request.seed)
+        row.cancel = stop if stop is not None else row.cancel  # the row's own stop event
         scheduler.submit(row)
         texts = scheduler.follow(row)
         try:
