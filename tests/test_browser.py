@@ -509,6 +509,7 @@ def test_a_json_export_loads_back_into_the_chat(page, tmp_path):
     page.wait_for_function("() => !document.querySelector('#chat-stats').innerText.trim()")
     assert page.locator("#context-meter").inner_text().startswith("Context: prompt buckets")
     assert _user_texts(page) == ["Loaded question"]
+    _open_accordion(page, "Sampling and system prompt")  # open already when an earlier test opened it
     assert page.get_by_label("System prompt").input_value() == "Loaded system"
     assert page.get_by_label("number input for Temperature").input_value() == "0.3"
     assert _seed_box(page).input_value() == "77"
