@@ -77,7 +77,7 @@ def test_the_idle_meter_carries_both_languages():
     english, arabic = re.findall(r"<span[^>]*>([^<]*)</span>", text)
     assert english == "Context: prompt buckets 32, 64 tokens · cache 256 tokens"
     _arabic(arabic)
-    assert '<span class="i18n-ar" lang=ar>' in text  # ui/i18n.py CSS shows the one of <html lang>
+    assert '<span class="i18n-ar" lang="ar">' in text  # ui/i18n.py CSS shows the one of <html lang>
 
 
 def test_reply_bubbles_and_notices_in_the_page_language():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import html
-
 import gradio as gr
 
 from neuron_backend.chat.history import NOTICE_PREFIX, REASONING_TITLE, trim_to_limits
@@ -13,7 +11,7 @@ from neuron_backend.runtime import Backend
 from .chat_export import history_limits, wire_conversation_files
 from .chat_saved import keep_saved_chats, remember_reply, wire_feedback
 from .chat_view import LiteralChatbot, StoppedReplies, chat_refusals, current_session, session_of
-from .i18n import localized, speaking, t
+from .i18n import bilingual_html, localized, t
 from .presentation import chat_stats_text, context_meter_text
 
 EXAMPLE_PROMPTS = [
@@ -44,12 +42,7 @@ def reply_messages(update, request: ChatRequest | None = None) -> list[gr.ChatMe
 def idle_meter(settings) -> str:
     """The context meter before any reply, built with the page (outside an event): both languages, CSS
     shows the one of ``<html lang>`` (ui/i18n.py ``bilingual_html``). Replies rebuild it in one language."""
-    spans = []
-    for language in ("en", "ar"):
-        with speaking(language):
-            text = html.escape(context_meter_text(None, settings.buckets, settings.context_length), quote=False)
-        spans.append(f'<span class="i18n-{language}"{" lang=ar" if language == "ar" else ""}>{text}</span>')
-    return "".join(spans)
+    return bilingual_html(lambda: context_meter_text(None, settings.buckets, settings.context_length))
 
 
 def build_chat_tab(backend: Backend) -> None:

@@ -23,7 +23,7 @@ import contextlib
 import contextvars
 import html
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import gradio as gr
@@ -122,10 +122,17 @@ def localized(value) -> str:
     return str(in_language(value, lang()))
 
 
-def bilingual_html(key: str) -> str:
-    """Both texts of ``key`` for HTML built in Python (no I18n there): CSS shows the one of ``<html lang>``."""
-    en, ar = (html.escape(s, quote=False) for s in STRINGS[key])
-    return f'<span class="i18n-en">{en}</span><span class="i18n-ar" lang="ar">{ar}</span>'
+def bilingual_html(text: str | Callable[[], str]) -> str:
+    """Both languages of ``text`` for HTML built outside an event (no request, so no ``lang()``): CSS shows
+    the one of ``<html lang>``. ``text``: a key, or a function that builds the text with ``say()``."""
+    build = (lambda: say(text)) if isinstance(text, str) else text
+    spans = []
+    for language in LANGUAGES:
+        with speaking(language):
+            shown = html.escape(build(), quote=False)
+        marked = ' lang="ar"' if language == "ar" else ""
+        spans.append(f'<span class="i18n-{language}"{marked}>{shown}</span>')
+    return "".join(spans)
 
 
 # ?lang=ar|en: redefine navigator.language/languages before Gradio's module script reads them (its
