@@ -9,8 +9,8 @@ def record_windows(engine, batch: int = 1) -> list[int]:
     cache = engine._cache(batch)
     select = cache.select
 
-    def recording(length: int, prefill: bool = False) -> int:
-        seen.append(select(length, prefill))
+    def recording(new_tokens: int, prefill: bool = False) -> int:
+        seen.append(select(new_tokens, prefill))
         return seen[-1]
 
     cache.select = recording

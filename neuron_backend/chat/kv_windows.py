@@ -13,14 +13,18 @@ specialised to it (dynamo guards on its value): one graph per window, all compil
 reused afterwards. The same idea as NeuronX Distributed Inference's token-generation buckets.
 
 How the window is chosen: ``attach(model)`` wraps ``model.prepare_inputs_for_generation``, which
-``generate()`` calls in Python before every forward; ``WindowedStaticCache.select(length, prefill)``
-sets the window for that forward from the length of the whole sequence once it has run. That
-length is the 2D attention mask's (``[B, length]``, no device read), not ``input_ids``: in a
-decode step ``input_ids`` is the whole sequence too, but a chunked prefill
-(``prefill_chunk_size``, prefill.py) passes each chunk alone (``[B, chunk]``) with the mask cut
-to the chunk's end. The prefill forwards are those ``generate()`` marks ``is_first_iteration``
-(one, or one per chunk). ``floor`` raises the decode window only (warm-up uses it to compile a
-window's graph without generating thousands of tokens).
+``generate()`` calls in Python before every forward, with the tokens that forward will write: a decode
+step passes the whole sequence with ``next_sequence_length=1``, a plain prefill the whole prompt, a
+chunked prefill (``prefill_chunk_size``, prefill.py) each ``[B, chunk]`` chunk alone.
+``WindowedStaticCache.select(new_tokens, prefill)`` adds them to the tokens the cache already holds
+(``length``, a host int reset with the cache, as transformers' own ``StaticSlidingWindowLayer`` keeps
+``cumulative_length_int`` beside its device counter: no device read) and sets the smallest window that
+holds them all. The window never comes from the 2D attention mask: ``generate()`` drops a mask that
+is all ones (a prompt that fills its bucket exactly), and a chunk's mask is cut to the chunk's end,
+so a length read there was the chunk's own (64), and chunks past the first window attended over a
+truncated context. The prefill forwards are those ``generate()`` marks ``is_first_iteration`` (one,
+or one per chunk). ``floor`` raises the decode window only (warm-up uses it to compile a window's
+graph without generating thousands of tokens).
 Layers other than plain full-attention ``StaticLayer`` (sliding-window ones) keep the full cache.
 """
 
@@ -73,13 +77,19 @@ class WindowedStaticCache(StaticCache):
         super().__init__(config=config, max_cache_len=max_cache_len)
         self.windows = declared(windows, max_cache_len)
         self.window = max_cache_len  # what the next forward attends over
+        self.length = 0  # tokens written so far: the layers' cumulative_length, kept on the host
         self.floor = 0  # warm-up: the smallest window a decode step may use
         self.layers = [WindowedStaticLayer(max_cache_len, self) if type(layer) is StaticLayer else layer
                        for layer in self.layers]
 
-    def select(self, length: int, prefill: bool = False) -> int:
-        """Set the window for the next forward, which ends with ``length`` tokens in the cache."""
-        window = window_for(self.windows, length)
+    def reset(self) -> None:
+        super().reset()
+        self.length = 0
+
+    def select(self, new_tokens: int, prefill: bool = False) -> int:
+        """Set the window for the next forward, which writes ``new_tokens`` after the ``length`` cached."""
+        self.length += new_tokens
+        window = window_for(self.windows, self.length)
         if not prefill:
             window = max(window, window_for(self.windows, self.floor))
         self.window = window
@@ -97,9 +107,12 @@ def attach(model) -> None:
         cache = kwargs.get("cache")
         if not isinstance(cache, WindowedStaticCache):
             return original(input_ids, *args, **kwargs)
-        mask = kwargs.get("attention_mask")
-        length = mask.shape[-1] if mask is not None and mask.ndim == 2 else input_ids.shape[1]
-        cache.select(length, prefill=bool(kwargs.get("is_first_iteration")))
+        # The tokens this forward writes: next_sequence_length for a decode step (1) and a plain prefill
+        # (the prompt; a 0-d tensor where transformers subtracted the cache's device counter), else
+        # input_ids itself (a prefill chunk comes alone, [B, chunk])
+        new = kwargs.get("next_sequence_length")
+        cache.select(int(new) if new is not None else input_ids.shape[1],
+                     prefill=bool(kwargs.get("is_first_iteration")))
         if kwargs.get("position_ids") is not None:  # still on the host here
             kwargs["position_ids"] = _dense(kwargs["position_ids"])
         return original(input_ids, *args, **kwargs)
