@@ -60,12 +60,19 @@ def _import_runtime():
     return parallel, resolve_placements, Backend, model_folder, run_follower
 
 
+def annex_tabs() -> list:
+    """The tabs of the annex (``tools/``), handed to the page as plain values: the QA bench."""
+    from tools.qa.tab import TAB as QA_TAB
+
+    return [QA_TAB]
+
+
 def launch(backend, **kwargs):
     """Start warm-up in the background and serve the UI at once."""
     import ui  # Gradio: imported here so the torchrun followers never load it
 
     backend.start()
-    return ui.serve(backend, **kwargs)
+    return ui.serve(backend, tabs=annex_tabs(), **kwargs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if settings.doctor:
-        from neuron_backend import doctor
+        from tools import doctor
 
         raise SystemExit(doctor.run(settings))
     configure_compile_cache(settings.cache_dir)  # before import torch (autoload) and before parallel.init

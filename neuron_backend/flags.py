@@ -58,7 +58,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("tp", "int", "shard one engine over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
     ("tp-engine", "str", "chat|image: the engine --tp shards (default chat; image: the FLUX.2 transformer)"),
     ("doctor", "bool", "print a first-run checklist of this host (pass/fail/skipped, each with the fix) and exit; "
-                       "also python -m neuron_backend.doctor"),
+                       "also python -m tools.doctor"),
     ("cache-bundle", "str", "compile-cache bundle to install at start: a .tar file, a folder holding one, or "
                             "hf://owner/repo[@revision] (see python -m neuron_backend.cache)"),
 )

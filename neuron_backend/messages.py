@@ -52,6 +52,13 @@ def _fill(template: str, params: dict, lang: str) -> str:
     return template.format(**{k: in_language(v, lang) for k, v in params.items()})
 
 
+def register(table: dict[str, tuple[str, str]]) -> None:
+    """Add messages of a part outside the core (the annex registers its own on import); a key may not change."""
+    for key, texts in table.items():
+        if MESSAGES.setdefault(key, texts) != texts:
+            raise KeyError(f"message {key!r} is registered twice with different texts")
+
+
 def msg(key: str, **params) -> Message:
     """The message ``key`` with its parameters (English as a str; ``.text(lang)`` for another language)."""
     return Message(key, **params)

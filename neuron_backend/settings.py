@@ -123,7 +123,7 @@ class Settings:
     hub_timeout: float = 5.0
     tp: int = 1  # tensor-parallel degree of the engine named by tp_engine (under torchrun)
     tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
-    doctor: bool = False  # --doctor: print the first-run checklist (neuron_backend/doctor.py) and exit
+    doctor: bool = False  # --doctor: print the first-run checklist (tools/doctor.py) and exit
     cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (neuron_backend/cache)
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import ui
+from app import annex_tabs
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 
@@ -28,5 +29,5 @@ def start_app(root, *extra, warm=True):
         for step in backend.runner._steps[:-1]:
             backend.runner._run_step(step)
         backend.runner._steps[-1].task.expected_s = 30.0
-    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, tabs=annex_tabs(), prevent_thread_lock=True, quiet=True)
     return demo, backend, url

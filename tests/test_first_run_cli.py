@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_backend import doctor
+from tools import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +73,7 @@ def test_doctor_runs_here_and_passes(tmp_path):
 
 
 def test_doctor_fails_when_a_needed_model_is_not_cached(tmp_path):
-    out = run(["-m", "neuron_backend.doctor", "--models", "full", "--no-image", "--cache-dir", str(tmp_path)],
+    out = run(["-m", "tools.doctor", "--models", "full", "--no-image", "--cache-dir", str(tmp_path)],
               {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf" / "hub")})
     assert out.returncode == 1, out.stdout + out.stderr
     assert re.search(r"^fail    chat model files: Qwen/Qwen3-0.6B: missing .*config.json", out.stdout, re.M)

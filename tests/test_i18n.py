@@ -9,16 +9,19 @@ from pathlib import Path
 
 import pytest
 
+import tools.qa.tab  # noqa: F401 - registers the QA bench's words and messages
 from ui import i18n
 
-UI = Path(__file__).resolve().parents[1] / "ui"
+ROOT = Path(__file__).resolve().parents[1]
+UI = ROOT / "ui"
+QA = ROOT / "tools" / "qa"  # the annex's tab registers its words (tools/qa/words.py)
 # Parameters that the page shows as static text; a str literal there bypasses the table.
 SHOWN = {"label", "info", "placeholder", "examples_label"}
 # Components whose first positional argument is shown text (a button's value, a tab's or accordion's title).
 TITLED = {"Button", "UploadButton", "Accordion", "Tab", "Markdown"}
 # The files that build what the page shows (api.py's hidden components are named for API clients).
 PAGE_FILES = ["__init__.py", "status_panel.py", "header.py", "chat_tab.py", "chat_saved.py", "chat_view.py",
-              "chat_export.py", "image_tab.py", "qa_tab.py", "qa_views.py"]
+              "chat_export.py", "image_tab.py", "../tools/qa/tab.py", "../tools/qa/views.py"]
 
 
 def _calls(path: Path):
@@ -34,7 +37,7 @@ def _is_t(node: ast.Call) -> bool:
 
 def _used_keys() -> dict[str, list[str]]:
     keys: dict[str, list[str]] = {}
-    for path in sorted(UI.glob("*.py")):
+    for path in sorted([*UI.glob("*.py"), QA / "tab.py", QA / "views.py"]):
         for call in _calls(path):
             if not _is_t(call) or not call.args:
                 continue
@@ -127,10 +130,13 @@ def test_language_override_puts_its_script_first_in_the_head():
 def test_one_table_no_key_twice_and_the_same_fields_in_both_languages():
     from neuron_backend import texts as backend_texts
     from neuron_backend.messages import fields
+    from tools.qa import messages as qa_messages
+    from tools.qa import words as qa_words
     from ui import texts as page_texts
 
     seen: dict[str, str] = {}
-    for origin, parts in (("ui/texts", page_texts.PARTS), ("neuron_backend/texts", backend_texts.PARTS)):
+    for origin, parts in (("ui/texts", page_texts.PARTS), ("neuron_backend/texts", backend_texts.PARTS),
+                          ("tools/qa", {"words": qa_words.WORDS, "messages": qa_messages.MESSAGES})):
         for part, table in parts.items():
             for key in table:
                 assert key not in seen, f"{key} in {origin}/{part}.py and {seen[key]}"

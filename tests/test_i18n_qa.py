@@ -17,16 +17,16 @@ from test_browser import app_url, browser, chromium  # noqa: F401 - fixtures of 
 
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.messages import msg
-from neuron_backend.qa import ab as qa_ab
-from neuron_backend.qa import grid as qa_grid
-from neuron_backend.qa import runs as qa
-from neuron_backend.qa.compare import changed_only, compare_runs, compare_table
-from neuron_backend.qa.expect import judge
-from neuron_backend.qa.inputs import parse_prompt_set
-from neuron_backend.qa.report import export_jsonl, import_jsonl, read_run
 from neuron_backend.settings import parse_settings
+from tools.qa import ab as qa_ab
+from tools.qa import grid as qa_grid
+from tools.qa import runs as qa
+from tools.qa import views as v
+from tools.qa.compare import changed_only, compare_runs, compare_table
+from tools.qa.expect import judge
+from tools.qa.inputs import parse_prompt_set
+from tools.qa.report import export_jsonl, import_jsonl, read_run
 from ui import i18n
-from ui import qa_views as v
 
 SETTINGS = parse_settings(["--models", "tiny", "--device", "cpu", "--sizes", "64x64,96x64"], env={})
 
@@ -90,7 +90,7 @@ def test_image_cells_gallery_and_both_columns_read_arabic():
 
 
 def test_ui_views_status_lines_and_toasts_in_arabic():
-    from ui import qa_tab
+    from tools.qa import tab as qa_tab
 
     run = _done_run()
     assert qa_tab._done_line(run).startswith("3/4 cells done · cold: 0 passed")
@@ -255,7 +255,7 @@ def test_import_refusals_read_arabic(damage):
 
 
 def test_import_file_limits_and_other_refusals_read_arabic(tmp_path, monkeypatch):
-    from neuron_backend.qa import report
+    from tools.qa import report
 
     monkeypatch.setattr(report, "MAX_IMPORT_BYTES", 10)
     path = _bad_set(tmp_path, "run.jsonl", export_jsonl(_done_run()))

@@ -23,7 +23,7 @@ from app_helpers import SIZES, start_app
 from PIL import Image
 
 from neuron_backend.feedback import FeedbackLog
-from neuron_backend.qa.inputs import parse_prompt_set
+from tools.qa.inputs import parse_prompt_set
 
 AUTH = ("ada", "lovelace")
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")

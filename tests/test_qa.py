@@ -14,13 +14,13 @@ import pytest
 
 from neuron_backend.chat.text import ChatRequest
 from neuron_backend.errors import InvalidRequestError, UnsupportedSizeError
-from neuron_backend.qa import grid as qa_grid
-from neuron_backend.qa import runs as qa
-from neuron_backend.qa.compare import compare_runs, compare_table
-from neuron_backend.qa.html_report import export_html
-from neuron_backend.qa.report import export_jsonl, import_jsonl, read_run
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.qa import grid as qa_grid
+from tools.qa import runs as qa
+from tools.qa.compare import compare_runs, compare_table
+from tools.qa.html_report import export_html
+from tools.qa.report import export_jsonl, import_jsonl, read_run
 
 ROOT = Path(__file__).parents[1]
 PROMPTS = "\n".join(["Say hello.", "Name a colour.", "<script>alert('x')</script> & more", "Count to three.",
@@ -414,7 +414,7 @@ def test_variant_text_syntax(settings):
 
 
 def test_qa_modules_do_not_import_gradio():
-    code = "import sys, neuron_backend.qa.runs, neuron_backend.qa.report; assert 'gradio' not in sys.modules"
+    code = "import sys, tools.qa.runs, tools.qa.report; assert 'gradio' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
 
 

@@ -13,17 +13,17 @@ import pytest
 from PIL import Image
 
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.qa import ab as qa_ab
-from neuron_backend.qa import expect as qa_expect
-from neuron_backend.qa import grid as qa_grid
-from neuron_backend.qa import runs as qa
-from neuron_backend.qa.compare import changed_only, compare_runs, compare_table
-from neuron_backend.qa.export_csv import COLUMNS, escape_cell, export_csv
-from neuron_backend.qa.html_report import export_html, summary_text
-from neuron_backend.qa.inputs import SETTINGS
-from neuron_backend.qa.report import export_jsonl, import_jsonl
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.qa import ab as qa_ab
+from tools.qa import expect as qa_expect
+from tools.qa import grid as qa_grid
+from tools.qa import runs as qa
+from tools.qa.compare import changed_only, compare_runs, compare_table
+from tools.qa.export_csv import COLUMNS, escape_cell, export_csv
+from tools.qa.html_report import export_html, summary_text
+from tools.qa.inputs import SETTINGS
+from tools.qa.report import export_jsonl, import_jsonl
 
 VARIANTS = "cold: temperature=0.3, max_new_tokens=6\nhot: temperature=1.5, max_new_tokens=6"
 
@@ -318,8 +318,8 @@ def test_import_applies_the_prompt_set_limits(backend, chat_run, monkeypatch, tm
     huge_cell = dict(cells[0], settings={**cells[0]["settings"], "max_new_tokens": 10**9})
     with pytest.raises(InvalidRequestError, match="max_new_tokens must be from 1 to 64"):
         import_jsonl("\n".join(map(json.dumps, [head, huge_cell, *cells[1:]])), settings)
-    monkeypatch.setattr("neuron_backend.qa.report.MAX_IMPORT_BYTES", 1000)
-    from neuron_backend.qa.report import read_run
+    monkeypatch.setattr("tools.qa.report.MAX_IMPORT_BYTES", 1000)
+    from tools.qa.report import read_run
 
     (tmp_path / "big.jsonl").write_text(export_jsonl(chat_run), encoding="utf-8")
     with pytest.raises(InvalidRequestError, match="big.jsonl is larger than"):

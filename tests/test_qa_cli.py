@@ -1,4 +1,4 @@
-"""``python -m neuron_backend.qa run`` against the app on loopback (tiny models): exit status, exports, same cells."""
+"""``python -m tools.qa run`` against the app on loopback (tiny models): exit status, exports, same cells."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("gradio_client")
 from app_helpers import start_app  # noqa: E402
 
-from neuron_backend.qa import cli  # noqa: E402
-from neuron_backend.qa import runs as qa  # noqa: E402
-from neuron_backend.qa.report import import_jsonl, read_run  # noqa: E402
+from tools.qa import cli  # noqa: E402
+from tools.qa import runs as qa  # noqa: E402
+from tools.qa.report import import_jsonl, read_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def test_cli_exits_1_when_an_expectation_fails(served, tmp_path):
     set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "Say hello.", "contains": "\u2603 never said \u2603"},
                                                   {"prompt": "Name a colour."}])
     out = tmp_path / "run.jsonl"
-    done = subprocess.run([sys.executable, "-m", "neuron_backend.qa", "run", str(set_file), "--variants",
+    done = subprocess.run([sys.executable, "-m", "tools.qa", "run", str(set_file), "--variants",
                            "a: max_new_tokens=4, seed=1", "--variants", "b: max_new_tokens=4, seed=2", "--url", url,
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import gradio as gr
 from starlette.middleware import Middleware
 
@@ -14,12 +17,21 @@ from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import build_image_tab
 from .mcp_tools import describe_tools, loopback_login
 from .probes import AuthGate, probe_routes, queue_depth
-from .qa_tab import build_qa_tab
 from .status_panel import build_status_panel, wire_refresh
 
 
-def create_demo(backend: Backend, cancels: EarlyCancels | None = None) -> gr.Blocks:
-    """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs)."""
+@dataclass(frozen=True)
+class ExtraTab:
+    """A tab added after the core's two (the annex's QA bench; app.py hands them in)."""
+
+    label: str  # a key of the page's words (ui.i18n.register adds a part's words)
+    elem_id: str
+    build: Callable[[Backend], object]  # called inside the gr.Tab
+
+
+def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[ExtraTab] = ()) -> gr.Blocks:
+    """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs);
+    ``tabs``: added after Chat and Image, in order."""
     settings = backend.settings
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
@@ -33,8 +45,9 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None) -> gr.Blo
             build_chat_tab(backend)
         with gr.Tab(t("tab_image"), visible="image" in backend.placements, elem_id="image-tab"):
             image = build_image_tab(backend, concurrency)
-        with gr.Tab(t("tab_qa"), elem_id="qa-tab"):
-            build_qa_tab(backend)
+        for tab in tabs:
+            with gr.Tab(t(tab.label), elem_id=tab.elem_id):
+                tab.build(backend)
         wire_refresh(demo, backend, panel, image)
         add_public_api(backend, concurrency, cancels or EarlyCancels())
     if settings.mcp:  # the tools Gradio's MCP server lists, named and documented for agents
@@ -79,11 +92,11 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
     }
 
 
-def serve(backend: Backend, throttle: LoginThrottle | None = None, **kwargs):
+def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (), **kwargs):
     """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
-    demo = create_demo(backend, cancels)
+    demo = create_demo(backend, cancels, tabs)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     backend.metrics.queue_depth = queue_depth(demo)
     launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels), **kwargs})

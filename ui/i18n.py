@@ -54,6 +54,17 @@ _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("showcase_l
 _COOKIE_RE = re.compile(rf"(?:^|;)\s*{COOKIE}=([A-Za-z-]+)")
 
 
+def register(words: dict[str, tuple[str, str]]) -> None:
+    """Add a part's page words (the annex's tabs) and any backend messages registered since this module
+    loaded to the one table, before the page is built; a key may not change."""
+    for key, texts in words.items():
+        if STRINGS.setdefault(key, texts) != texts:
+            raise KeyError(f"page word {key!r} is registered twice with different texts")
+    TABLE.update({**STRINGS, **MESSAGES})
+    I18N.translations["en"].update({k: en for k, (en, _) in TABLE.items()})
+    I18N.translations["ar"].update({k: ar for k, (_, ar) in TABLE.items()})
+
+
 def t(key: str) -> gr.i18n.I18nData:
     """The translatable text of ``key`` for a component's label, info, placeholder or value."""
     if key not in STRINGS:

@@ -2,6 +2,6 @@
 may use them); ``neuron_backend.messages`` looks keys up here and ``ui/i18n.py`` merges them into the
 page's one table."""
 
-from . import chat, common, image, qa
+from . import chat, common, image
 
-PARTS = {"common": common.MESSAGES, "chat": chat.MESSAGES, "image": image.MESSAGES, "qa": qa.MESSAGES}
+PARTS = {"common": common.MESSAGES, "chat": chat.MESSAGES, "image": image.MESSAGES}

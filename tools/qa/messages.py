@@ -3,7 +3,7 @@ are filled with the message's parameters (``neuron_backend.messages.msg``).
 
 ``err_qa_*``: errors (a refused prompt set, variant or import); ``err_qa_where_*`` / ``err_qa_hint_*`` are the
 pieces they are built of (where in a file, what to do). ``qa_view_*``: words of the grid, summary, speed and
-compare tables and the A/B tally, built for the page's language by ``neuron_backend.qa.grid`` and friends
+compare tables and the A/B tally, built for the page's language by ``tools.qa.grid`` and friends
 (their English is what the CLI prints). Setting, column and check names (``max_new_tokens``, ``prompt``) are
 syntax and stay Latin; so do JSON examples and file types."""
 

@@ -1,6 +1,6 @@
 """What the QA bench tab shows of a run: grid, gallery, summary, speed, blind A/B pair, compare view.
 
-Only Gradio updates built from ``neuron_backend.qa``; everything from a file, a user or a model is
+Only Gradio updates built from ``tools.qa``; everything from a file, a user or a model is
 shown as text (Textbox, Dataframe, captions), never as HTML or Markdown, and error toasts are
 escaped (Gradio renders a toast's message as HTML). Words are in the page's language (``ui.i18n``):
 headers, statuses, verdicts and captions; prompts, variant names and the model's output are data.
@@ -13,13 +13,12 @@ import html
 import gradio as gr
 
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.qa import ab as qa_ab
-from neuron_backend.qa import grid as qa_grid
-from neuron_backend.qa.compare import changed_only, compare_runs, compare_table
-from neuron_backend.qa.expect import word
-from neuron_backend.qa.images import decode_png
-
-from .i18n import lang, localized, say
+from tools.qa import ab as qa_ab
+from tools.qa import grid as qa_grid
+from tools.qa.compare import changed_only, compare_runs, compare_table
+from tools.qa.expect import word
+from tools.qa.images import decode_png
+from ui.i18n import lang, localized, say
 
 VIEW_COUNT = 4  # grid, gallery, summary, speed
 

@@ -23,9 +23,10 @@ import numbers
 
 import regex
 
-from ..errors import InvalidRequestError
-from ..messages import MESSAGES, Message, msg
-from ..shapes import parse_size
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.messages import MESSAGES, Message, msg
+from neuron_backend.shapes import parse_size
+
 from .images import png_size
 
 MAX_PATTERN_CHARS = 300

@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InvalidRequestError, UnsupportedSizeError
-from ..image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
-from ..messages import msg
-from ..settings import Settings
-from ..shapes import parse_size
+from neuron_backend.errors import InvalidRequestError, UnsupportedSizeError
+from neuron_backend.image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
+from neuron_backend.messages import msg
+from neuron_backend.settings import Settings
+from neuron_backend.shapes import parse_size
+
 from .expect import CHECKS, parse_check
 
 MAX_PROMPTS = 100  # prompts in one set; a parameter of parse_prompt_set for servers that want another limit

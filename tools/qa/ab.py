@@ -17,8 +17,9 @@ from __future__ import annotations
 import random
 import secrets
 
-from ..errors import InvalidRequestError
-from ..messages import msg
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.messages import msg
+
 from .runs import Cell, QARun
 
 CHOICES = ("left", "right", "tie")

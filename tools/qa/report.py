@@ -17,9 +17,10 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from ..errors import InvalidRequestError
-from ..messages import Message, msg
-from ..settings import Settings
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.messages import Message, msg
+from neuron_backend.settings import Settings
+
 from . import ab as qa_ab
 from .expect import CHECKS, parse_check
 from .grid import grid_columns

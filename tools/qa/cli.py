@@ -1,6 +1,6 @@
 """The QA bench without a browser: run a prompt set against a running app through its public API.
 
-    python -m neuron_backend.qa run SET.jsonl --variants "cold: temperature=0.2" \\
+    python -m tools.qa run SET.jsonl --variants "cold: temperature=0.2" \\
         --variants "hot: temperature=1.2" --url http://127.0.0.1:7860 --out run.jsonl
 
 Plans the cells exactly as the QA tab does (same file formats, variants, limits and seeds; the
@@ -22,10 +22,11 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..errors import InvalidRequestError, ShowcaseError
-from ..image.png_info import png_metadata
-from ..settings import Settings
-from ..shapes import parse_size
+from neuron_backend.errors import InvalidRequestError, ShowcaseError
+from neuron_backend.image.png_info import png_metadata
+from neuron_backend.settings import Settings
+from neuron_backend.shapes import parse_size
+
 from .expect import judge
 from .runs import DONE, FAILED, STOPPED, Cell, QARun, plan_run
 
@@ -33,7 +34,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m neuron_backend.qa", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.qa", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a prompt set against a running app and judge its expectations")
     run.add_argument("set", help="the prompt set: .jsonl, .csv or .txt (as the QA tab reads it)")

@@ -15,8 +15,8 @@ import struct
 
 from PIL import Image, UnidentifiedImageError
 
-from ..errors import InvalidRequestError
-from ..messages import msg
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.messages import msg
 
 MAX_IMAGE_BYTES = 8_000_000  # one cell's PNG, decoded from base64 (a 1344x768 photo-like PNG is ~2 MB)
 MAX_IMAGE_PIXELS = 2048 * 2048  # without a server's sizes to compare with

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from ..messages import in_language, msg
+from neuron_backend.messages import in_language, msg
+
 from .expect import word
 from .images import decode_png
 from .runs import PENDING, RUNNING, Cell, QARun

@@ -1,7 +1,7 @@
 """The QA bench tab: run a prompt set under a few settings variants, mark cells, export, compare.
 
-Only UI wiring; the work is in ``neuron_backend.qa`` (runs, expect, ab, compare, exports) and what
-is shown is built in ``ui.qa_views``. Cell numbers are 1-based everywhere on the page.
+Only UI wiring; the work is in ``tools.qa`` (runs, expect, ab, compare, exports) and what
+is shown is built in ``tools.qa.views``. Cell numbers are 1-based everywhere on the page.
 """
 
 from __future__ import annotations
@@ -10,16 +10,21 @@ import threading
 
 import gradio as gr
 
-import ui.qa_views as v
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.qa import ab as qa_ab
-from neuron_backend.qa import grid as qa_grid
-from neuron_backend.qa import report as qa_report
-from neuron_backend.qa import runs as qa
-from neuron_backend.qa.export_csv import export_csv
-from neuron_backend.qa.html_report import export_html
 from neuron_backend.runtime import Backend
-from ui.i18n import lang, say, t
+from tools.qa import ab as qa_ab
+from tools.qa import grid as qa_grid
+from tools.qa import report as qa_report
+from tools.qa import runs as qa
+from tools.qa.export_csv import export_csv
+from tools.qa.html_report import export_html
+from ui import ExtraTab
+from ui.i18n import lang, register, say, t
+
+from . import views as v
+from .words import WORDS
+
+register(WORDS)  # the bench's page words join the page's one table
 
 VARIANTS_HINT = "cold: temperature=0.2, seed=1\nhot: temperature=1.2, seed=1"
 FORM_RESET = (0, "unmarked", "")  # cell #, mark, comment: cleared by every new run
@@ -266,3 +271,6 @@ def build_qa_tab(backend: Backend) -> None:
     for button, choice in ((pick_left, "left"), (pick_right, "right"), (pick_tie, "tie")):
         button.click(press_pick(choice), run_state, [run_state, *ab_views], **private)
     ab_end_btn.click(press_reveal, run_state, [run_state, *ab_views], **private)
+
+
+TAB = ExtraTab("tab_qa", "qa-tab", build_qa_tab)  # app.py hands it to ui.serve

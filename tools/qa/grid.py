@@ -11,7 +11,8 @@ import statistics
 
 from PIL import Image
 
-from ..messages import msg
+from neuron_backend.messages import msg
+
 from .expect import judge, verdict, word
 from .images import decode_png
 from .runs import FAILED, KINDS, PENDING, RUNNING, STOPPED, Cell, QARun

@@ -1,4 +1,4 @@
-"""First-run checklist for a new host: ``python app.py --doctor`` or ``python -m neuron_backend.doctor``.
+"""First-run checklist for a new host: ``python app.py --doctor`` or ``python -m tools.doctor``.
 
 Each line is ``pass``, ``fail`` or ``skipped`` with the reason, and a fix where something is wrong.
 It runs what applies to this host (on a CPU machine the Neuron checks say why they are skipped) and
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .compile_cache import NEFF_CACHE_ENV, configure_compile_cache
-from .settings import Settings, parse_settings
+from neuron_backend.compile_cache import NEFF_CACHE_ENV, configure_compile_cache
+from neuron_backend.settings import Settings, parse_settings
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.0.* / 2.14.3.0.* wheels (Neuron 2.33)
@@ -131,7 +131,7 @@ def summarize_neuron_ls(text: str) -> str:
 
 
 def check_cores(host) -> Check:
-    from . import devices
+    from neuron_backend import devices
 
     if host.neuron_problem:
         return Check(FAIL, "cores visible", host.neuron_problem, INSTALL_FIX)
@@ -145,7 +145,7 @@ def tiny_graph_on(placement) -> str:
     """Compile and run a tiny graph from a fresh thread inside the placement's device context; raise on a fault."""
     import torch
 
-    from . import devices
+    from neuron_backend import devices
 
     box: dict = {}
 
@@ -229,7 +229,7 @@ def check_neff_cache(settings: Settings, neuron: bool) -> list[Check]:
 
 
 def check_counters_and_memory(placements: dict) -> list[Check]:
-    from . import devices
+    from neuron_backend import devices
 
     if any(p.kind == "neuron" for p in placements.values()):
         devices.use_neuron_counters()
@@ -248,7 +248,7 @@ def check_counters_and_memory(placements: dict) -> list[Check]:
 
 def _missing(model: str, kind: str) -> list[str]:
     """Needed files of ``model`` missing locally: model_sources.missing_files (issue 17), else a coarse look."""
-    from . import model_sources
+    from neuron_backend import model_sources
 
     finder = getattr(model_sources, "missing_files", None)
     if finder is not None:
@@ -312,8 +312,8 @@ def run(settings: Settings, out=None) -> int:
     emit(imported)
     emit(check_neuron_ls())
     if torch is not None:
-        from . import devices
-        from .errors import ShowcaseError
+        from neuron_backend import devices
+        from neuron_backend.errors import ShowcaseError
 
         host = devices.detect()
         emit(check_cores(host))
@@ -332,8 +332,8 @@ def run(settings: Settings, out=None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m neuron_backend.doctor [app flags]``: the same checklist as ``python app.py --doctor``."""
-    from .errors import ShowcaseError
+    """``python -m tools.doctor [app flags]``: the same checklist as ``python app.py --doctor``."""
+    from neuron_backend.errors import ShowcaseError
 
     try:
         settings = parse_settings(argv)

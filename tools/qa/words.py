@@ -55,7 +55,7 @@ WORDS: dict[str, tuple[str, str]] = {
     "qa_kind_chat": ("chat", "محادثة"),
     "qa_kind_image": ("image", "صورة"),
     "qa_kind_both": ("both", "كلاهما"),
-    # text built at run time (ui/qa_tab.py, ui/qa_views.py): status line, progress, toasts, the A/B review
+    # text built at run time (tools/qa/tab.py, tools/qa/views.py): status line, progress, toasts, the A/B review
     "qa_line_done": ("{done}/{total} cells done · {summary}", "اكتملت {done}/{total} خلية · {summary}"),
     "qa_line_finished": ("Finished: {line}", "انتهى: {line}"),
     "qa_line_stopped": ("Stopped: {line}", "أُوقف: {line}"),

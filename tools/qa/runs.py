@@ -35,12 +35,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..chat.text import SAMPLING_DEFAULTS, ChatRequest
-from ..errors import InvalidRequestError, ShowcaseError
-from ..image.engine import ImageRequest
-from ..image.png_info import png_metadata
-from ..messages import Message, msg
-from ..settings import Settings
+from neuron_backend.chat.text import SAMPLING_DEFAULTS, ChatRequest
+from neuron_backend.errors import InvalidRequestError, ShowcaseError
+from neuron_backend.image.engine import ImageRequest
+from neuron_backend.image.png_info import png_metadata
+from neuron_backend.messages import Message, msg
+from neuron_backend.settings import Settings
+
 from .expect import judge, word
 from .inputs import (
     MAX_PROMPTS,

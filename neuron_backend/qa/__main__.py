@@ -1,7 +1,0 @@
-"""``python -m neuron_backend.qa run SET.jsonl --variants ... --url ... --out run.jsonl`` (see cli.py)."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())
