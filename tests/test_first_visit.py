@@ -231,8 +231,7 @@ def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
 
 def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_runs_on(tmp_path, demo_models):
     """With --chat-batch 2, Stop ends only that reply's row: it keeps its stats, the other user's reply goes on."""
-    from neuron_backend.chat.batch import BatchRow
-    from neuron_backend.chat.sampling import Sampling
+    from neuron_backend.chat.batch import BatchRow, Sampling
     from neuron_backend.chat.text import ChatRequest
     from ui.chat_view import StoppedReplies
 

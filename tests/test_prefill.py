@@ -10,9 +10,8 @@ import torch
 from window_probe import record_windows
 
 from neuron_backend.chat import prefill
-from neuron_backend.chat.batch import BatchRow
+from neuron_backend.chat.batch import BatchRow, Sampling
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
-from neuron_backend.chat.sampling import Sampling
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
 from neuron_backend.settings import parse_settings

@@ -17,9 +17,8 @@ import pytest
 import torch
 from test_chat_text import GENERATION_CONFIG, tokenizer_files
 
-from neuron_backend.chat.batch import BatchRow
+from neuron_backend.chat.batch import BatchRow, Sampling
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
-from neuron_backend.chat.sampling import Sampling
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.settings import parse_settings
 

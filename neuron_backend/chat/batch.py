@@ -56,11 +56,32 @@ from ..devices import CompileCounter
 from ..engine import SerialJobs
 from ..errors import EngineUnavailableError
 from ..messages import msg
-from .sampling import Sampling
 
 GATHER_S = 0.02  # how long the oldest waiting request waits for company before its batch starts
 POLL_S = 0.5  # a waiting consumer checks the scheduler thread is alive this often
 _TEXT, _DONE, _ERROR = "text", "done", "error"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling parameters generate() takes once per call; rows share a batch only when equal."""
+
+    greedy: bool
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+
+    @classmethod
+    def of(cls, request) -> Sampling:
+        """From a validated ChatRequest; greedy ignores the others, so all greedy requests are equal."""
+        if request.greedy:
+            return cls(True)
+        return cls(False, request.temperature, request.top_p, request.top_k)
+
+    def generate_kwargs(self) -> dict:
+        if self.greedy:  # sampling flags are passed only when sampling: generate() warns about unused ones
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,10 @@ from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import msg
 from ..settings import Settings
 from . import prefill
-from .batch import BatchModel, BatchRow, BatchScheduler
+from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
 from .kv_windows import WindowedStaticCache, attach, declared, window_for
 from .prompt import Prompt as _Prompt
 from .prompt import PromptBuilder
-from .sampling import Sampling
 from .stream import STREAM_POLL_S, CancelCriteria, GenerateThread, TimedStreamer, Worker, chunks
 from .text import (
     SAMPLING_DEFAULTS,
