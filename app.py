@@ -4,7 +4,7 @@ The entry point only: settings, the compile-cache folders, the torchrun branch, 
 ``ui.serve``. The page lives in ``ui/``, the engines in ``neuron_backend/``. Run ``python app.py
 --help`` for every flag, ``python app.py --doctor`` for a first-run checklist of this host.
 
-Order matters on Trainium (NOTES.md 1b): the settings and the NEFF cache variables come first,
+Order matters on Trainium (docs/trainium.md): the settings and the NEFF cache variables come first,
 without torch; ``import torch`` then autoloads torch-neuronx, which reads them, and a torch /
 torch-neuronx mismatch fails right there, so that import is guarded with a message saying what to do.
 """

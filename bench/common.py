@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 DEFAULT_ROOT = REPO / ".cache" / "bench"  # .cache/ is git-ignored
 
-# NOTES.md section 4: the Qwen3-0.6B architecture, for realistic compute with random weights.
+# Qwen3-0.6B's config.json: its architecture, for realistic compute with random weights.
 QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
                  max_position_embeddings=40960)

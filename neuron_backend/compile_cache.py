@@ -4,7 +4,7 @@ TorchNeuron reads ``TORCH_NEURONX_NEFF_CACHE_DIR`` (the NEFF cache, default ``ne
 system temp folder, wiped on reboot) and ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR`` (its folder of
 compile lock files, default ``local_cache`` there) when its runtime's resource manager is first
 built; ``init_process_group("neuron")`` builds it, and ``import torch`` autoloads torch-neuronx. So
-both are set before either (NOTES.md 1b). ``devices`` re-exports these names.
+both are set before either. ``devices`` re-exports these names.
 
 An unwritable cache folder is not a reason to disable the NEFF cache: disabling it also bypasses
 the in-process cache of the eager path, so every eager op would compile again on every call. The

@@ -1,6 +1,6 @@
 """Compile counters (TorchNeuron's own on Neuron, dynamo's elsewhere) and the panel's device counters.
 
-On Neuron (NOTES.md 1b) the backend uses no Inductor, so inductor's cache counters never move, and
+On Neuron the backend uses no Inductor, so inductor's cache counters never move, and
 eager per-op compiles (a new prefill length, the text encoder, the VAE) are no Dynamo graphs. With
 metrics enabled (``torch_neuronx.metrics.set_enabled(True)``, done on first use),
 TorchNeuron counts every NEFF, eager or graph: ``CompilationCache.TotalCompilations`` (compiled

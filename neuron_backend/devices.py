@@ -1,6 +1,6 @@
 """Every difference between neuron, cuda and cpu lives here; engines ask, they do not branch.
 
-Neuron quirks handled here (NOTES.md section 1-2):
+Neuron quirks handled here (docs/trainium.md):
 - ``device_map="auto"`` does not see Neuron and silently loads on CPU, so placement is always an
   explicit device string.
 - ``torch.compile`` uses the ``"neuron"`` backend on Neuron, inductor elsewhere.

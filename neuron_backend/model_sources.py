@@ -85,7 +85,7 @@ def missing_files(model: str, kind: str) -> list[str]:
     ``model`` is a hub id (looked up in the local Hugging Face cache, HF_HUB_CACHE) or a local
     folder. Nothing is downloaded and the network is never used. A model that is not cached at
     all lists its top-level needs (e.g. ``config.json`` ... or ``model_index.json``).
-    For the doctor (issue 16) and ``--models auto``.
+    For the doctor (tools/doctor.py) and ``--models auto``.
     """
     folder = local_folder(model)
     if folder is None:

@@ -8,7 +8,7 @@ import tempfile
 import pytest
 import torch
 
-# On 2 cores another busy process otherwise slows the tiny models tenfold (NOTES.md section 5).
+# On 2 cores another busy process otherwise slows the tiny models tenfold.
 torch.set_num_threads(1)
 # Keep inductor's cache out of the user's home; one folder for the session so repeated
 # compiles of the same graph across tests are cache hits.

@@ -1,6 +1,6 @@
 """A stand-in for the ``torch.neuron`` module torch-neuronx registers, modelling what placement needs.
 
-What it models (from TorchNeuron's source, NOTES.md 1b):
+What it models (from TorchNeuron's source and the Neuron docs; docs/trainium.md):
 - the current device is THREAD-LOCAL; a thread that never chose one uses a process-wide default,
   fixed by the first ``set_device`` of any thread (device guards call it when they switch), else 0;
 - ``device(i)`` switches the calling thread and restores it on exit; ``synchronize(device=None)``

@@ -1,4 +1,4 @@
-"""What is left in English in text the page shows in Arabic (issue 20): run-time text is built with
+"""What is left in English in text the page shows in Arabic: run-time text is built with
 ``ui.i18n.say`` / backend ``msg``, so under ``speaking("ar")`` no English phrase should remain.
 
 ``english_phrases(text)`` returns runs of two or more Latin words (three letters or more each) outside

@@ -1,7 +1,7 @@
 """Test stand-ins for real model folders: an HF cache layout, the real FLUX.2-klein file layout, a fake Hub.
 
 Built from the tiny demo models, so everything loads for real; only where files live and how they
-are split follows the real repositories (NOTES.md section 3). Servers bind 127.0.0.1 only.
+are split follows the real repositories (FLUX.2-klein-4B's public configs). Servers bind 127.0.0.1 only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Proof in a real browser (issue 7): the app on the tiny demo models, driven by headless Chromium.
+"""Proof in a real browser: the app on the tiny demo models, driven by headless Chromium.
 
 One app process serves the whole module (``--models tiny --device cpu``) and one browser page
 follows it from the first second of warm-up, so the tests run in file order and build on each
@@ -322,7 +322,7 @@ def _generate(page, prompt: str, size: str, steps: int) -> Image.Image:
 
 # ----- scenarios --------------------------------------------------------------------------------
 def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
-    # A first visitor's view (issue 18): a title and a sentence, one chip per engine, the demo notice.
+    # A first visitor's view: a title and a sentence, one chip per engine, the demo notice.
     header = page.locator("#page-header")
     assert header.locator("h1").inner_text() == "Hugging Face models on AWS Trainium"
     assert "Qwen3-0.6B" in header.locator(".summary").inner_text()
@@ -387,7 +387,7 @@ def test_chat_streams_stops_retries_and_undoes(page):
     assert len(streamed) >= 2 and len(streamed[0]) < len(streamed[-1]), f"the reply did not stream: {streamed}"
     stopped = _bot_texts(page)[-1]
     assert 0 < len(stopped.split()) < MAX_NEW_TOKENS, "stop did not cut the reply short"
-    # The stopped reply keeps its stats line, marked stopped (issue 18 #7).
+    # The stopped reply keeps its stats line, marked stopped.
     page.locator("#chat-stats", has_text="stopped").wait_for(timeout=REPLY_TIMEOUT_MS)
     assert "tokens/s" in page.locator("#chat-stats").inner_text()
 
@@ -574,7 +574,7 @@ def test_hostile_text_is_shown_and_runs_nothing(page):
     _shot(page, "07-hostile-image")
 
 
-# Typed text that the old chatbot lost or made live (issue 23 #6/#7): each must show exactly as typed.
+# Typed text that the old chatbot lost or made live: each must show exactly as typed.
 LITERAL_TEXTS = ["List<String>", "if a<b and c>d", "<unknown-tag>inside</unknown-tag>",
                  '<div style="position:fixed;inset:0;background:red" id="cover">covered</div>',
                  '<a href="http://127.0.0.1:9/x" id="live-link">link</a>',
@@ -602,7 +602,7 @@ def test_chat_shows_text_exactly_as_typed_and_nothing_live(page):
 
 
 def test_a_refused_message_leaves_the_chat_usable(page):
-    """Issue 23 #8: after a refusal the box is enabled again, Stop is gone, the next message works."""
+    """After a refusal the box is enabled again, Stop is gone, the next message works."""
     _wait_ready(page)
     page.locator("#chat-tab-button").click()
     bots = len(_bot_texts(page))
@@ -650,7 +650,7 @@ def test_two_tabs_at_once_both_get_answers(page, context):
 
 
 def test_qa_bench_runs_a_set_marks_a_cell_and_exports(page):
-    """Issue 11's browser test: the QA tab as a reviewer uses it."""
+    """The QA tab as a reviewer uses it."""
     _wait_ready(page)
     page.get_by_role("tab", name="QA bench").click()
     page.locator("#qa-prompts textarea").fill("first prompt\nsecond prompt\n<b>third</b> prompt")
@@ -682,7 +682,7 @@ def test_qa_bench_runs_a_set_marks_a_cell_and_exports(page):
     page.get_by_role("tab", name="Chat").click()
 
 
-# ----- image wing: live preview, several images, paste-back, stop while queued (issue 19, 18, 23) -----
+# ----- image wing: live preview, several images, paste-back, stop while queued -----
 # The labels #image-out has shown, in order ("Preview · image 1 · step 3/50", ..., "Image").
 RECORD_IMAGE_LABELS_JS = """() => {
   window.__imageLabels = [];

@@ -1,4 +1,4 @@
-"""English and Arabic in headless Chromium (issue 20): the locale comes from the browser's language
+"""English and Arabic in headless Chromium: the locale comes from the browser's language
 (or ``?lang=``), Arabic turns the page right to left, and Arabic text reads right to left in any UI language.
 
 Reuses test_browser.py's app process (its fixtures); each test opens its own browser context with

@@ -1,4 +1,4 @@
-"""The QA bench in headless Chromium (issue 24, 18): a readable grid at 1280 px and a blind A/B review.
+"""The QA bench in headless Chromium: a readable grid at 1280 px and a blind A/B review.
 
 Reuses test_browser.py's fixtures (its own app process for this module); screenshots go to
 test-artifacts/screenshots/qa-*.png.
@@ -46,7 +46,7 @@ def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page):  # noqa: F811 - t
     page.locator("#qa-variants textarea").fill(VARIANTS)
     page.locator("#qa-run").click()
     _wait_value(page, "#qa-status", "Finished: 6/6 cells done")
-    # Issue 18 #3: at 1280 px both variants sit beside the prompt, no sideways scrolling, text wrapped.
+    # At 1280 px both variants sit beside the prompt, no sideways scrolling, text wrapped.
     box = page.evaluate("""() => {
       const grid = document.querySelector('#qa-grid');
       const cells = [...grid.querySelectorAll('table th')].filter(th => th.offsetParent !== null);
@@ -100,7 +100,7 @@ def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa
     _wait_ready(page)
     page.get_by_role("tab", name="QA bench").click()
     page.locator("#qa-prompts textarea").fill("a red fox\na blue boat")
-    # Issue 23 #5: a variant key (lowercased) echoed in the error toast stays text: no image element, no script.
+    # A variant key (lowercased) echoed in the error toast stays text: no image element, no script.
     page.locator("#qa-variants textarea").fill('{"name": "x", "<img src=x onerror=window.__qapwned=1>": 1}')
     page.locator("#qa-run").click()
     toast = page.locator(".toast-body", has_text="unknown setting").first
@@ -114,7 +114,7 @@ def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa
                                                "wide: size=96x64, steps=1, max_new_tokens=4, seed=7")
     page.locator("#qa-run").click()
     _wait_value(page, "#qa-status", "Finished: 8/8 cells done")
-    # Issue 18 #4: whole thumbnails (object-fit contain), each with its caption (cell, size, seed) visible.
+    # Whole thumbnails (object-fit contain), each with its caption (cell, size, seed) visible.
     page.wait_for_function("() => document.querySelectorAll('#qa-gallery .thumbnail-item').length === 4")
     fits = page.locator("#qa-gallery .thumbnail-item img").evaluate_all(
         "imgs => imgs.map(i => getComputedStyle(i).objectFit)")
@@ -124,7 +124,7 @@ def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa
     texts = [label.inner_text() for label in labels]
     assert texts[1].startswith("cell 4 · #1 · wide · 96x64 · seed 7"), texts
     _shot(page, "qa-gallery")
-    # Issue 18 #11 and notes: the status line follows a re-run cell; Cell # is 1-based; a new run clears the form.
+    # The status line follows a re-run cell; Cell # is 1-based; a new run clears the form.
     page.locator("#qa-grid").get_by_text(re.compile(r"\[seed 7")).filter(visible=True).first.click()
     page.wait_for_function("() => document.querySelector('#qa-cell input').value === '3'")
     page.locator("#qa-comment textarea").fill("old note")

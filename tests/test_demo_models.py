@@ -20,7 +20,7 @@ from neuron_backend.demo_models import (
     is_demo_model,
 )
 
-# NOTES.md section 5: another busy process otherwise slows the tiny models tenfold on 2 cores.
+# Another busy process otherwise slows the tiny models tenfold on 2 cores.
 torch.set_num_threads(1)
 
 GENERATION_PROMPT = "<|im_start|>assistant\n"

@@ -1,4 +1,4 @@
-"""An image cancelled right after submit runs nothing (issue 23 #4).
+"""An image cancelled right after submit runs nothing.
 
 gradio_client's ``job.cancel()`` in the first ~50 ms after ``submit()`` posts ``/gradio_api/cancel``
 with ``event_id: null`` (the join's answer has not been read yet); Gradio 6.31 answers 422 and

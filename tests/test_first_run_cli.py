@@ -1,4 +1,4 @@
-"""First run from the command line (issue 16): the doctor, a broken torch-neuronx, the install pins."""
+"""First run from the command line: the doctor, a broken torch-neuronx, the install pins."""
 
 from __future__ import annotations
 

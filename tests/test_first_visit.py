@@ -1,4 +1,4 @@
-"""What a first visitor and a red team tripped over (issues 18 and 23): the API contract, files from a
+"""What a first visitor and a red team tripped over: the API contract, files from a
 cache root outside the temp dir, bounded exports, login backoff, cancel ownership, text shown as typed,
 stopped replies keeping their stats, the page header, warm-up timings that make sense."""
 
@@ -54,7 +54,7 @@ def home_root():
 
 # ----- the served app -----------------------------------------------------------------------------
 def test_images_come_back_from_a_cache_root_outside_cwd_and_tmp(home_root, demo_models):
-    """Issue 23 #1: Gradio serves files only from cwd, the temp dir and allowed_paths."""
+    """Gradio serves files only from cwd, the temp dir and allowed_paths."""
     backend = _backend(home_root, demo_models, "--no-chat")
     assert backend.served_folders() == [home_root / "outputs", home_root / "exports"]
     demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
@@ -70,7 +70,7 @@ def test_images_come_back_from_a_cache_root_outside_cwd_and_tmp(home_root, demo_
 
 
 def test_api_pages_show_the_real_contract_and_accept_the_minimal_calls(tmp_path, demo_models):
-    """Issue 18 #8: typed parameters with defaults; only the prompt / the message is required."""
+    """Typed parameters with defaults; only the prompt / the message is required."""
     backend = _backend(tmp_path, demo_models)
     demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
     try:
@@ -103,7 +103,7 @@ def _login(url: str, password: str, client: httpx.Client | None = None) -> httpx
 
 
 def test_repeated_login_failures_get_refused_until_the_window_passes(tmp_path, demo_models):
-    """Issue 23 #16: 20 wrong passwords from one client: after 5 each further try waits, doubling."""
+    """20 wrong passwords from one client: after 5 each further try waits, doubling."""
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image")
     throttle = LoginThrottle(free_failures=5, base_delay_s=3.0, max_delay_s=6.0)  # 3 s: 14 requests fit
     demo, (_, url, _) = ui.serve(backend, throttle=throttle, prevent_thread_lock=True, quiet=True)
@@ -140,7 +140,7 @@ def test_login_throttle_doubles_and_is_capped():
 
 
 def test_with_auth_only_the_login_that_started_a_job_can_cancel_it(tmp_path, demo_models):
-    """Issue 23 #15: Gradio 6.31's /gradio_api/cancel checks no login; the guard does."""
+    """Gradio 6.31's /gradio_api/cancel checks no login; the guard does."""
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image", "--context-length", "4096",
                        "--max-new-tokens", "4000")
     demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
@@ -169,7 +169,7 @@ def test_with_auth_only_the_login_that_started_a_job_can_cancel_it(tmp_path, dem
 
 # ----- exports ------------------------------------------------------------------------------------
 def test_export_folder_is_bounded_and_cleaned(tmp_path):
-    """Issue 23 #9: exports no longer pile up in the temp dir."""
+    """Exports no longer pile up in the temp dir."""
     folder = ExportFolder(tmp_path / "exports", limit=3, max_bytes=10_000)
     paths = [folder.write(f"export {i}", ".md", "conversation") for i in range(5)]
     assert [p.read_text() for p in folder.files()] == ["export 2", "export 3", "export 4"]
@@ -211,7 +211,7 @@ def test_chatbot_sends_escaped_text_and_hands_back_the_original():
 
 
 def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
-    """Issue 18 #7: closing the reply (Gradio's Stop) still yields the final stats, marked stopped."""
+    """Closing the reply (Gradio's Stop) still yields the final stats, marked stopped."""
     from neuron_backend.chat.text import ChatRequest
     from ui.chat_view import StoppedReplies
 
@@ -292,7 +292,7 @@ def test_queued_tasks_show_expectations_in_the_state_not_the_seconds_column():
 
 # ----- timing history ------------------------------------------------------------------------------
 def test_timing_history_ignores_values_that_make_no_sense(tmp_path):
-    """Issue 23 #17: negative, NaN, infinite, huge or non-numeric durations are not learned."""
+    """Negative, NaN, infinite, huge or non-numeric durations are not learned."""
     path = tmp_path / "warmup-history.json"
     path.write_text(json.dumps({"ok": 12.5, "negative": -9e9, "huge": 1e12, "text": "x", "flag": True,
                                 "nested": {"a": 1}}).replace("12.5", "12.5, \"nan\": NaN, \"inf\": Infinity"))
@@ -313,7 +313,7 @@ def _runner(history: TimingHistory, names: list[str]) -> WarmupRunner:
 
 
 def test_cold_and_cache_hit_durations_are_learned_apart(tmp_path):
-    """Issue 18: a warm restart's ETA comes from cache-hit durations, not from the cold start's."""
+    """A warm restart's ETA comes from cache-hit durations, not from the cold start's."""
     history = TimingHistory(tmp_path / "h.json")
     history.record("a", 100.0, cache_hit=False)
     history.record("a", 10.0, cache_hit=True)
@@ -335,7 +335,7 @@ def test_cold_and_cache_hit_durations_are_learned_apart(tmp_path):
 
 # ----- demo model folders ------------------------------------------------------------------------------
 def test_a_failed_image_demo_build_leaves_chat_working(tmp_path, monkeypatch):
-    """Issue 23 #12: each engine's demo model is built on its own (a full disk spares chat)."""
+    """Each engine's demo model is built on its own (a full disk spares chat)."""
     from neuron_backend import demo_models
     from neuron_backend.chat.text import ChatRequest
 
@@ -356,7 +356,7 @@ def test_a_failed_image_demo_build_leaves_chat_working(tmp_path, monkeypatch):
 
 
 def test_a_corrupt_demo_folder_is_rebuilt(tmp_path, demo_models):
-    """Issue 23 #14: a garbled config or truncated weights no longer fail every start."""
+    """A garbled config or truncated weights no longer fail every start."""
     from neuron_backend.demo_models import ensure_demo_models
 
     shutil.copytree(demo_models.chat.parent, tmp_path / DEMO_DIR_NAME)

@@ -1,4 +1,4 @@
-"""The Chat tab in Arabic (issue 20): what the page builds at run time (stats line, context meter,
+"""The Chat tab in Arabic: what the page builds at run time (stats line, context meter,
 reply notices, refusal notes, toasts) and the chat backend's messages come in the page's language;
 English (API clients, logs, a page in English) is exactly what it was.
 

@@ -1,4 +1,4 @@
-"""The Image tab in Arabic (issue 20): text built at run time (progress, preview label, gallery captions,
+"""The Image tab in Arabic: text built at run time (progress, preview label, gallery captions,
 the paste-back note, notes in the parameters view) and the image backend's refusals read Arabic on an
 Arabic page, and read exactly as before in English (what API clients, logs and the CLI get).
 

@@ -1,4 +1,4 @@
-"""The QA bench in Arabic (issue 20): the text built at run time (status line, grid, summary, speed and compare
+"""The QA bench in Arabic: the text built at run time (status line, grid, summary, speed and compare
 tables, A/B review, toasts) and the backend's refusals (prompt sets, variants, expectations, imports) read
 Arabic on an Arabic page, and exactly as before in English (the CLI, the exports and API clients read English).
 

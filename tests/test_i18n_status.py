@@ -1,5 +1,5 @@
-"""The header, the warm-up bar, the task table, the details and the backend's common messages in Arabic
-(issue 20): built at run time in the page's language, English unchanged for API clients and logs.
+"""The header, the warm-up bar, the task table, the details and the backend's common messages in Arabic:
+built at run time in the page's language, English unchanged for API clients and logs.
 
 Unit tests build each text under ``i18n.speaking("ar")`` from a real warm backend's status (and variants
 of it: warming up, a fallback, counters); the backend's errors are raised through the real code paths.

@@ -1,4 +1,4 @@
-"""The image wing of issues 19, 18 and 23: live preview, several images per run, stop and cancel, paste-back.
+"""The image wing: live preview, several images per run, stop and cancel, paste-back.
 
 Real tiny pipeline on the CPU; the API tests run the app in-process (tests/app_helpers.py).
 """
@@ -297,7 +297,7 @@ def test_api_cancel_while_waiting_for_the_engine_runs_no_step_and_saves_nothing(
     time.sleep(0.3)
     while engine.busy and time.time() < deadline:
         time.sleep(0.01)
-    # Only the holder's image is new: the cancelled one ran no step and was not saved (issue 23 #13).
+    # Only the holder's image is new: the cancelled one ran no step and was not saved.
     assert len(engine.outputs.saved_files()) == before + 1
 
 

@@ -1,4 +1,4 @@
-"""Issue 20: probes, Prometheus metrics, MCP tools, saved chats and feedback, each with a real client on loopback.
+"""Probes, Prometheus metrics, MCP tools, saved chats and feedback, each with a real client on loopback.
 
 - HTTP probes and metrics scraped during warm-up (one size held back) and after it (``httpx``).
 - The ``mcp`` Python client on the streamable HTTP transport: lists the tools and calls each one,

@@ -1,4 +1,4 @@
-"""QA bench, issue 24: expectations, blind A/B, only-what-changed, speed columns, CSV export; on the tiny models."""
+"""QA bench: expectations, blind A/B, only-what-changed, speed columns, CSV export; on the tiny models."""
 
 from __future__ import annotations
 

@@ -247,7 +247,7 @@ def check_counters_and_memory(placements: dict) -> list[Check]:
 
 
 def _missing(model: str, kind: str) -> list[str]:
-    """Needed files of ``model`` missing locally: model_sources.missing_files (issue 17), else a coarse look."""
+    """Needed files of ``model`` missing locally: model_sources.missing_files, else a coarse look."""
     from neuron_backend import model_sources
 
     finder = getattr(model_sources, "missing_files", None)

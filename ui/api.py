@@ -105,7 +105,7 @@ def refusals_as_toast(outputs: int):
 
 def drops_early_cancels(cancels: EarlyCancels, fn):
     """``fn`` (a generator or async generator handler) that ends at once, running nothing, when its job
-    was cancelled before the client knew its event id (ui/guards.py ``EarlyCancels``, issue 23 #4)."""
+    was cancelled before the client knew its event id (ui/guards.py ``EarlyCancels``)."""
 
     def cancelled_early() -> bool:
         return cancels.take(LocalContext.event_id.get(None))  # set by Gradio around each handler call
@@ -155,7 +155,8 @@ async def follow_async(call, interval: float = 0.1) -> AsyncIterator[tuple[int, 
     task (gradio_client ``job.cancel()``, a closed page): the cancel lands at the ``await`` here,
     even before the first update, and the ``finally`` stops the image at its next step boundary, or
     drops it before its first step. A sync generator's thread is never interrupted that way: an image
-    cancelled right after submit ran all its steps (issue 23 #4).
+    cancelled right after submit ran all its steps (gradio_client's ``job.cancel()`` in the first ~50 ms
+    posts no event id).
     """
     try:
         while not call.wait(0):

@@ -121,7 +121,7 @@ def build_chat_tab(backend: Backend) -> None:
     loaded.success(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
 
     def follow_thinking_defaults(think):
-        # Qwen's recommended sampling per mode (NOTES.md section 2).
+        # Qwen3's model card: thinking T 0.6 / top-p 0.95, non-thinking T 0.7 / top-p 0.8 (top-k 20 in both).
         return (0.6, 0.95) if think else (0.7, 0.8)
 
     # .input, not .change: a loaded conversation sets thinking and its own temperature together

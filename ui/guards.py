@@ -14,7 +14,7 @@
   6.31 refuses a cancel without one (422): the cancel was lost and an image ran all its steps. The
   guard matches such a cancel to the job that session joined for that endpoint within
   ``window_s`` (before or after the cancel), fills in its event id for Gradio (which then drops
-  it from the queue) and remembers it, so the handler drops it if it starts anyway (issue 23 #4).
+  it from the queue) and remembers it, so the handler drops it if it starts anyway.
 
 All of them run on the server's event loop; their state is guarded by the GIL-atomic dict operations of a
 single coroutine step (no awaits between a read and its update).

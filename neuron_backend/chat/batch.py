@@ -1,6 +1,6 @@
 """Many chat users on one device: N fixed batch slots, one ``generate()`` per batch (``--chat-batch N``).
 
-Static shapes (NOTES.md section 2) make the batch size part of every graph, so a batch is always
+Static shapes (one compiled graph per input shape) make the batch size part of every graph, so a batch is always
 exactly N rows: the eager prefill only sees ``[N, bucket]`` and the decode graphs are ``[N, 1]``
 (one per cache window, kv_windows.py) against the one static cache of ``context_length`` tokens.
 Rows are LEFT-padded to the batch's bucket (the largest bucket of its rows: the smallest that fits
@@ -15,7 +15,7 @@ one set per call), no explicit seed, and a ``max_new_tokens`` that still fits th
 batch's bucket. The others wait for a later batch, the oldest first, so nobody starves.
 No joining mid-batch: a request that arrives while a batch runs waits for the next one. transformers'
 continuous batching (``generate_batch``) could add it, but it uses paged attention and variable
-shapes, untested on Neuron (NOTES.md section 2).
+shapes, untested on Neuron.
 
 Per row: a streamer receives the ``[N]`` new ids of each step and hands each live row its own token,
 decoded by the row's own ``TextStreamer`` logic (the same word-boundary hold-back as the single

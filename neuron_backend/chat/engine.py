@@ -1,6 +1,6 @@
 """The chat engine: Qwen3 through ``generate()`` with static shapes, streaming, thinking and cancel.
 
-Static shapes (NOTES.md section 2): prompts are LEFT-padded to the smallest configured bucket, so
+Static shapes (one compiled graph per input shape): prompts are LEFT-padded to the smallest configured bucket, so
 the eager prefill only ever sees the bucket lengths; the KV cache is one static cache of exactly
 ``settings.context_length`` tokens, passed to every ``generate()``, attended through a few declared
 windows (``kv_windows.py``: a short conversation's decode reads only the first 512 of 4096 cache

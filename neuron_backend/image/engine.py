@@ -1,6 +1,6 @@
 """The image engine: FLUX.2-klein through diffusers' Flux2KleinPipeline, at declared sizes only.
 
-Pipeline quirks handled here (NOTES.md sections 3 and 5):
+Pipeline quirks handled here:
 - the pipeline silently rounds a size down to a multiple of 16, and every new size is a new
   compiled graph; so a request must name one of ``settings.sizes`` exactly, or it is refused;
 - steps, seed and guidance change no tensor shape: they never recompile;
@@ -133,7 +133,7 @@ class ImageEngine:
                     folder, subfolder="transformer", dtype=self.placement.dtype, parallel_config=config)
             with loading.quiet_upcast_warning():
                 pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype, **parts)
-            # Always an explicit device: device_map="auto" does not see Neuron (NOTES.md 1).
+            # Always an explicit device: accelerate cannot enumerate Neuron, so device_map="auto" loads on CPU.
             pipe.to(self.placement.device)
             loading.keep_force_upcast(pipe, folder)
         except Exception as exc:  # noqa: BLE001 - any load failure makes the engine unavailable
