@@ -27,7 +27,7 @@ error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}
   torch-neuronx must be the family of the installed torch: 2.13.3.0.* for torch 2.13.0 (what this app is
   tested with), 2.14.3.0.* for torch 2.14.0 (Neuron 2.33). Fix it with
       pip install -r requirements-neuron.txt
-  (see README, "Running on Trainium"), then check the host with `python app.py --doctor`.
+  (see docs/trainium.md), then check the host with `python app.py --doctor`.
   To run on CPU meanwhile: TORCH_DEVICE_BACKEND_AUTOLOAD=0 python app.py --device cpu"""
 
 

@@ -2,7 +2,7 @@
 
 Benchmarks are not tests (STYLE.md principle 9): each script is run by hand,
 ``python bench/<name>.py [--quick]``, and prints its settings next to its numbers as Markdown tables
-that can be pasted into the README. Ratios are always measured in the same run, with the sides
+that can be pasted into docs/performance.md. Ratios are always measured in the same run, with the sides
 interleaved (the order rotated and reversed from repeat to repeat), and quoted as medians.
 """
 

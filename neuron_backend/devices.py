@@ -21,7 +21,7 @@ Neuron quirks handled here (docs/trainium.md):
 
 A CPU quirk, also here: glibc gives each new thread its own malloc arena, and the speed of a
 prefill's large temporaries depends on the state of the arena of the thread that runs
-``generate()`` (README "Performance", chat overhead). On CPU we limit glibc to one arena, as
+``generate()`` (docs/performance.md, chat overhead). On CPU we limit glibc to one arena, as
 ``MALLOC_ARENA_MAX=1`` would, unless that variable is set.
 """
 
@@ -50,7 +50,7 @@ log = logging.getLogger("showcase.devices")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 NEURON_INSTALL_HINT = (
     "install torch-neuronx from the AWS Neuron pip repository on a Trainium host "
-    "(see README: 'Running on Trainium'); the PyPI package of that name is a placeholder"
+    "(see docs/trainium.md); the PyPI package of that name is a placeholder"
 )
 
 

@@ -33,7 +33,7 @@ PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.0.* / 2.14.3.0.* wheels (Neuron 2.33)
 TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.0.* matches it
 MIN_FREE_GIB = 2.0  # below this at the cache root, compiled programs and outputs cannot be kept
-INSTALL_FIX = "pip install -r requirements-neuron.txt (README: 'Running on Trainium')"
+INSTALL_FIX = "pip install -r requirements-neuron.txt (docs/trainium.md)"
 PROBE_TIMEOUT_S = 600  # a tiny graph compiles in well under a minute; neuronx-cc cold start included
 
 
@@ -137,7 +137,7 @@ def check_cores(host) -> Check:
         return Check(FAIL, "cores visible", host.neuron_problem, INSTALL_FIX)
     if not host.neuron_cores:
         return Check(SKIPPED, "cores visible", "no NeuronCores (torch.neuron not registered)", needed=False)
-    fix = None if host.visible_cores else "start with NEURON_RT_VISIBLE_CORES=0-1 (README run command)"
+    fix = None if host.visible_cores else "start with NEURON_RT_VISIBLE_CORES=0-1 (the README's Trainium run command)"
     return Check(PASS, "cores visible", devices.core_report(host), fix)
 
 
@@ -183,7 +183,7 @@ def check_placements(placements: dict) -> list[Check]:
             checks.append(Check(PASS, title, f"tiny graph {tiny_graph_on(p)} from a fresh thread ({p.label()})"))
         except Exception as exc:  # noqa: BLE001 - a failing placement is the finding
             checks.append(Check(FAIL, title, f"{type(exc).__name__}: {str(exc)[:300]}",
-                                "see README 'Running on Trainium'; another process may hold the core (neuron-ls)"))
+                                "see docs/trainium.md; another process may hold the core (neuron-ls)"))
     return checks
 
 

@@ -1,6 +1,6 @@
 """The Chat tab's conversation files: Export JSON / Markdown, and Load JSON (an export back into the chat).
 
-The JSON schema is ``neuron_backend.chat.history.export_document`` (README, "Chat export format");
+The JSON schema is ``neuron_backend.chat.history.export_document`` (docs/api.md, "Chat history and the export format");
 the same file's ``messages`` are accepted as ``history`` by ``/chat``. Both files are English in
 either page language (keys, headings, stats; the model's name says "demo model" in English); the
 notices in them are the text the page showed. Errors of a loaded file come in the page's language.

@@ -14,7 +14,7 @@ language the visitor's page shows, which ``lang()`` reads from the event's reque
 address, else ``Accept-Language``). Backend messages (``neuron_backend/messages.py``, built with
 ``msg()``) are part of the same table: ``shown(exc)`` gives an error in that language. API clients send
 none of these and read English. What stays English: model names, flags, code, and the example
-prompts (they are what is sent). README, "Languages", says so.
+prompts (they are what is sent). docs/languages.md says so.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and returns plain ``{"role", "content"}`` turns for the prompt. Limits are check
 any text is copied or tokenized. Assistant text keeps its whitespace exactly, so the prompt stays
 token-identical to the model's own chat template.
 
-``export_document`` / ``load_document`` write and read the documented JSON export (README, "Chat
+``export_document`` / ``load_document`` write and read the documented JSON export (docs/api.md, "Chat
 export format"): version, model, system prompt, settings, and messages with reasoning and per-reply
 stats kept apart from the answer.
 """

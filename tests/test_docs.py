@@ -1,0 +1,37 @@
+"""The docs stay true to the tree: the architecture page names every source file, the README is a
+short front door whose links to docs/ resolve."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def source_files() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    return sorted(f for f in listed if not f.startswith("tests/") and (ROOT / f).exists())
+
+
+def test_the_architecture_page_names_every_source_file():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    files = source_files()
+    assert len(files) > 50 and "app.py" in files
+    missing = [f for f in files if f"`{f}`" not in page]
+    assert not missing, f"docs/architecture.md does not name: {missing}"
+    named = set(re.findall(r"`((?:neuron_backend|ui|tools|bench)/[\w/]+\.py)`", page))
+    gone = sorted(named - set(files))
+    assert not gone, f"docs/architecture.md names files that do not exist: {gone}"
+
+
+def test_the_readme_is_a_front_door_and_its_links_resolve():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\(((?:docs/)[^)#]+)", readme)
+    assert len(links) >= 8, links
+    assert not [link for link in links if not (ROOT / link).exists()]
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"docs/{page.name}" in readme, f"README's index lacks docs/{page.name}"
