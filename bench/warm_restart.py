@@ -13,6 +13,7 @@ Usage: ``python bench/warm_restart.py [--quick] [--repeats 3]``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -71,6 +72,11 @@ def export_bundle(cache: Path, out: Path) -> float:
     return time.perf_counter() - t0
 
 
+def archive_sha256(path: Path) -> str:
+    """What --cache-bundle-sha256 pins: the sha256 of the whole archive."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=None, help="cold/warm/bundle rounds (default 3; quick 1)")
@@ -91,7 +97,8 @@ def main() -> None:
         fresh = args.root / f"warm-restart-fresh-{i}"
         shutil.rmtree(fresh, ignore_errors=True)
         link_demo_models(fresh, demo)
-        runs["bundle"].append(one_start(fresh, False, [*extra, "--cache-bundle", str(bundle_path)]))
+        runs["bundle"].append(one_start(fresh, False, [*extra, "--cache-bundle", str(bundle_path),
+                                                       "--cache-bundle-sha256", archive_sha256(bundle_path)]))
         for side in SIDES:
             r = runs[side][-1]
             print(f"  round {i + 1} {side}: ready after {r['ready_s']:.1f} s, cache hits {r['cache_hits']}/"
@@ -114,7 +121,8 @@ def main() -> None:
     sizes = QUICK_SIZES if args.quick else ",".join(s.label for s in TINY_PRESET.sizes)
     settings = {
         "command": f"python app.py --models tiny --device cpu --compile on --cache-dir <cache>"
-                   f"{' --sizes ' + QUICK_SIZES if args.quick else ''} [--cache-bundle <bundle>]",
+                   f"{' --sizes ' + QUICK_SIZES if args.quick else ''}"
+                   " [--cache-bundle <bundle> --cache-bundle-sha256 <its sha256>]",
         "shapes warmed": f"chat buckets {','.join(map(str, TINY_PRESET.buckets))}, sizes {sizes}",
         "compile": "inductor on CPU (stand-in for neuron); inductor cache under <cache>/compile-cache/inductor",
         "not cleared": "inductor's precompiled C++ headers (/tmp/torchinductor_<user>), the OS file cache",

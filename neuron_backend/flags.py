@@ -60,7 +60,10 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("doctor", "bool", "print a first-run checklist of this host (pass/fail/skipped, each with the fix) and exit; "
                        "also python -m tools.doctor"),
     ("cache-bundle", "str", "compile-cache bundle to install at start: a .tar file, a folder holding one, or "
-                            "hf://owner/repo[@revision] (see python -m neuron_backend.cache)"),
+                            "hf://owner/repo[@revision] (see python -m neuron_backend.cache); a bundle is code: "
+                            "needs --cache-bundle-sha256"),
+    ("cache-bundle-sha256", "str", "sha256 of the --cache-bundle archive, as python -m neuron_backend.cache export "
+                                   "printed it where the bundle was made; any other archive is refused"),
 )
 
 

@@ -40,6 +40,7 @@ DEFAULT_CHAT_MODEL = "Qwen/Qwen3-0.6B"
 DEFAULT_IMAGE_MODEL = "black-forest-labs/FLUX.2-klein-4B"
 DEVICE_CHOICES = ("auto", "neuron", "cuda", "cpu")
 _DEVICE_RE = re.compile(r"^(auto|neuron|cuda|cpu)(?::(\d+))?$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class Settings:
     tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
     doctor: bool = False  # --doctor: print the first-run checklist (tools/doctor.py) and exit
     cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (neuron_backend/cache)
+    cache_bundle_sha256: str | None = None  # the archive's sha256: a bundle is code, installed only when it matches
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
     world_size: int = 1
@@ -208,6 +210,8 @@ def parse_settings(
         tp_engine=_choice("tp-engine", raw.get("tp_engine", "chat"), ("chat", "image")),
         doctor=bool(raw.get("doctor", False)),
         cache_bundle=str(raw["cache_bundle"]).strip() or None if "cache_bundle" in raw else None,
+        cache_bundle_sha256=str(raw["cache_bundle_sha256"]).strip().lower() or None
+        if "cache_bundle_sha256" in raw else None,
         # torchrun sets these for each process it starts.
         rank=_as_int("tp", env.get("RANK", 0)),
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
@@ -319,4 +323,13 @@ def validate(s: Settings) -> Settings:
                           f"--no-{s.tp_engine} disables", f"--tp 1 with --no-{s.tp_engine}, or --tp-engine {other}")
     if not s.chat and not s.image:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
+    if s.cache_bundle and not s.cache_bundle_sha256:  # inductor's cache entries are pickles: they run on lookup
+        raise ConfigError("--cache-bundle", "a bundle is code, installed only when its origin is pinned",
+                          "--cache-bundle-sha256 <sha256 of the archive>, as python -m neuron_backend.cache export "
+                          "printed it where the bundle was made; python -m neuron_backend.cache show PATH prints it")
+    if s.cache_bundle_sha256 and not _SHA256_RE.match(s.cache_bundle_sha256):
+        raise ConfigError("--cache-bundle-sha256", f"{s.cache_bundle_sha256!r} is not a sha256", "64 hex digits")
+    if s.cache_bundle_sha256 and not s.cache_bundle:
+        raise ConfigError("--cache-bundle-sha256", "pins a bundle, but no --cache-bundle is given",
+                          "--cache-bundle PATH with it, or neither")
     return s

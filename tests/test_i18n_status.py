@@ -8,6 +8,7 @@ The browser test opens the page in Arabic and reads the chips, the bar, the tabl
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import pickle
@@ -251,6 +252,11 @@ def _archive(path: Path, members: dict[str, bytes], links: tuple[str, ...] = ())
     return str(path)
 
 
+def _pin(path: str) -> str:
+    """The archive's sha256, as --cache-bundle-sha256 pins it."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def _manifest(torch_version: str, context: int, engines=("chat", "image")) -> dict:
     shapes = {"chat": ["prefill-32", "prefill-64"], "image": ["64x64"]}
     return {"format": manifest.FORMAT, "software": {"torch": torch_version}, "device": {"machine": "x86_64"},
@@ -305,12 +311,15 @@ def _cache_errors(tmp_path):
              "disagree": {"manifest.json": good, "files/neff/a.neff": b"x"}}
     for name, members in cases.items():
         source = _archive(tmp_path / f"{name}.tar.gz", members)
-        out.append((f"bundle-{name}", _raised(lambda source=source: bundle.install(source, here, tmp_path / "r"))))
+        out.append((f"bundle-{name}", _raised(lambda source=source: bundle.install(source, here, tmp_path / "r",
+                                                                                  _pin(source)))))
     link = _archive(tmp_path / "link.tar.gz", {"manifest.json": good}, links=("files/passwd",))
-    out.append(("bundle-link", _raised(lambda: bundle.install(link, here, tmp_path / "r"))))
+    out.append(("bundle-link", _raised(lambda: bundle.install(link, here, tmp_path / "r", _pin(link)))))
     stale = json.dumps(_manifest("2.8.0", 512) | {"files": {}}).encode()
     other = _archive(tmp_path / "other-host.tar.gz", {"manifest.json": stale})
-    out.append(("bundle-nothing", _raised(lambda: bundle.install(other, here, tmp_path / "r"))))
+    out.append(("bundle-nothing", _raised(lambda: bundle.install(other, here, tmp_path / "r", _pin(other)))))
+    out.append(("bundle-unpinned", _raised(lambda: bundle.install(other, here, tmp_path / "r", None))))
+    out.append(("bundle-pin", _raised(lambda: bundle.install(other, here, tmp_path / "r", "0" * 64))))
     out.append(("bundle-missing", _raised(lambda: bundle.resolve_source(str(tmp_path / "missing.tar.gz")))))
     report = bundle.InstallReport("b.tar.gz", total_graphs=3, installed_files=7, present_files=1)
     report.usable, report.mismatches, report.total_graphs = manifest.compare(
@@ -323,7 +332,7 @@ def _cache_errors(tmp_path):
 MODEL_CASES = ["no-config", "folder-lacks", "damaged", "offline", "auto-local", "auto-hub", "progress", "received",
                "missing-file"]
 CACHE_CASES = ["cache-problem", "bundle-outside", "bundle-no-manifest", "bundle-bad-json", "bundle-disagree",
-               "bundle-link", "bundle-nothing", "bundle-missing", "bundle-summary"]
+               "bundle-link", "bundle-nothing", "bundle-missing", "bundle-summary", "bundle-unpinned", "bundle-pin"]
 ENGLISH = {  # what logs, API clients, the CLI and tests/test_model_sources.py, test_cache_bundle.py read
     "no-config": "Model folder ", "folder-lacks": "lacks 2 needed file(s): tokenizer.json, model.safetensors. Copy",
     "damaged": "has damaged or missing files: tokenizer.json: expected a JSON object, found list; model.safetensors: "
@@ -339,6 +348,9 @@ ENGLISH = {  # what logs, API clients, the CLI and tests/test_model_sources.py, 
     "bundle-nothing": "nothing installed from other-host.tar.gz: 0 of 3 graphs usable; torch 2.9.0 here, 2.8.0 in "
                       "the bundle; chat context_length: 128 here, 512 in the bundle; image engine: not enabled here",
     "bundle-missing": "does not exist",
+    "bundle-unpinned": "a bundle is code (inductor's cache entries are pickles that run when warm-up looks a graph "
+                       "up); pass --cache-bundle-sha256 <sha256 of the archive>",
+    "bundle-pin": f"not the pinned {'0' * 64} (--cache-bundle-sha256)",
     "bundle-summary": "1 of 3 graphs usable; chat shapes prefill-64: in the bundle, not declared here; "
                       "image engine: not enabled here (1 graphs unused); 7 files installed, 1 already present"}
 

@@ -98,11 +98,13 @@ def test_every_flag_parses():
         "--default-steps", "2", "--max-steps", "6", "--compile", "on", "--compile-repeated-blocks",
         "--cache-dir", "/tmp/x", "--host", "0.0.0.0", "--port", "0", "--share", "--auth", "u:p:w",
         "--no-image", "--warmup-order", "image,chat", "--queue-size", "3", "--max-prompt-chars", "50",
-        "--max-saved-images", "7", "--hub-timeout", "2.5",
+        "--max-saved-images", "7", "--hub-timeout", "2.5", "--cache-bundle", "hf://o/r@v",
+        "--cache-bundle-sha256", "AB" * 32,
     )
     assert s.buckets == (16, 32, 64) and s.context_length == 128 and s.max_new_tokens == 20
     assert s.auth == ("u", "p:w") and not s.image and s.chat and s.compile_repeated_blocks
     assert s.cache_dir == Path("/tmp/x") and s.warmup_order == ("image", "chat") and s.hub_timeout == 2.5
+    assert s.cache_bundle == "hf://o/r@v" and s.cache_bundle_sha256 == "ab" * 32
     assert dataclasses.is_dataclass(s)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.port = 1  # type: ignore[misc]
@@ -136,6 +138,9 @@ def test_every_flag_parses():
         (["--queue-size", "0"], "--queue-size", "1 or more"),
         (["--hub-timeout", "-1"], "--hub-timeout", "above 0"),
         (["--tp-engine", "vae"], "--tp-engine", "chat|image"),
+        (["--cache-bundle", "b.tar.gz"], "--cache-bundle", "--cache-bundle-sha256 <sha256 of the archive>"),
+        (["--cache-bundle", "b.tar.gz", "--cache-bundle-sha256", "f00"], "--cache-bundle-sha256", "64 hex digits"),
+        (["--cache-bundle-sha256", "ab" * 32], "--cache-bundle-sha256", "--cache-bundle PATH"),
     ],
 )
 def test_validation_errors_name_flag_and_allowed_values(argv, flag, fragment):

@@ -4,8 +4,11 @@
     python -m neuron_backend.cache show BUNDLE                           # print a bundle's manifest summary
     python -m neuron_backend.cache push BUNDLE hf://owner/repo            # upload it to a Hub repository
 
-Install a bundle by starting the app with ``--cache-bundle BUNDLE`` (a file, a folder holding one,
-or ``hf://owner/repo[@revision]``): the manifest is checked against the running settings first.
+Install a bundle by starting the app with ``--cache-bundle BUNDLE --cache-bundle-sha256 HEX`` (a
+file, a folder holding one, or ``hf://owner/repo[@revision]``). A bundle is code (inductor's cache
+entries are pickles): it is installed only when the archive's sha256 is the pinned one, the one
+``export`` printed where the bundle was made; then its manifest is checked against the running
+settings. ``export`` and ``show`` print the archive's sha256.
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ def _cache_root(value: str | None) -> Path:
 
 
 def _show(path: str) -> str:
-    with tarfile.open(bundle.resolve_source(path), "r:*") as tar:
+    """The archive's sha256 and its manifest's summary (reads JSON only: nothing from the bundle runs)."""
+    local = bundle.resolve_source(path)
+    with tarfile.open(local, "r:*") as tar:
         described, _ = bundle.read_manifest(tar)
-    lines = [f"created {described.get('created_at')}", "software: " + json.dumps(described.get("software")),
+    lines = [f"sha256 {bundle.archive_sha256(local)}", f"created {described.get('created_at')}",
+             "software: " + json.dumps(described.get("software")),
              "device: " + json.dumps(described.get("device"))]
     for name, engine in described["engines"].items():
         lines.append(f"{name}: {engine.get('model')} on {engine.get('kind')} {engine.get('dtype')}, compile "
@@ -49,7 +55,8 @@ def _push(path: str, target: str) -> str:
     api.create_repo(repo, repo_type="model", exist_ok=True, private=True)
     local = bundle.resolve_source(path)
     api.upload_file(path_or_fileobj=str(local), path_in_repo=local.name, repo_id=repo)
-    return f"uploaded {local.name} to {target}; start other hosts with --cache-bundle {target}"
+    return (f"uploaded {local.name} to {target}; start other hosts with --cache-bundle {target} "
+            f"--cache-bundle-sha256 {bundle.archive_sha256(local)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             described = bundle.export(_cache_root(args.cache_dir), Path(args.out))
             shapes = sum(len(e.get("shapes", [])) for e in described["engines"].values())
             print(f"wrote {args.out}: {len(described['files'])} files, {shapes} shapes")
+            print(f"sha256 {bundle.archive_sha256(Path(args.out))}  (install elsewhere with --cache-bundle "
+                  f"{args.out} --cache-bundle-sha256 <this sha256>)")
         elif args.command == "show":
             print(_show(args.bundle))
         else:

@@ -5,11 +5,22 @@ path -> sha256 and bytes) and ``files/<path>`` for every file of ``<cache root>/
 (NEFFs under ``neff/``, inductor's cache under ``inductor/``, torch's portable artifacts in
 ``torch-artifacts.bin``).
 
-Installing never trusts the archive: only regular files, relative paths inside ``files/``, no links,
-bounded sizes and member count, every file's sha256 checked against the manifest and the manifest's
-list checked against the archive, all before anything is written to the cache root. Files are
-verified in a staging folder inside the cache root, then moved into place one by one
-(``os.replace``, atomic per file); a refused archive leaves the cache root as it was.
+A bundle is code: inductor's FX-graph and AOTAutograd cache entries are pickles, loaded (and so run)
+in this process when warm-up looks a graph up, and NEFFs are device programs. The manifest travels
+inside the archive, so its checks prove consistency, not origin. The origin is checked by a pin: the
+operator passes the sha256 of the whole archive (``--cache-bundle-sha256``, printed by ``export``
+where the bundle is made); ``install`` refuses an unpinned bundle before it is fetched or opened, and
+an archive whose sha256 differs before anything is extracted. The archive is hashed and read through
+one open file, so the bytes checked are the bytes installed.
+
+Past the pin, installing still checks the archive: only regular, non-sparse files, relative paths
+inside ``files/``, no links, bounded sizes and member count, room for the declared sizes on the disk,
+every member read only up to its declared size, every file's sha256 checked against the manifest and
+the manifest's list checked against the archive, all before anything is written to the cache. Files
+are verified in a staging folder inside the cache root; every target is checked (no link, no
+non-folder on the way, no folder in its place) before the first move; files are then moved into place
+one by one (``os.replace``), and a failed move puts back what the earlier ones replaced: a refused
+archive leaves the cache as it was.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -42,6 +54,8 @@ MAX_TOTAL_BYTES = 128 * 1024**3  # its files, unpacked
 MAX_FILES = 200_000
 MAX_MANIFEST_BYTES = 32 * 1024**2
 CHUNK = 1024 * 1024
+FREE_MARGIN_BYTES = 256 * 1024**2  # left free on the cache's disk after staging
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass
@@ -71,12 +85,29 @@ def cache_folder(cache_root: Path) -> Path:
     return Path(cache_root) / "compile-cache"
 
 
-def _sha256(path: Path) -> str:
+def _sha256_of(f) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
+    while chunk := f.read(CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return _sha256_of(f)
+
+
+def archive_sha256(path: Path) -> str:
+    """The sha256 of a whole bundle archive: what ``--cache-bundle-sha256`` pins."""
+    return _sha256(Path(path))
+
+
+def _free_bytes(folder: Path) -> int:
+    """Free bytes on the disk of ``folder`` (or of its nearest existing parent)."""
+    path = Path(folder).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
 
 
 def _cache_files(folder: Path) -> list[Path]:
@@ -152,6 +183,8 @@ def read_manifest(tar: tarfile.TarFile) -> tuple[dict, dict[str, tarfile.TarInfo
             continue
         if not info.isfile():  # symlinks, hard links, devices, fifos
             raise CacheBundleError(msg("err_bundle_not_regular", name=repr(info.name)))
+        if info.issparse() or any(k.startswith("GNU.sparse") for k in info.pax_headers):
+            raise CacheBundleError(msg("err_bundle_sparse", name=repr(info.name)))
         if info.name == MANIFEST:
             if info.size > MAX_MANIFEST_BYTES:
                 raise CacheBundleError(msg("err_bundle_manifest_big", manifest=MANIFEST, size=info.size,
@@ -204,63 +237,136 @@ def resolve_source(source: str, timeout: float = 30.0) -> Path:
     return path
 
 
-def install(source: str, here: Mapping, cache_root: Path) -> InstallReport:
-    """Check the bundle against this server's manifest ``here``; install what fits; report by field.
+def install(source: str, here: Mapping, cache_root: Path, sha256: str | None) -> InstallReport:
+    """Check the bundle's origin (``sha256`` of the archive), then its manifest against this server's
+    manifest ``here``; install what fits; report by field.
 
-    Raises CacheBundleError (nothing written) for a bad archive, or when no graph in it fits here.
+    Raises CacheBundleError (nothing written) without a pin (before fetching or opening anything), for
+    an archive whose sha256 is not the pin, for a bad archive, or when no graph in it fits here.
     """
+    pin = (sha256 or "").strip().lower()
+    if not SHA256_RE.match(pin):
+        raise CacheBundleError(msg("err_bundle_unpinned", source=source))
     path = resolve_source(source)
     folder = cache_folder(cache_root)
-    try:
-        tar = tarfile.open(path, "r:*")
-    except (tarfile.TarError, OSError) as exc:
-        raise CacheBundleError(msg("err_bundle_unreadable", name=path.name, error=str(exc))) from None
-    with tar:
-        described, members = read_manifest(tar)
-        report = InstallReport(str(source))
-        report.usable, report.mismatches, report.total_graphs = manifests.compare(described, here)
-        if not report.usable_graphs:
-            raise CacheBundleError(msg("err_bundle_nothing", name=path.name, summary=report.summary()))
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=folder))
+    with open(path, "rb") as archive:  # one open file: the bytes hashed are the bytes read
+        actual = _sha256_of(archive)
+        if actual != pin:
+            raise CacheBundleError(msg("err_bundle_pin", name=path.name, actual=actual, pinned=pin))
+        archive.seek(0)
         try:
-            for rel, info in members.items():
-                _stage(tar, info, rel, described["files"][rel], staging)
-            report.installed_files, report.present_files = _move_into_place(staging, folder, described["files"])
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            tar = tarfile.open(fileobj=archive, mode="r:*")
+        except (tarfile.TarError, OSError) as exc:
+            raise CacheBundleError(msg("err_bundle_unreadable", name=path.name, error=str(exc))) from None
+        with tar:
+            described, members = read_manifest(tar)
+            report = InstallReport(str(source))
+            report.usable, report.mismatches, report.total_graphs = manifests.compare(described, here)
+            if not report.usable_graphs:
+                raise CacheBundleError(msg("err_bundle_nothing", name=path.name, summary=report.summary()))
+            need, free = sum(info.size for info in members.values()), _free_bytes(folder)
+            if need + FREE_MARGIN_BYTES > free:
+                raise CacheBundleError(msg("err_bundle_space", name=path.name, need=need, free=free,
+                                           margin=FREE_MARGIN_BYTES))
+            folder.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=folder))
+            try:
+                for rel, info in members.items():
+                    _stage(tar, info, rel, described["files"][rel], staging)
+                report.installed_files, report.present_files = _move_into_place(staging, folder,
+                                                                                described["files"])
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
     artifacts = folder / ARTIFACTS
     if described.get("torch_artifacts") == ARTIFACTS and artifacts.is_file():
         report.artifacts = artifacts.read_bytes()
-    log.info("cache bundle %s: %s", path.name, report.summary())
+    log.info("cache bundle %s (sha256 %s): %s", path.name, actual, report.summary())
     return report
 
 
 def _stage(tar: tarfile.TarFile, info: tarfile.TarInfo, rel: str, expected: Mapping, staging: Path) -> None:
-    """Copy one member to the staging folder, checking its size and sha256 on the way."""
+    """Copy one member to the staging folder, reading no more than its declared size, checking its sha256."""
     if not isinstance(expected, Mapping) or expected.get("bytes") != info.size:
         raise CacheBundleError(msg("err_bundle_size", rel=rel, size=info.size, expected=expected.get("bytes")))
     target = staging / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     source = tar.extractfile(info)
+    remaining = info.size
     with open(target, "wb") as out:
-        while chunk := source.read(CHUNK):
+        while remaining:
+            chunk = source.read(min(CHUNK, remaining))
+            if not chunk:  # the archive ends before the declared size
+                raise CacheBundleError(msg("err_bundle_size", rel=rel, size=info.size - remaining,
+                                           expected=info.size))
+            remaining -= len(chunk)
             digest.update(chunk)
             out.write(chunk)
     if digest.hexdigest() != expected.get("sha256"):
         raise CacheBundleError(msg("err_bundle_sha", rel=rel))
 
 
+def _check_target(folder: Path, rel: str) -> None:
+    """Refuse a target reached through a link or a non-folder, or with a link or folder in its place."""
+    path = folder
+    for part in PurePosixPath(rel).parts[:-1]:
+        path = path / part
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise CacheBundleError(msg("err_bundle_target", rel=rel, path=path))
+    target = folder / rel
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise CacheBundleError(msg("err_bundle_target", rel=rel, path=target))
+
+
 def _move_into_place(staging: Path, folder: Path, files: Mapping[str, Mapping]) -> tuple[int, int]:
-    """Move verified files from staging into the cache; a file already there with the same hash stays."""
-    installed = present = 0
+    """Move verified files from staging into the cache; a file already there with the same hash stays.
+
+    Every target is checked before the first move; a failed move puts back the files the earlier moves
+    replaced, removes the ones they added and the folders made for them, then raises CacheBundleError.
+    """
+    moves, present = [], 0
     for rel, expected in files.items():
+        _check_target(folder, rel)
         target = folder / rel
         if target.is_file() and target.stat().st_size == expected["bytes"] and _sha256(target) == expected["sha256"]:
             present += 1
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging / rel, target)
-        installed += 1
-    return installed, present
+        else:
+            moves.append(rel)
+    replaced = Path(tempfile.mkdtemp(prefix=".bundle-replaced-", dir=folder))
+    done: list[tuple[Path, Path | None]] = []  # (target, where its previous file waits)
+    made: list[Path] = []  # folders created for new files, parents first
+    rel = None
+    try:
+        for rel in moves:
+            target = folder / rel
+            missing = [p for p in reversed(PurePosixPath(rel).parents) if str(p) != "."]
+            for part in missing:
+                path = folder / part
+                if not path.exists():
+                    path.mkdir()
+                    made.append(path)
+            old = None
+            if target.exists():
+                old = replaced / rel
+                old.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(target, old)
+            done.append((target, old))
+            os.replace(staging / rel, target)
+    except OSError as exc:
+        for target, old in reversed(done):
+            try:
+                if old is not None:
+                    os.replace(old, target)
+                else:
+                    target.unlink(missing_ok=True)
+            except OSError as undo:
+                log.warning("cache bundle: could not restore %s: %s", target, undo)
+        for path in reversed(made):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+        raise CacheBundleError(msg("err_bundle_move", rel=rel, error=str(exc))) from None
+    finally:
+        shutil.rmtree(replaced, ignore_errors=True)
+    return len(moves), present

@@ -47,7 +47,8 @@ class WarmStart:
         return weights + [step] + [s for s in steps if s.task.kind != "weights"]
 
     def _install(self, task: Task) -> None:
-        report = bundle.install(self.backend.settings.cache_bundle, self.here(), self.backend.settings.cache_dir)
+        s = self.backend.settings
+        report = bundle.install(s.cache_bundle, self.here(), s.cache_dir, s.cache_bundle_sha256)
         if report.artifacts:
             import torch
 
@@ -87,6 +88,8 @@ class WarmStart:
         self.record()
         out = self.backend.exports.folder / f"compile-cache-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
         bundle.export(self.backend.settings.cache_dir, out)
+        log.info("compile-cache bundle %s: sha256 %s (start another host with --cache-bundle-sha256 it)", out,
+                 bundle.archive_sha256(out))
         return out
 
     def record_after(self, warmup: threading.Thread) -> threading.Thread:

@@ -135,6 +135,32 @@ MESSAGES: dict[str, tuple[str, str]] = {
                         "رُفضت الحزمة: حجم {rel} ‏{size} بايت، وملف الوصف يقول {expected}"),
     "err_bundle_sha": ("refused: {rel} does not match its sha256 in the manifest (corrupt or tampered)",
                        "رُفضت الحزمة: {rel} لا يطابق بصمة sha256 المسجَّلة له في ملف الوصف (تالف أو عُبث به)"),
+    "err_bundle_unpinned": (
+        "refused {source}: a bundle is code (inductor's cache entries are pickles that run when warm-up looks a "
+        "graph up); pass --cache-bundle-sha256 <sha256 of the archive>, as python -m neuron_backend.cache export "
+        "printed it where the bundle was made (python -m neuron_backend.cache show PATH prints it too)",
+        "رُفضت الحزمة {source}: الحزمة شيفرة تُنفَّذ (مدخلات ذاكرة inductor المؤقتة كائنات pickle تُشغَّل حين يبحث "
+        "الإحماء عن مخطط)؛ مرِّر --cache-bundle-sha256 مع بصمة sha256 للأرشيف كما طبعها "
+        "`python -m neuron_backend.cache export` حيث صُنعت الحزمة (ويطبعها `python -m neuron_backend.cache show PATH` "
+        "أيضًا)"),
+    "err_bundle_pin": (
+        "refused: {name} has sha256 {actual}, not the pinned {pinned} (--cache-bundle-sha256); it is not the archive "
+        "that was pinned, nothing installed",
+        "رُفضت الحزمة: بصمة sha256 للملف {name} هي {actual}، لا البصمة المثبَّتة {pinned} ‏(--cache-bundle-sha256)؛ "
+        "فهو ليس الأرشيف المقصود، ولم يُثبَّت شيء"),
+    "err_bundle_sparse": ("refused: archive member {name} is a sparse file",
+                          "رُفضت الحزمة: العنصر {name} في الأرشيف ملف متناثر (sparse)"),
+    "err_bundle_space": (
+        "refused: {name} unpacks to {need} bytes; the cache's disk has {free} bytes free ({margin} must stay free)",
+        "رُفضت الحزمة: يُفك {name} إلى {need} بايت، وعلى قرص ذاكرة الترجمة {free} بايت فارغة "
+        "(ويجب أن يبقى {margin} بايت فارغًا)"),
+    "err_bundle_target": (
+        "refused: {rel} cannot be written in the cache: {path} is a link or not a folder/file as expected; nothing "
+        "installed",
+        "رُفضت الحزمة: لا يمكن كتابة {rel} في ذاكرة الترجمة: {path} رابط أو ليس مجلدًا/ملفًا كما يُنتظر؛ "
+        "ولم يُثبَّت شيء"),
+    "err_bundle_move": ("could not move {rel} into the cache ({error}); the files already moved were put back",
+                        "تعذّر نقل {rel} إلى ذاكرة الترجمة ({error})؛ وأُعيدت الملفات التي نُقلت قبله"),
     "err_bundle_too_big": ("refused: {path} is {size} bytes (at most {limit})",
                            "رُفضت الحزمة: حجم {path} ‏{size} بايت (والحد الأقصى {limit})"),
     "err_bundle_unreadable": ("refused: {name} is not a readable tar archive ({error})",

@@ -14,8 +14,10 @@ WORDS: dict[str, tuple[str, str]] = {
     "status_details": ("Warm-up details", "تفاصيل الإحماء"),
     "status_export_bundle": ("Export compile cache (bundle for another host)",
                              "تصدير ذاكرة الترجمة المؤقتة (حزمة لخادم آخر)"),
-    "status_bundle_file": ("Compile-cache bundle (.tar.gz; start another host with --cache-bundle)",
-                           "حزمة ذاكرة الترجمة (‎.tar.gz؛ شغّل بها خادمًا آخر مع ‎--cache-bundle)"),
+    "status_bundle_file": ("Compile-cache bundle (.tar.gz; start another host with --cache-bundle and "
+                           "--cache-bundle-sha256, its sha256: python -m neuron_backend.cache show prints it)",
+                           "حزمة ذاكرة الترجمة (‎.tar.gz؛ شغّل بها خادمًا آخر مع ‎--cache-bundle و‎--cache-bundle-sha256 "
+                           "وبصمتها sha256 التي يطبعها `python -m neuron_backend.cache show`)"),
     # header chips and the demo notice (ui/header.py)
     "status_engine_chat": ("Chat", "المحادثة"),
     "status_engine_image": ("Image", "الصورة"),
