@@ -411,6 +411,53 @@ def test_every_target_is_checked_before_the_first_move(tmp_path, exported):
         bundle.install(str(out), here, fresh, pin(out))
     assert files_under(fresh / "compile-cache") == before and not list(elsewhere.iterdir())
 
+def test_readiness_warns_about_a_failed_bundle_but_not_about_failed_shapes():
+    from neuron_backend.metrics import readiness
+    from neuron_backend.warmup import Task
+
+    cache = Task("compile cache · install bundle", "cache", "bundle", state="failed")
+    shapes = [Task("chat · 32 tokens", "chat", "compile", "32", state="ready"),
+              Task("image · 64x64", "image", "compile", "64x64", state="ready")]
+    ready, body = readiness([cache, *shapes])
+    assert ready and body["ready"] is True and body["failed"] == [] and body["warming"] == []
+    assert len(body["warnings"]) == 1 and body["warnings"][0].startswith("compile cache · install bundle: failed")
+    shapes[1].state = "failed"  # an engine that does not serve a declared shape is still not ready
+    ready, body = readiness([cache, *shapes])
+    assert not ready and body["failed"] == ["image · 64x64"] and len(body["warnings"]) == 1
+    cache.state, shapes[1].state = "running", "queued"  # and nothing is ready while the bundle installs
+    assert readiness([cache, *shapes])[0] is False
+    cache.state, shapes[1].state = "ready", "ready"
+    assert readiness([cache, *shapes]) == (True, {"ready": True, "done": 3, "total": 3, "warming": [],
+                                                   "failed": [], "warnings": []})
+
+
+@pytest.mark.parametrize("problem", ["corrupt archive", "made for other software"])
+def test_a_bundle_that_fails_to_install_leaves_readyz_ready_with_a_warning(tmp_path, request, monkeypatch, problem):
+    import httpx
+    from app_helpers import start_app
+
+    if problem == "corrupt archive":
+        source = tmp_path / "corrupt.tar.gz"
+        source.write_bytes(b"\x1f\x8b not really gzip")
+    else:
+        _, source = request.getfixturevalue("exported")
+        real = manifest.software
+        monkeypatch.setattr(manifest, "software", lambda: dict(real(), torch="2.14.0"))
+    demo, backend, url = start_app(tmp_path / "root", "--cache-bundle", str(source),
+                                   "--cache-bundle-sha256", pin(source))
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        tasks = backend.status()["tasks"]
+        assert next(t for t in tasks if t["kind"] == "bundle")["state"] == "failed"
+        assert all(t["state"] == "ready" for t in tasks if t["kind"] != "bundle")  # both engines serve
+        answer = httpx.get(url + "readyz", timeout=10)
+        body = answer.json()
+        assert answer.status_code == 200 and body["ready"] is True and body["failed"] == []
+        assert len(body["warnings"]) == 1 and "install bundle: failed" in body["warnings"][0]
+        assert str(tmp_path) not in answer.text  # no paths in the probe's body
+    finally:
+        demo.close()
+
 
 WARM_START = textwrap.dedent("""
     import json, sys, torch

@@ -191,6 +191,8 @@ def _too_big(tmp_path, settings, monkeypatch):
     (lambda tmp, s, mp: _not_png(tmp, s), "err_png_not_png"),
     (lambda tmp, s, mp: _too_big(tmp, s, mp), "err_png_too_big"),
     (lambda tmp, s, mp: settings_from_chunks({"comment": "hello"}, s), "err_png_no_params"),
+    (lambda tmp, s, mp: settings_from_chunks({"parameters": "a fox\nSteps: 4, " + "a" * 20_000}, s),
+     "err_png_settings_long"),
     (lambda tmp, s, mp: _pasted(s, Steps=4, Seed=1), "err_png_no_size"),
     (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512x512"), "err_png_size_not_served"),
     (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512"), "err_size_allowed"),

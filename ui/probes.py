@@ -3,6 +3,8 @@
 - ``GET /healthz``: 200 while the process serves (it never looks at the engines).
 - ``GET /readyz``: 503 until every enabled engine serves every declared shape, then 200; the JSON
   body names the warm-up tasks still warming and those that failed (names only: no paths, no errors).
+  A compile-cache bundle that failed to install is listed under ``warnings`` and does not hold
+  readiness back (``neuron_backend.metrics.readiness``).
 - ``GET /metrics``: Prometheus text format (``neuron_backend/metrics.py``).
 
 The routes reach FastAPI through ``launch(app_kwargs={"routes": ...})`` (FastAPI's own ``routes``

@@ -7,7 +7,8 @@ Reads our own PNGs (the JSON ``showcase`` chunk, else the ``parameters`` infotex
 The file is never trusted: at most ``MAX_PNG_BYTES`` are read; the chunk stream is walked by hand
 and only text chunks (tEXt, zTXt, iTXt) are kept, so no pixel data is ever decompressed (no
 decompression bomb); compressed text is inflated to at most ``MAX_TEXT_BYTES``; nothing read from
-the file is used as a path. Values are checked like a request: a size not served here is refused
+the file is used as a path; text is parsed in time linear in its length, and a settings line over
+``MAX_SETTINGS_CHARS`` is refused. Values are checked like a request: a size not served here is refused
 with the allowed list.
 """
 
@@ -25,7 +26,7 @@ from ..messages import Message, msg
 from ..settings import Settings
 from ..shapes import parse_size
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt
-from .png_info import INFOTEXT_KEY, JSON_KEY
+from .png_info import INFOTEXT_KEY, JSON_KEY, MAX_SETTINGS_CHARS, settings_pairs
 
 MAX_PNG_BYTES = 64 * 2**20  # a 1024x1024 PNG of ours is ~1.5 MB; other tools' are rarely over 20 MB
 MAX_TEXT_BYTES = 2**20  # all text chunks together, after inflating
@@ -105,11 +106,16 @@ def _inflate(data: bytes, budget: int) -> bytes:
 
 
 def parse_a1111(text: str) -> dict[str, str]:
-    """A1111 infotext -> {"prompt", "negative_prompt", "<Key>": "<value>"}; {} when there is no settings line."""
+    """A1111 infotext -> {"prompt", "negative_prompt", "<Key>": "<value>"}; {} when there is no settings line.
+
+    Time linear in the length of ``text``; a settings line over ``MAX_SETTINGS_CHARS`` is refused."""
     lines = text.replace("\r\n", "\n").split("\n")
     settings_at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Steps:")), None)
     if settings_at is None:
         return {}
+    if len(lines[settings_at]) > MAX_SETTINGS_CHARS:
+        raise InvalidRequestError(msg("err_png_settings_long", chars=len(lines[settings_at]),
+                                      limit=MAX_SETTINGS_CHARS))
     head = lines[:settings_at]
     negative_at = next((i for i, line in enumerate(head) if line.startswith("Negative prompt:")), len(head))
     out = {"prompt": "\n".join(head[:negative_at]).strip(),
@@ -121,8 +127,8 @@ def parse_a1111(text: str) -> dict[str, str]:
 
 def _pairs(line: str):
     """``Key: value, Key: "quoted, value", ...`` in order."""
-    for match in re.finditer(r'\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)', line):
-        key, value = match.group(1).strip(), match.group(2)
+    for key, value in settings_pairs(line):
+        key = key.strip()
         if value.startswith('"'):
             try:
                 value = json.loads(value)

@@ -33,8 +33,16 @@ JSON_KEY = "showcase"
 PNG_SAVE_OPTIONS = {"compress_level": 1, "compress_type": zlib.Z_RLE}
 # Saved files are named "<date>-<time>-<ms>-<stem>.png"; only names like that are ever pruned.
 _SAVED_NAME = re.compile(r"^\d{8}-\d{6}-\d{3}-[\w.-]+\.png$")
-# One "Key: value" pair of the infotext line; values with , : or newlines are JSON-quoted.
-_PAIR = re.compile(r'\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)')
+# The longest settings line ("Steps: 4, Sampler: ..., Seed: 42, ...") that is parsed. Ours are
+# ~300 characters; A1111 lines with many extension fields (LoRA and TI hashes, ADetailer) a few KB.
+MAX_SETTINGS_CHARS = 16_384
+# Pieces of the settings-line scanner (``settings_pairs``): each is one flat character-class run,
+# matched once at a known position, so it costs time linear in what it consumes.
+_SPACES = re.compile(r"\s*")
+_KEY = re.compile(r"\w[\w \-/()]*")
+_WORD = re.compile(r"\w")
+_QUOTE_OR_BACKSLASH = re.compile(r'["\\]')
+_BACKSLASHES = re.compile(r"\\+")
 
 
 def _quote(value: object) -> str:
@@ -66,14 +74,90 @@ def infotext(params: dict) -> str:
 
 
 def parse_infotext(text: str) -> dict:
-    """Best-effort inverse of ``infotext``: {"prompt": ..., "<Key>": "<value>", ...}, values as text."""
+    """Best-effort inverse of ``infotext``: {"prompt": ..., "<Key>": "<value>", ...}, values as text.
+
+    A settings line over ``MAX_SETTINGS_CHARS`` is not parsed: the whole text is the prompt."""
     prompt, _, line = text.rpartition("\n")
     if not line.startswith("Steps:"):
         return {"prompt": text}
+    if len(line) > MAX_SETTINGS_CHARS:
+        log.warning("settings line of %d characters not parsed (at most %d)", len(line), MAX_SETTINGS_CHARS)
+        return {"prompt": text}
     result: dict[str, str] = {"prompt": prompt}
-    for key, value in _PAIR.findall(line):
+    for key, value in settings_pairs(line):
         result[key.strip()] = json.loads(value) if value.startswith('"') else value.strip()
     return result
+
+
+def settings_pairs(line: str) -> list[tuple[str, str]]:
+    r"""The raw ``(key, value)`` pairs of one settings line, ``Key: value, Key: "quoted, value", ...``.
+
+    The same pairs as ``re.findall`` with the pattern
+    ``\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)``: the key as written (a word
+    character, then word characters, spaces and ``-/()``, up to a ``:``); the value from its first
+    non-space character: a JSON-quoted string with its quotes when a ``,`` or the end follows its
+    closing quote, else everything up to the next ``,``. That pattern takes quadratic time on a long
+    run of key characters without a ``:`` (every start inside the run rescans it to its end); this
+    scanner takes time linear in the length of ``line``.
+    """
+    pairs: list[tuple[str, str]] = []
+    end = len(line)
+    pos = 0
+    while pos < end:
+        start = _SPACES.match(line, pos).end()
+        key = _KEY.match(line, start)
+        if key is None:
+            # No word character after the spaces. A start before the next word character either fails
+            # too or skips spaces up to it, so that word character is the next start worth trying.
+            word = _WORD.search(line, start + 1)
+            pos = end if word is None else word.start()
+            continue
+        colon = key.end()
+        if colon == end or line[colon] != ":":
+            # A start anywhere inside this run reaches the same end and fails the same way.
+            pos = colon
+            continue
+        value_at = _SPACES.match(line, colon + 1).end()
+        value, pos = _value(line, value_at)
+        pairs.append((key.group(), value))
+    return pairs
+
+
+def _value(line: str, at: int) -> tuple[str, int]:
+    """The raw value starting at ``at`` and where the next pair may start (after its ``,``)."""
+    end = len(line)
+    if at < end and line[at] == '"':
+        # A search for the closing quote stops at the latest at the next quoted value's opening
+        # quote (the ':' and spaces before it cannot be escaped), so searches never overlap.
+        closing = _closing_quote(line, at + 1)
+        after = closing + 1
+        if closing >= 0:
+            if after < end and line[after] == ",":
+                return line[at:after], after + 1
+            if after == end or (after == end - 1 and line[after] == "\n"):  # what ``$`` matches
+                return line[at:after], after
+    comma = line.find(",", at)
+    return (line[at:], end) if comma < 0 else (line[at:comma], comma + 1)
+
+
+def _closing_quote(line: str, at: int) -> int:
+    """The index of the quote that closes a string whose body starts at ``at``, or -1.
+
+    A backslash escapes the next character unless that is a newline or the end of the line."""
+    while True:
+        found = _QUOTE_OR_BACKSLASH.search(line, at)
+        if found is None:
+            return -1
+        index = found.start()
+        if line[index] == '"':
+            return index
+        run = _BACKSLASHES.match(line, index).end()
+        if (run - index) % 2 == 0:  # backslashes escaping each other
+            at = run
+        elif run == len(line) or line[run] == "\n":  # the last one escapes nothing
+            return -1
+        else:
+            at = run + 1
 
 
 def png_metadata(params: dict) -> PngInfo:

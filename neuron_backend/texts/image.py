@@ -62,6 +62,10 @@ MESSAGES: dict[str, tuple[str, str]] = {
                           "drop a PNG saved by this app or by an A1111-style tool.",
                           "لا يحوي ملف PNG هذا معاملات التوليد (لا نص 'parameters' ولا 'showcase'): "
                           "أفلت ملف PNG حفظه هذا التطبيق أو أداة بنمط A1111."),
+    "err_png_settings_long": ("This PNG's settings line (the one starting 'Steps:') is {chars} characters long; "
+                              "at most {limit} characters are read.",
+                              "سطر الإعدادات في ملف PNG هذا (السطر الذي يبدأ بـ 'Steps:') طوله {chars} حرفًا؛ "
+                              "ولا يُقرأ منه أكثر من {limit} حرف."),
     "err_png_no_size": ("This PNG does not say its size. Allowed sizes: {allowed}.",
                         "لا يذكر ملف PNG هذا مقاسه. المقاسات المسموح بها: {allowed}."),
     "err_png_size_not_served": ("This image is {size}, which is not served here (each size is compiled "
