@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("showcase.exports")
@@ -38,6 +39,7 @@ class ExportFolder:
         self.folder = Path(folder)
         self.limit, self.max_bytes, self.max_age_s = max(1, limit), max_bytes, max_age_s
         self._lock = threading.Lock()
+        self._produce_lock = threading.Lock()  # write_keyed: one production at a time
         with self._lock:
             self._prune(keep=None)  # leftovers of earlier runs
 
@@ -60,6 +62,32 @@ class ExportFolder:
             finally:
                 tmp.unlink(missing_ok=True)
             self._prune(keep=path)
+        return path
+
+    def write_keyed(self, key: str, suffix: str, prefix: str, produce: Callable[[Path, int], None]) -> Path:
+        """The export of ``key`` (a fingerprint of its content): the file already written for it while it
+        is still here, else a new one that ``produce(tmp_path, max_bytes)`` writes (it must stop past
+        ``max_bytes``), renamed into place and pruned like ``write``.
+
+        Productions are serialized (a second caller with the same key then finds the first one's file);
+        ``produce`` runs outside the folder's lock, so other exports are not held up meanwhile. While it
+        runs, its temporary file (at most ``max_bytes``) comes on top of the folder's bound.
+        """
+        safe_key = "".join(c for c in key if c.isalnum())[:32] or "export"
+        safe_prefix = "".join(c if c.isalnum() or c in "-_" else "-" for c in prefix)[:40] or "export"
+        path = self.folder / f"{safe_prefix}-{safe_key}{suffix}"
+        with self._produce_lock:
+            if path.is_file():
+                return path
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = self.folder / f".tmp-{uuid.uuid4().hex}"
+            try:
+                produce(tmp, self.max_bytes)
+                with self._lock:
+                    os.replace(tmp, path)
+                    self._prune(keep=path)
+            finally:
+                tmp.unlink(missing_ok=True)
         return path
 
     def write_png(self, image, prefix: str = "image") -> Path:

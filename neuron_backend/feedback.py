@@ -1,15 +1,25 @@
 """Chat feedback: 👍/👎 marks on replies, kept in a bounded JSONL under the cache root.
 
-Two files in ``<cache-dir>/feedback/``:
+Files in ``<cache-dir>/feedback/``:
 
 - ``marks.jsonl``: one row per mark: id, time, rating (``up``/``down``), comment, the prompt (the
   user message the reply answered), the reply, the turn number, the reply's settings and stats.
-  Past ``max_bytes`` it is rotated to ``marks.1.jsonl`` (the older rotation is dropped), so the two
-  files together hold at most about twice ``max_bytes``.
+  Past ``max_bytes`` it is rotated: ``marks.jsonl`` becomes ``marks.1.jsonl``, ``marks.1`` becomes
+  ``marks.2`` and so on up to ``marks.<ROTATIONS>.jsonl``. No rotation ever drops a file: when the
+  last rotation exists and the current file is full, a new mark is refused (``chat_err_feedback_full``)
+  until an operator moves the files away. So no client can push stored marks out by marking a lot;
+  at worst it fills the storage (at most ``(ROTATIONS + 1) * max_bytes``) and further marks wait.
 - ``qa-prompts.jsonl``: a QA bench prompt set rebuilt after every change: the newest
   ``MAX_QA_PROMPTS`` distinct marked prompts, disliked first, each row a ``prompt`` plus the chat
   settings columns ``qa/inputs.py`` reads (seed, system_prompt, thinking, greedy, temperature,
   top_p, top_k, max_new_tokens). The QA bench re-runs each prompt alone, without earlier turns.
+
+A mark is bounded by what the app itself accepts and produces: its prompt by ``--max-prompt-chars``,
+its reply by ``--max-new-tokens`` times ``MAX_CHARS_PER_TOKEN``; bigger marks are refused with the
+limit named. The page also caps marks per Gradio session (``MAX_MARKS_PER_SESSION``, ui/chat_saved.py).
+
+Rows are read by ``\\n`` only (``str.splitlines`` would also split on U+2028, U+2029 and NEL inside a
+text), and written with those three characters escaped, so any line reader sees one row per line.
 
 Thread-safe: one lock around every read-modify-write (many visitors may mark replies at once).
 """
@@ -17,6 +27,7 @@ Thread-safe: one lock around every read-modify-write (many visitors may mark rep
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -25,47 +36,91 @@ from pathlib import Path
 from .errors import InvalidRequestError
 from .messages import msg
 
+log = logging.getLogger("showcase.feedback")
+
 RATINGS = ("up", "down")
 MAX_COMMENT_CHARS = 2000
 MAX_REPLY_CHARS = 8000  # the stored reply is for reading; the QA bench regenerates it
 MAX_QA_PROMPTS = 100  # qa/inputs.py: at most 100 prompts in one set
+# A generated token decodes to a few characters on average; 32 per token is a generous upper
+# bound on a whole reply, so a reply longer than max_new_tokens * 32 characters was not generated here.
+MAX_CHARS_PER_TOKEN = 32
+MAX_MARKS_PER_SESSION = 20  # marks one Gradio session may store (ui/chat_saved.py counts them)
+ROTATIONS = 4  # marks.1.jsonl .. marks.4.jsonl; none is ever dropped by a new mark
 # The chat settings a QA prompt-set row may carry (qa/inputs.py SETTINGS, chat kind).
 QA_SETTINGS = ("seed", "system_prompt", "thinking", "greedy", "temperature", "top_p", "top_k", "max_new_tokens")
+# Line separators for str.splitlines() that json.dumps(ensure_ascii=False) leaves raw.
+_RAW_SEPARATORS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
 class FeedbackLog:
     """Appends marks to ``folder/marks.jsonl`` and keeps ``folder/qa-prompts.jsonl`` in step."""
 
-    def __init__(self, folder: Path, max_bytes: int = 2_000_000):
-        self.folder, self.max_bytes = Path(folder), max_bytes
+    def __init__(self, folder: Path, max_bytes: int = 2_000_000, max_prompt_chars: int = 20_000,
+                 max_reply_chars: int = 1024 * MAX_CHARS_PER_TOKEN, rotations: int = ROTATIONS):
+        self.folder, self.max_bytes, self.rotations = Path(folder), max_bytes, max(1, rotations)
+        self.max_prompt_chars, self.max_reply_chars = max_prompt_chars, max_reply_chars
         self.path = self.folder / "marks.jsonl"
         self.rotated = self.folder / "marks.1.jsonl"
         self.prompt_set = self.folder / "qa-prompts.jsonl"
         self._lock = threading.Lock()
+
+    @classmethod
+    def for_settings(cls, settings) -> FeedbackLog:
+        """The log under ``<cache-dir>/feedback`` with the bounds of ``settings``."""
+        return cls(Path(settings.cache_dir) / "feedback", settings.feedback_max_bytes, settings.max_prompt_chars,
+                   settings.max_new_tokens * MAX_CHARS_PER_TOKEN)
+
+    def rotation(self, n: int) -> Path:
+        """``marks.<n>.jsonl`` (1 is the newest rotation)."""
+        return self.folder / f"marks.{n}.jsonl"
+
+    def files(self) -> list[Path]:
+        """Every marks file, oldest first (the last rotation first, the current file last)."""
+        return [self.rotation(n) for n in range(self.rotations, 0, -1)] + [self.path]
 
     def record(self, rating: str, prompt: str, reply: str, settings: dict | None = None,
                stats: dict | None = None, comment: str = "", turn: int | None = None) -> str:
         """Store one mark; return its id (to add a comment later)."""
         if rating not in RATINGS:
             raise InvalidRequestError(msg("chat_err_feedback_rating", rating=repr(rating), allowed=", ".join(RATINGS)))
-        if not prompt or not prompt.strip():
+        if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidRequestError(msg("chat_err_feedback_no_prompt"))
+        reply = reply if isinstance(reply, str) else str(reply)
+        if len(prompt) > self.max_prompt_chars:
+            raise InvalidRequestError(msg("chat_err_feedback_prompt_long", length=len(prompt),
+                                          limit=self.max_prompt_chars))
+        if len(reply) > self.max_reply_chars:
+            raise InvalidRequestError(msg("chat_err_feedback_reply_long", length=len(reply),
+                                          limit=self.max_reply_chars, per_token=MAX_CHARS_PER_TOKEN))
         row = {"id": uuid.uuid4().hex[:12], "time": round(time.time(), 3), "rating": rating,
                "comment": _comment(comment), "prompt": prompt, "reply": reply[:MAX_REPLY_CHARS], "turn": turn,
                "settings": {k: v for k, v in (settings or {}).items() if k in QA_SETTINGS and v is not None},
                "stats": stats or {}}
-        line = json.dumps(row, ensure_ascii=False) + "\n"
-        if len(line.encode()) > self.max_bytes:
+        line = _dumps(row)
+        size = len(line.encode())
+        if size > self.max_bytes:
             raise InvalidRequestError(msg("chat_err_feedback_too_large", limit=self.max_bytes))
         with self._lock:
             self.folder.mkdir(parents=True, exist_ok=True)
-            size = self.path.stat().st_size if self.path.exists() else 0
-            if size + len(line.encode()) > self.max_bytes:
-                self.path.replace(self.rotated)
+            current = self.path.stat().st_size if self.path.exists() else 0
+            if current and current + size > self.max_bytes:
+                self._rotate()
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(line)
             self._write_prompt_set()
         return row["id"]
+
+    def _rotate(self) -> None:
+        """Shift marks.jsonl -> marks.1 -> ... -> marks.N; refuse when marks.N exists (nothing is dropped)."""
+        if self.rotation(self.rotations).exists():
+            log.warning("feedback storage full (%d files of %d bytes under %s): marks refused until moved away",
+                        self.rotations + 1, self.max_bytes, self.folder)
+            raise InvalidRequestError(msg("chat_err_feedback_full"))
+        for n in range(self.rotations - 1, 0, -1):
+            if self.rotation(n).exists():
+                self.rotation(n).replace(self.rotation(n + 1))
+        self.path.replace(self.rotated)
 
     def comment(self, mark_id: str, text: str) -> bool:
         """Set the comment of mark ``mark_id`` (in the current file); return whether it was found."""
@@ -78,19 +133,22 @@ class FeedbackLog:
                     row["comment"], found = text, True
             if found:
                 tmp = self.path.with_suffix(".tmp")
-                tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+                tmp.write_text("".join(_dumps(r) for r in rows), encoding="utf-8")
                 tmp.replace(self.path)
         return found
 
     def marks(self) -> list[dict]:
-        """Every stored mark, oldest first (the rotated file first)."""
+        """Every stored mark, oldest first (the oldest rotation first)."""
         with self._lock:
-            return _read(self.rotated) + _read(self.path)
+            return self._all()
+
+    def _all(self) -> list[dict]:
+        return [row for path in self.files() for row in _read(path)]
 
     def _write_prompt_set(self) -> None:
         """Rebuild qa-prompts.jsonl: newest distinct prompts (with their settings), disliked first."""
         rows, seen = [], set()
-        marks = _read(self.rotated) + _read(self.path)
+        marks = self._all()
         for mark in sorted(reversed(marks), key=lambda m: m.get("rating") != "down"):  # stable: newest first
             qa = {"prompt": mark["prompt"], **mark.get("settings", {})}
             key = json.dumps(qa, sort_keys=True)
@@ -100,8 +158,22 @@ class FeedbackLog:
             if len(rows) == MAX_QA_PROMPTS:
                 break
         tmp = self.prompt_set.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        tmp.write_text("".join(_dumps(r) for r in rows), encoding="utf-8")
         tmp.replace(self.prompt_set)
+
+
+def session_budget_left(count: int) -> None:
+    """Refuse a mark when a session has already stored ``MAX_MARKS_PER_SESSION`` of them."""
+    if count >= MAX_MARKS_PER_SESSION:
+        raise InvalidRequestError(msg("chat_err_feedback_session_cap", limit=MAX_MARKS_PER_SESSION))
+
+
+def _dumps(row: dict) -> str:
+    """One JSON line; U+0085, U+2028 and U+2029 escaped so that no line reader splits the row."""
+    text = json.dumps(row, ensure_ascii=False)
+    for raw, escaped in _RAW_SEPARATORS.items():
+        text = text.replace(raw, escaped)
+    return text + "\n"
 
 
 def _comment(text: str | None) -> str:
@@ -112,13 +184,15 @@ def _comment(text: str | None) -> str:
 
 
 def _read(path: Path) -> list[dict]:
-    """The rows of a marks file; a damaged line (e.g. a crash mid-write) is skipped."""
+    """The rows of a marks file, split on ``\\n`` only; a damaged line (e.g. a crash mid-write) is skipped."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")
     except FileNotFoundError:
         return []
     rows = []
     for line in lines:
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
         except ValueError:

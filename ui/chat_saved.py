@@ -8,8 +8,10 @@ under the cache root, so saved chats also survive a server restart (Gradio's def
 new at every start, which would silently empty every visitor's list).
 
 Feedback: the chatbot's thumbs mark a reply; the mark goes to ``neuron_backend.feedback`` with
-the reply's settings and stats (remembered per reply in the session when it finished), and a
-comment box appears for an optional comment on that mark.
+the reply's settings and stats (remembered per reply in the session when it finished, so only a
+reply this server produced in this session carries them), and a comment box appears for an
+optional comment on that mark. A session stores at most ``MAX_MARKS_PER_SESSION`` marks (counted in
+a ``gr.State``, which lives on the server: the page cannot reset it short of opening a new session).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import gradio as gr
 
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.feedback import FeedbackLog
+from neuron_backend.feedback import FeedbackLog, session_budget_left
 from neuron_backend.runtime import Backend
 
 from .api import shown
@@ -110,26 +112,28 @@ def marked_reply(history: list[dict], index) -> tuple[str, str, int]:
 
 def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> FeedbackLog:
     """The like/dislike event of ``chatbot`` and the optional comment row under it."""
-    log = FeedbackLog(backend.settings.cache_dir / "feedback", backend.settings.feedback_max_bytes)
+    log = FeedbackLog.for_settings(backend.settings)
     mark_id = gr.State(None)
+    stored = gr.State(0)  # marks this session has stored
     with gr.Row(visible=False, elem_id="feedback-row") as row:
         comment = gr.Textbox(label=t("chat_feedback_comment"), lines=1, scale=4, elem_id="feedback-comment",
                              max_length=2000)
         save = gr.Button(t("chat_feedback_save"), size="sm", scale=1, elem_id="feedback-save")
 
-    def mark_reply(history, remembered, evt: gr.LikeData):
+    def mark_reply(history, remembered, count, evt: gr.LikeData):
         rating = {True: "up", "Like": "up", False: "down", "Dislike": "down"}.get(evt.liked)
         if rating is None:  # an unmark or another flag: nothing to store
-            return None, gr.update(visible=False), ""
-        prompt, reply, turn = marked_reply(history, evt.index)
-        record = (remembered or {}).get(reply_key(reply), {})
+            return None, gr.update(visible=False), "", gr.skip()
         try:
+            session_budget_left(count or 0)
+            prompt, reply, turn = marked_reply(history, evt.index)
+            record = (remembered or {}).get(reply_key(reply), {})
             new_id = log.record(rating, prompt, reply, record.get("settings"), record.get("stats"), turn=turn)
         except ShowcaseError as exc:
             raise gr.Error(shown(exc)) from None
         backend.metrics.feedback.labels(rating).inc()
         gr.Info(say("chat_feedback_thanks", mark="👍" if rating == "up" else "👎"))
-        return new_id, gr.update(visible=True), ""
+        return new_id, gr.update(visible=True), "", (count or 0) + 1
 
     def save_comment(current_id, text):
         if current_id is None:
@@ -141,7 +145,8 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
         gr.Info(say("chat_feedback_saved"))
         return None, gr.update(visible=False)
 
-    chatbot.like(mark_reply, [chatbot, records], [mark_id, row, comment], api_visibility="private", queue=False)
+    chatbot.like(mark_reply, [chatbot, records, stored], [mark_id, row, comment, stored], api_visibility="private",
+                 queue=False)
     for event in (save.click, comment.submit):
         event(save_comment, [mark_id, comment], [mark_id, row], api_visibility="private", queue=False)
     return log

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from neuron_backend.engine import engine_name
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.messages import msg
 from neuron_backend.runtime import Backend
 
 from .api import user_errors
@@ -31,8 +33,11 @@ def task_table(status: dict) -> dict:
     return {"headers": task_headers(), "data": task_rows(status)}
 
 
-def details_markdown(status: dict) -> str:
-    """The 'Warm-up details' text: what runs where, engine states, cache folder, versions."""
+def details_markdown(status: dict, show_paths: bool = True) -> str:
+    """The 'Warm-up details' text: what runs where, engine states, cache folder, versions.
+
+    Without ``show_paths`` (no --auth: anonymous visitors) the cache folder is named, not its server path.
+    """
     device = status["device"]
     lines = [say("status_runs_on", banner=localized(status["banner"])),
              say("status_models", reason=localized(status["models_reason"])),
@@ -43,7 +48,8 @@ def details_markdown(status: dict) -> str:
             state_word(engine["state"])
         lines.append(say("status_engine_line", engine=localized(engine_name(name)), state=state)
                      + (f" — {localized(engine['reason'])}" if engine["reason"] else ""))
-    lines.append(say("status_cache_line", folder=f"`{status['cache_dir']}/compile-cache`")
+    root = status["cache_dir"] if show_paths else "<cache-dir>"
+    lines.append(say("status_cache_line", folder=f"`{root}/compile-cache`")
                  + (f" ⚠ {localized(status['cache_problem'])}" if status["cache_problem"] else ""))
     lines.append(say("status_compiles_line", n=status["compiles_since_ready"]))
     lines += counters_lines(status.get("counters"))  # which counter that is, memory per core, CPU fallbacks
@@ -59,18 +65,34 @@ def build_status_panel(backend: Backend) -> list:
         tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(backend.status()),
                                    interactive=False, wrap=True, column_widths=TASK_WIDTHS, elem_id="warmup-table")
         details = gr.Markdown(elem_id="warmup-details-text")
-        with gr.Row():
-            bundle_btn = gr.Button(t("status_export_bundle"), size="sm",
-                                   elem_id="export-bundle")
-            bundle_file = gr.File(label=t("status_bundle_file"),
-                                  height=90, elem_id="bundle-file")
-
-        @user_errors
-        def press_export_bundle():
-            return str(backend.warm_start.export())
-
-        bundle_btn.click(press_export_bundle, None, bundle_file, api_visibility="private")
+        if operator_actions(backend):
+            with gr.Row():
+                bundle_btn = gr.Button(t("status_export_bundle"), size="sm",
+                                       elem_id="export-bundle")
+                bundle_file = gr.File(label=t("status_bundle_file"),
+                                      height=90, elem_id="bundle-file")
+            bundle_btn.click(press_export_bundle(backend), None, bundle_file, api_visibility="private")
+        else:  # not offered: no button, no event to call; the note says where the action lives
+            gr.Markdown(t("status_export_operator_only"), elem_id="export-bundle-note")
     return [status_bar, tasks_table, details]
+
+
+def operator_actions(backend: Backend) -> bool:
+    """Whether the page offers operator actions (cache export, server paths): only under --auth, where
+    every request comes from a logged-in user."""
+    return backend.settings.auth is not None
+
+
+def press_export_bundle(backend: Backend):
+    """The Export button's handler: refused unless the request is a logged-in user's."""
+
+    @user_errors
+    def export_bundle(request: gr.Request):
+        if not operator_actions(backend) or not getattr(request, "username", None):
+            raise InvalidRequestError(msg("err_operator_only"))
+        return str(backend.warm_start.export())
+
+    return export_bundle
 
 
 def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab) -> None:
@@ -82,7 +104,8 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
         choices = size_choices(backend)
         size_update = gr.update(choices=choices) if choices != previous_choices else gr.skip()
         timer_update = gr.Timer(active=True, value=5.0 if status.get("warmup_done", status["ready"]) else 1.0)
-        return (header_html(status), task_table(status), details_markdown(status), size_update, choices,
+        return (header_html(status), task_table(status), details_markdown(status, operator_actions(backend)),
+                size_update, choices,
                 timer_update, gr.update(visible=not backend.image_distilled()))
 
     size_choices_state = gr.State(size_choices(backend))

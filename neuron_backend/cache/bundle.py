@@ -124,22 +124,78 @@ def _cache_files(folder: Path) -> list[Path]:
 
 
 def write_live_manifest(cache_root: Path, described: dict, artifacts: bytes | None) -> Path:
-    """Record what this cache was built for (and torch's portable artifacts) once warm-up ends."""
+    """Record what this cache was built for (and torch's portable artifacts) once warm-up ends.
+
+    A file whose bytes are already those is left untouched, so its modification time (and the
+    cache's ``fingerprint``) changes only when the content does.
+    """
     folder = cache_folder(cache_root)
     folder.mkdir(parents=True, exist_ok=True)
     if artifacts:
-        tmp = folder / f"{ARTIFACTS}.tmp"
-        tmp.write_bytes(artifacts)
-        tmp.replace(folder / ARTIFACTS)
+        _write_if_changed(folder / ARTIFACTS, artifacts)
     described = dict(described, torch_artifacts=ARTIFACTS if (folder / ARTIFACTS).exists() else None)
-    tmp = folder / f"{LIVE_MANIFEST}.tmp"
-    tmp.write_text(json.dumps(described, indent=1, sort_keys=True))
-    tmp.replace(folder / LIVE_MANIFEST)
+    try:
+        kept = json.loads((folder / LIVE_MANIFEST).read_text())
+    except (OSError, ValueError):
+        kept = None
+    if isinstance(kept, dict) and _without_time(kept) == _without_time(json.loads(json.dumps(described))):
+        return folder / LIVE_MANIFEST  # the same cache: its recorded time stays the first one
+    _write_if_changed(folder / LIVE_MANIFEST, json.dumps(described, indent=1, sort_keys=True).encode())
     return folder / LIVE_MANIFEST
 
 
-def export(cache_root: Path, out: Path) -> dict:
-    """Pack ``<cache_root>/compile-cache`` and its manifest into ``out`` (a .tar.gz); return the manifest."""
+def _without_time(described: dict) -> dict:
+    return {k: v for k, v in described.items() if k != "created_at"}
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def fingerprint(cache_root: Path) -> str:
+    """A short hash of what ``export`` would pack: every cache file's path, size and modification time,
+    and the live manifest's bytes (reads no cache file, so it is cheap on a cache of gigabytes)."""
+    folder = cache_folder(cache_root)
+    digest = hashlib.sha256()
+    try:
+        digest.update((folder / LIVE_MANIFEST).read_bytes())
+    except OSError:
+        pass
+    for path in _cache_files(folder):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+class _Capped(io.RawIOBase):
+    """A write-only file that refuses to grow past ``limit`` bytes (CacheBundleError naming the limit)."""
+
+    def __init__(self, f, limit: int):
+        self.f, self.limit, self.written = f, limit, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.written += len(data)
+        if self.written > self.limit:
+            raise CacheBundleError(msg("err_bundle_export_too_big", limit=self.limit))
+        return self.f.write(data)
+
+
+def export(cache_root: Path, out: Path, max_bytes: int | None = None) -> dict:
+    """Pack ``<cache_root>/compile-cache`` and its manifest into ``out`` (a .tar.gz); return the manifest.
+
+    With ``max_bytes`` the archive may not grow past it: the export stops there (CacheBundleError) and
+    ``out`` is not written.
+    """
     folder = cache_folder(cache_root)
     live = folder / LIVE_MANIFEST
     if not live.is_file():
@@ -152,14 +208,19 @@ def export(cache_root: Path, out: Path) -> dict:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w:gz", compresslevel=3) as tar:
-        data = json.dumps(described, indent=1, sort_keys=True).encode()
-        info = tarfile.TarInfo(MANIFEST)
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
-        for rel in files:
-            tar.add(folder / rel, arcname=f"files/{rel}", recursive=False)
-    tmp.replace(out)
+    try:
+        with open(tmp, "wb") as raw:
+            sink = raw if max_bytes is None else _Capped(raw, max_bytes)
+            with tarfile.open(fileobj=sink, mode="w:gz", compresslevel=3) as tar:
+                data = json.dumps(described, indent=1, sort_keys=True).encode()
+                info = tarfile.TarInfo(MANIFEST)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+                for rel in files:
+                    tar.add(folder / rel, arcname=f"files/{rel}", recursive=False)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
     log.info("exported %d files of %s to %s", len(files), folder, out)
     return described
 

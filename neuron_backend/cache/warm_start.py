@@ -82,12 +82,16 @@ class WarmStart:
             log.warning("compile-cache manifest not written: %s: %s", type(exc).__name__, exc)
 
     def export(self) -> Path:
-        """Record the cache now and pack it into the exports folder (the warm-up details' button)."""
-        import time
+        """Record the cache now and pack it into the bounded exports folder (the warm-up details' button).
 
+        The file is named by the cache's fingerprint: while the cache is unchanged, a second export returns
+        the first one's file instead of packing another copy. An archive past the folder's byte bound is
+        refused (CacheBundleError); the CLI ``python -m neuron_backend.cache export`` has no such bound.
+        """
         self.record()
-        out = self.backend.exports.folder / f"compile-cache-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
-        bundle.export(self.backend.settings.cache_dir, out)
+        root = self.backend.settings.cache_dir
+        out = self.backend.exports.write_keyed(bundle.fingerprint(root), ".tar.gz", "compile-cache",
+                                               lambda out, limit: bundle.export(root, out, max_bytes=limit))
         log.info("compile-cache bundle %s: sha256 %s (start another host with --cache-bundle-sha256 it)", out,
                  bundle.archive_sha256(out))
         return out

@@ -133,6 +133,22 @@ MESSAGES: dict[str, tuple[str, str]] = {
                                     "--feedback-max-bytes); it was not stored.",
                                     "هذا التقييم أكبر مما يُسمح لملف التقييمات أن يبلغه ({limit} بايت، "
                                     "--feedback-max-bytes)؛ فلم يُحفَظ."),
+    "chat_err_feedback_prompt_long": ("The marked prompt is {length} characters; a mark may hold at most {limit} "
+                                      "(--max-prompt-chars); it was not stored.",
+                                      "طول الطلب المُقيَّم {length} حرفًا؛ والحد الأقصى للتقييم {limit} "
+                                      "(‎--max-prompt-chars)؛ فلم يُحفَظ."),
+    "chat_err_feedback_reply_long": ("The marked reply is {length} characters; a reply of this server is at most "
+                                     "{limit} ({per_token} per token of --max-new-tokens); it was not stored.",
+                                     "طول الرد المُقيَّم {length} حرفًا؛ وأطول رد يُنتجه هذا الخادم {limit} "
+                                     "({per_token} لكل رمز من ‎--max-new-tokens)؛ فلم يُحفَظ."),
+    "chat_err_feedback_session_cap": ("This session has stored {limit} marks, the most one session may store; "
+                                      "this one was not stored.",
+                                      "خزّنت هذه الجلسة {limit} تقييمًا، وهو أقصى ما تُخزّنه جلسة واحدة؛ "
+                                      "فلم يُحفَظ هذا التقييم."),
+    "chat_err_feedback_full": ("The feedback storage is full; marks are not stored until the operator archives "
+                               "the files under <cache-dir>/feedback.",
+                               "مخزن التقييمات ممتلئ؛ لن تُحفَظ تقييمات حتى يؤرشف المشغّل الملفات في "
+                               "‎<cache-dir>/feedback."),
     "chat_err_comment_too_long": ("The comment is {length} characters; at most {limit} are allowed.",
                                   "طول التعليق {length} حرفًا؛ والحد الأقصى المسموح {limit}."),
 }

@@ -213,6 +213,14 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "(it writes the manifest), then export.",
         "لا يحوي {folder} الملف {manifest}: شغّل التطبيق مرة بالإعدادات التي تُعَدّ الحزمة لها ودع الإحماء يكتمل "
         "(فهو يكتب ملف الوصف)، ثم صدِّر."),
+    "err_bundle_export_too_big": (
+        "The compile cache packs into more than {limit} bytes, the bound of the exports folder: export it on the "
+        "server with python -m neuron_backend.cache export OUT.tar.gz.",
+        "تتجاوز حزمة ذاكرة الترجمة {limit} بايت، وهو حد مجلد التصدير: صدِّرها على الخادم بالأمر "
+        "python -m neuron_backend.cache export OUT.tar.gz."),
+    "err_operator_only": (
+        "Exporting the compile cache is an operator action: start the app with --auth and log in.",
+        "تصدير ذاكرة الترجمة إجراء للمشغّل: شغّل التطبيق مع ‎--auth وسجّل الدخول."),
     # memory before loading the image model (memory.py)
     "backend_mem_needs": (
         "needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} {decode} GiB "

@@ -18,6 +18,11 @@ WORDS: dict[str, tuple[str, str]] = {
                            "--cache-bundle-sha256, its sha256: python -m neuron_backend.cache show prints it)",
                            "حزمة ذاكرة الترجمة (‎.tar.gz؛ شغّل بها خادمًا آخر مع ‎--cache-bundle و‎--cache-bundle-sha256 "
                            "وبصمتها sha256 التي يطبعها `python -m neuron_backend.cache show`)"),
+    "status_export_operator_only": (
+        "Exporting the compile cache is an operator action: it is offered to a logged-in user when the app runs "
+        "with `--auth`. On the server: `python -m neuron_backend.cache export OUT.tar.gz`.",
+        "تصدير ذاكرة الترجمة إجراء للمشغّل: يُتاح لمستخدم مسجّل الدخول حين يعمل التطبيق مع ‎`--auth`. "
+        "وعلى الخادم: ‎`python -m neuron_backend.cache export OUT.tar.gz`."),
     # header chips and the demo notice (ui/header.py)
     "status_engine_chat": ("Chat", "المحادثة"),
     "status_engine_image": ("Image", "الصورة"),
