@@ -67,12 +67,26 @@ def annex_tabs() -> list:
     return [QA_TAB]
 
 
+def annex_details() -> list:
+    """What the annex adds to the warm-up details: the operator's compile-cache Export."""
+    from tools.cache.panel import build_export
+
+    return [build_export]
+
+
+def annex_hooks() -> list:
+    """The annex's warm-up hooks, handed to Backend: compile-cache bundles (install, record)."""
+    from tools.cache.warm_start import WarmStart
+
+    return [WarmStart]
+
+
 def launch(backend, **kwargs):
     """Start warm-up in the background and serve the UI at once."""
     import ui  # Gradio: imported here so the torchrun followers never load it
 
     backend.start()
-    return ui.serve(backend, tabs=annex_tabs(), **kwargs)
+    return ui.serve(backend, tabs=annex_tabs(), details=annex_details(), **kwargs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
                 run_follower(settings, placement, folder)
                 return
-        backend = Backend(settings)
+        backend = Backend(settings, hooks=annex_hooks())
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -6,7 +6,7 @@ and every warm-up compile included). Three sides, alternating in each round:
 - cold: ``<cache>/compile-cache`` deleted first;
 - warm: the same cache root again (what the cold run before it wrote);
 - bundle: a brand-new cache root started with ``--cache-bundle`` pointing at the bundle exported
-  (``python -m neuron_backend.cache export``) from the cold run's cache, as a new host would.
+  (``python -m tools.cache export``) from the cold run's cache, as a new host would.
 The demo models are built once beforehand and linked into each root (they are not part of the cache).
 Usage: ``python bench/warm_restart.py [--quick] [--repeats 3]``.
 """
@@ -67,7 +67,7 @@ def link_demo_models(root: Path, demo) -> None:
 
 def export_bundle(cache: Path, out: Path) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "neuron_backend.cache", "export", str(out), "--cache-dir", str(cache)],
+    subprocess.run([sys.executable, "-m", "tools.cache", "export", str(out), "--cache-dir", str(cache)],
                    check=True, cwd=common.REPO, capture_output=True)
     return time.perf_counter() - t0
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from . import devices
-from .cache.warm_start import WarmStart  # compile-cache bundles (neuron_backend/cache)
 from .chat import prefill
 from .engine import engine_name
 from .errors import EngineUnavailableError, ShapeNotReadyError
@@ -20,7 +19,17 @@ from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .messages import msg
 from .metrics import Metrics
 from .settings import Settings
-from .warmup import Step, Task, TimingHistory, WarmupRunner, error_of, joined, shape_title, versions_tag
+from .warmup import (
+    Step,
+    Task,
+    TimingHistory,
+    WarmupHook,
+    WarmupRunner,
+    error_of,
+    joined,
+    shape_title,
+    versions_tag,
+)
 
 log = logging.getLogger("showcase")
 
@@ -74,7 +83,9 @@ def run_follower(settings: Settings, placement: devices.Placement, folder: Path)
 class Backend:
     """Owns the engines and their warm-up. Safe to call from many request threads."""
 
-    def __init__(self, settings: Settings, host: devices.HostDevices | None = None):
+    def __init__(self, settings: Settings, host: devices.HostDevices | None = None,
+                 hooks: Sequence[Callable[[Backend], WarmupHook]] = ()):
+        """``hooks``: factories of warm-up hooks (app.py hands in the annex's compile-cache bundles)."""
         self.settings = settings
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
@@ -89,8 +100,11 @@ class Backend:
         self.fallbacks: dict[str, str] = {}  # engine -> why its real model gave way to the demo (--models auto)
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
-        self.warm_start = WarmStart(self)
-        self.runner = WarmupRunner(self.warm_start.plan_with_bundle(self._plan()), history)
+        self.hooks: list[WarmupHook] = [make(self) for make in hooks]
+        steps = self._plan()
+        for hook in self.hooks:
+            steps = hook.plan(steps)
+        self.runner = WarmupRunner(steps, history)
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
         self.metrics = Metrics(lambda: self.runner.tasks, self.engine_states, self.runner.compiles_since_ready)
 
@@ -158,9 +172,10 @@ class Backend:
         return head + tail
 
     def start(self) -> threading.Thread:
-        """Start the background warm-up (its end records what the compile cache holds)."""
+        """Start the background warm-up (the hooks hear of it: the bundle hook records the cache at its end)."""
         thread = self.runner.start()
-        self.warm_start.record_after(thread)
+        for hook in self.hooks:
+            hook.after(thread)
         return thread
 
     def _obtain(self, task: Task) -> None:
@@ -320,7 +335,13 @@ class Backend:
             engines=engines,
             limits=self.limits(),
         )
-        return self.warm_start.annotate(snap)
+        for hook in self.hooks:
+            snap = hook.annotate(snap)
+        return snap
+
+    def model_folders(self) -> dict[str, Path]:
+        """The folder each engine's weights were loaded from (filled as warm-up obtains them)."""
+        return dict(self._folders)
 
     def limits(self) -> dict:
         """What a request may ask for (the QA CLI plans its cells with these): sizes, steps, tokens, text."""

@@ -73,9 +73,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("doctor", "bool", "print a first-run checklist of this host (pass/fail/skipped, each with the fix) and exit; "
                        "also python -m tools.doctor"),
     ("cache-bundle", "str", "compile-cache bundle to install at start: a .tar file, a folder holding one, or "
-                            "hf://owner/repo[@revision] (see python -m neuron_backend.cache); a bundle is code: "
+                            "hf://owner/repo[@revision] (see python -m tools.cache); a bundle is code: "
                             "needs --cache-bundle-sha256"),
-    ("cache-bundle-sha256", "str", "sha256 of the --cache-bundle archive, as python -m neuron_backend.cache export "
+    ("cache-bundle-sha256", "str", "sha256 of the --cache-bundle archive, as python -m tools.cache export "
                                    "printed it where the bundle was made; any other archive is refused"),
 )
 
@@ -288,7 +288,7 @@ class Settings:
     tp: int = 1  # tensor-parallel degree of the engine named by tp_engine (under torchrun)
     tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
     doctor: bool = False  # --doctor: print the first-run checklist (tools/doctor.py) and exit
-    cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (neuron_backend/cache)
+    cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (tools/cache)
     cache_bundle_sha256: str | None = None  # the archive's sha256: a bundle is code, installed only when it matches
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
@@ -488,8 +488,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
     if s.cache_bundle and not s.cache_bundle_sha256:  # inductor's cache entries are pickles: they run on lookup
         raise ConfigError("--cache-bundle", "a bundle is code, installed only when its origin is pinned",
-                          "--cache-bundle-sha256 <sha256 of the archive>, as python -m neuron_backend.cache export "
-                          "printed it where the bundle was made; python -m neuron_backend.cache show PATH prints it")
+                          "--cache-bundle-sha256 <sha256 of the archive>, as python -m tools.cache export "
+                          "printed it where the bundle was made; python -m tools.cache show PATH prints it")
     if s.cache_bundle_sha256 and not _SHA256_RE.match(s.cache_bundle_sha256):
         raise ConfigError("--cache-bundle-sha256", f"{s.cache_bundle_sha256!r} is not a sha256", "64 hex digits")
     if s.cache_bundle_sha256 and not s.cache_bundle:

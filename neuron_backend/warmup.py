@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .devices import CompileCounter
 from .engine import engine_name
@@ -89,6 +90,20 @@ def plausible_seconds(value: object) -> bool:
     """A duration worth learning from: a finite number from 0 to a day (not a bool, NaN, negative or huge)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             and 0.0 <= value <= MAX_PLAUSIBLE_S)
+
+
+class WarmupHook(Protocol):
+    """What a part outside the core adds to the warm-up (the annex's compile-cache bundles). ``app.py``
+    hands ``Backend`` a factory per hook, called with the Backend once it is built."""
+
+    def plan(self, steps: list[Step]) -> list[Step]:
+        """The warm-up plan with this hook's steps in it (it may reorder the core's)."""
+
+    def annotate(self, status: dict) -> dict:
+        """``Backend.status()`` with what this hook adds to it."""
+
+    def after(self, warmup: threading.Thread) -> None:
+        """Called once the warm-up thread has started; must return at once."""
 
 
 class TimingHistory:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 import ui
-from app import annex_tabs
+from app import annex_details, annex_hooks, annex_tabs
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 
@@ -22,12 +22,13 @@ def start_app(root, *extra, warm=True):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
                                "--port", str(free_port()), "--max-new-tokens", "200",
                                "--chat-buckets", "32,64,128", "--context-length", "256", *extra], env={})
-    backend = Backend(settings)
+    backend = Backend(settings, hooks=annex_hooks())
     if warm:
         backend.runner.run()
     else:  # warm everything but the last image size: it stays queued (not ready)
         for step in backend.runner._steps[:-1]:
             backend.runner._run_step(step)
         backend.runner._steps[-1].task.expected_s = 30.0
-    demo, (_, url, _) = ui.serve(backend, tabs=annex_tabs(), prevent_thread_lock=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, tabs=annex_tabs(), details=annex_details(), prevent_thread_lock=True,
+                                 quiet=True)
     return demo, backend, url

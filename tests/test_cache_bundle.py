@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from neuron_backend.cache import bundle, manifest
-from neuron_backend.cache.__main__ import main as cache_cli
 from neuron_backend.errors import CacheBundleError, ConfigError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.cache import bundle, manifest, warm_start
+from tools.cache.__main__ import main as cache_cli
+from tools.cache.warm_start import WarmStart
 
 ROOT = Path(__file__).parents[1]
 ARGS = ["--models", "tiny", "--device", "cpu", "--sizes", "64x64", "--chat-buckets", "32,64"]
@@ -30,7 +31,7 @@ FAKE_CACHE = {"neff/MODULE_1/model.neff": b"\x01neff" * 100, "inductor/fxgraph/a
 
 
 def backend_at(root: Path, *extra: str) -> Backend:
-    return Backend(parse_settings([*ARGS, "--cache-dir", str(root), *extra], env={}))
+    return Backend(parse_settings([*ARGS, "--cache-dir", str(root), *extra], env={}), hooks=[WarmStart])
 
 
 def manifest_at(root: Path) -> dict:
@@ -39,7 +40,7 @@ def manifest_at(root: Path) -> dict:
     for step in backend.runner._steps:
         if step.task.kind == "weights":
             backend.runner._run_step(step)
-    return backend.warm_start.here()
+    return warm_start.of(backend).here()
 
 
 def pin(path: Path) -> str:
@@ -61,7 +62,7 @@ def exported(tmp_path):
         path = source / "compile-cache" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    backend.warm_start.record()
+    warm_start.of(backend).record()
     out = tmp_path / "bundle.tar.gz"
     assert cache_cli(["export", str(out), "--cache-dir", str(source)]) == 0
     return source, out
@@ -296,7 +297,7 @@ def test_an_unpinned_bundle_is_refused_before_staging_with_the_fix(tmp_path, exp
         backend_at(tmp_path / "fresh", "--cache-bundle", str(out))
     said = str(info.value)
     assert info.value.flag == "--cache-bundle" and "a bundle is code" in said
-    assert "--cache-bundle-sha256 <sha256 of the archive>" in said and "neuron_backend.cache show PATH" in said
+    assert "--cache-bundle-sha256 <sha256 of the archive>" in said and "tools.cache show PATH" in said
     with pytest.raises(ConfigError, match="not a sha256"):
         backend_at(tmp_path / "fresh", "--cache-bundle", str(out), "--cache-bundle-sha256", "abc")
     with pytest.raises(ConfigError, match="a bundle is code"):
@@ -465,13 +466,15 @@ WARM_START = textwrap.dedent("""
     from neuron_backend.chat.text import ChatRequest
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
+    from tools.cache import warm_start
+    from tools.cache.warm_start import WarmStart
     extra = sys.argv[2:]
     s = parse_settings(["--models", "tiny", "--device", "cpu", "--compile", "on", "--no-image",
                         "--chat-buckets", "32,64", "--context-length", "96", "--cache-dir", sys.argv[1], *extra],
                        env={})
-    backend = Backend(s)
+    backend = Backend(s, hooks=[WarmStart])
     backend.runner.run()
-    backend.warm_start.record()
+    warm_start.of(backend).record()
     graphs = [list(backend.stream_chat(ChatRequest(message="demo " * n, max_new_tokens=3, greedy=True)))[-1]
               .stats.compiled_graphs for n in (1, 4)]
     snap = backend.status()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import tools.cache.panel  # noqa: F401 - registers the bundles' messages
 import tools.qa.tab  # noqa: F401 - registers the QA bench's words and messages
 from ui import i18n
 
@@ -21,7 +22,8 @@ SHOWN = {"label", "info", "placeholder", "examples_label"}
 TITLED = {"Button", "UploadButton", "Accordion", "Tab", "Markdown"}
 # The files that build what the page shows (api.py's hidden components are named for API clients).
 PAGE_FILES = ["__init__.py", "status_panel.py", "header.py", "chat_tab.py", "chat_saved.py", "chat_view.py",
-              "chat_export.py", "image_tab.py", "../tools/qa/tab.py", "../tools/qa/views.py"]
+              "chat_export.py", "image_tab.py", "../tools/qa/tab.py", "../tools/qa/views.py",
+              "../tools/cache/panel.py"]
 
 
 def _calls(path: Path):
@@ -37,7 +39,7 @@ def _is_t(node: ast.Call) -> bool:
 
 def _used_keys() -> dict[str, list[str]]:
     keys: dict[str, list[str]] = {}
-    for path in sorted([*UI.glob("*.py"), QA / "tab.py", QA / "views.py"]):
+    for path in sorted([*UI.glob("*.py"), QA / "tab.py", QA / "views.py", ROOT / "tools" / "cache" / "panel.py"]):
         for call in _calls(path):
             if not _is_t(call) or not call.args:
                 continue
@@ -130,13 +132,15 @@ def test_language_override_puts_its_script_first_in_the_head():
 def test_one_table_no_key_twice_and_the_same_fields_in_both_languages():
     from neuron_backend import texts as backend_texts
     from neuron_backend.messages import fields
+    from tools.cache import messages as cache_messages
     from tools.qa import messages as qa_messages
     from tools.qa import words as qa_words
     from ui import texts as page_texts
 
     seen: dict[str, str] = {}
     for origin, parts in (("ui/texts", page_texts.PARTS), ("neuron_backend/texts", backend_texts.PARTS),
-                          ("tools/qa", {"words": qa_words.WORDS, "messages": qa_messages.MESSAGES})):
+                          ("tools/qa", {"words": qa_words.WORDS, "messages": qa_messages.MESSAGES}),
+                          ("tools/cache", {"messages": cache_messages.MESSAGES})):
         for part, table in parts.items():
             for key in table:
                 assert key not in seen, f"{key} in {origin}/{part}.py and {seen[key]}"

@@ -34,7 +34,6 @@ from test_browser import (  # noqa: F401 - fixtures
 )
 
 from neuron_backend import model_sources
-from neuron_backend.cache import bundle, manifest
 from neuron_backend.compile_cache import configure_compile_cache
 from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.engine import ShapeRegistry
@@ -46,6 +45,7 @@ from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import parse_size
 from neuron_backend.warmup import Step, Task, TimingHistory, WarmupRunner
+from tools.cache import bundle, manifest
 from ui import i18n
 from ui.header import engine_chips, header_html
 from ui.i18n import localized

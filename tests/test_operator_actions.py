@@ -13,14 +13,17 @@ import pytest
 from app_helpers import SIZES, free_port
 
 import ui
-from neuron_backend.cache import bundle
+from app import annex_details
 from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.errors import CacheBundleError, ShowcaseError
 from neuron_backend.exports import ExportFolder
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.cache import bundle, warm_start
+from tools.cache.panel import press_export_bundle
+from tools.cache.warm_start import WarmStart
 from ui.i18n import say
-from ui.status_panel import details_markdown, press_export_bundle
+from ui.status_panel import details_markdown
 
 FAKE_CACHE = {"neff/MODULE_1/model.neff": b"\x01neff" * 100, "inductor/fxgraph/ab/entry": b"graph"}
 
@@ -32,7 +35,7 @@ def _backend(root: Path, demo_models, *extra: str) -> Backend:
         (root / DEMO_DIR_NAME).symlink_to(demo_models.chat.parent, target_is_directory=True)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
                                "--port", str(free_port()), *extra], env={})
-    backend = Backend(settings)
+    backend = Backend(settings, hooks=[WarmStart])
     for step in backend.runner._steps:
         if step.task.kind == "weights":
             backend.runner._run_step(step)
@@ -57,11 +60,11 @@ def _elem_ids(demo) -> set:
 
 def test_anonymous_visitors_are_not_offered_the_cache_export(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models)
-    demo = ui.create_demo(backend)
+    demo = ui.create_demo(backend, details=annex_details())
     assert _export_event(demo) is None and "export-bundle" not in _elem_ids(demo)
     note = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "export-bundle-note")
     assert "status_export_operator_only" in str(note.value)
-    assert "--auth" in say("status_export_operator_only") and "neuron_backend.cache export" in say(
+    assert "--auth" in say("status_export_operator_only") and "tools.cache export" in say(
         "status_export_operator_only")
     with pytest.raises(Exception, match="--auth"):  # the handler itself refuses too
         press_export_bundle(backend)(None)
@@ -72,7 +75,7 @@ def test_anonymous_visitors_are_not_offered_the_cache_export(tmp_path, demo_mode
 
 def test_with_auth_two_presses_make_one_file(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image")
-    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, details=annex_details(), prevent_thread_lock=True, quiet=True)
     try:
         index = _export_event(demo)
         assert index is not None
@@ -91,7 +94,7 @@ def test_with_auth_two_presses_make_one_file(tmp_path, demo_models):
         assert answers[0].json()["data"][0]["path"] == answers[1].json()["data"][0]["path"]  # one Gradio copy
         (tmp_path / "compile-cache" / "neff" / "MODULE_2.neff").write_bytes(b"new graph")  # a changed cache
         time.sleep(0.01)
-        assert backend.warm_start.export() not in exported
+        assert warm_start.of(backend).export() not in exported
         assert len([p for p in backend.exports.files() if p.name.startswith("compile-cache")]) == 2
     finally:
         demo.close()
@@ -99,15 +102,15 @@ def test_with_auth_two_presses_make_one_file(tmp_path, demo_models):
 
 def test_cache_exports_keep_the_exports_folder_bound(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace")
-    first = backend.warm_start.export()
+    first = warm_start.of(backend).export()
     size = first.stat().st_size
     backend.exports = ExportFolder(tmp_path / "exports", max_bytes=size + 1_000)  # room for one bundle
     (tmp_path / "compile-cache" / "inductor" / "more").write_bytes(b"a" * 500)  # compresses well
-    second = backend.warm_start.export()
+    second = warm_start.of(backend).export()
     assert second != first and backend.exports.files() == [second]  # the older one pruned to keep the bound
     (tmp_path / "compile-cache" / "inductor" / "noise").write_bytes(os.urandom(4 * size))
     with pytest.raises(CacheBundleError, match=f"more than {size + 1_000} bytes"):
-        backend.warm_start.export()
+        warm_start.of(backend).export()
     assert backend.exports.files() == [second]
     assert [p.name for p in (tmp_path / "exports").iterdir()] == [second.name]  # no temporary file left
     assert sum(p.stat().st_size for p in backend.exports.files()) <= backend.exports.max_bytes
@@ -116,7 +119,7 @@ def test_cache_exports_keep_the_exports_folder_bound(tmp_path, demo_models):
 
 def test_the_cli_export_has_no_folder_bound(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models)
-    backend.warm_start.record()
+    warm_start.of(backend).record()
     out = tmp_path / "elsewhere" / "bundle.tar.gz"
     described = bundle.export(tmp_path, out)
     assert out.is_file() and set(FAKE_CACHE) <= set(described["files"])

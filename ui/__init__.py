@@ -29,9 +29,10 @@ class ExtraTab:
     build: Callable[[Backend], object]  # called inside the gr.Tab
 
 
-def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[ExtraTab] = ()) -> gr.Blocks:
+def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[ExtraTab] = (),
+                details: Sequence[Callable[[Backend], object]] = ()) -> gr.Blocks:
     """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs);
-    ``tabs``: added after Chat and Image, in order."""
+    ``tabs``: added after Chat and Image, in order; ``details``: added to the warm-up details."""
     settings = backend.settings
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
@@ -40,7 +41,7 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
 
     # delete_cache: Gradio copies every served file into its cache; drop copies older than an hour, hourly.
     with gr.Blocks(title="Hugging Face on Trainium", delete_cache=(3600, 3600)) as demo:
-        panel = build_status_panel(backend)
+        panel = build_status_panel(backend, details)
         with gr.Tab(t("tab_chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
             build_chat_tab(backend)
         with gr.Tab(t("tab_image"), visible="image" in backend.placements, elem_id="image-tab"):
@@ -92,11 +93,12 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
     }
 
 
-def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (), **kwargs):
+def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (),
+          details: Sequence[Callable[[Backend], object]] = (), **kwargs):
     """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
-    demo = create_demo(backend, cancels, tabs)
+    demo = create_demo(backend, cancels, tabs, details)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     backend.metrics.queue_depth = queue_depth(demo)
     launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels), **kwargs})

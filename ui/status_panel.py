@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import gradio as gr
 
 from neuron_backend.engine import engine_name
-from neuron_backend.errors import InvalidRequestError
-from neuron_backend.messages import msg
 from neuron_backend.runtime import Backend
 
-from .api import user_errors
 from .header import header_html
 from .i18n import localized, say, t
 from .image_tab import ImageTab, size_choices
@@ -58,41 +57,23 @@ def details_markdown(status: dict, show_paths: bool = True) -> str:
     return "\n\n".join(ltr_runs(line) for line in lines)
 
 
-def build_status_panel(backend: Backend) -> list:
-    """The bar and the details accordion; returns the components the refresh writes (see wire_refresh)."""
+def build_status_panel(backend: Backend, details: Sequence[Callable[[Backend], object]] = ()) -> list:
+    """The bar and the details accordion; returns the components the refresh writes (see wire_refresh).
+    ``details``: what the annex adds inside the accordion (app.py hands in the compile-cache Export)."""
     status_bar = gr.HTML(header_html(backend.status()), elem_id="status-bar")  # title, chips, notice, bar
     with gr.Accordion(t("status_details"), open=False, elem_id="warmup-details"):
         tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(backend.status()),
                                    interactive=False, wrap=True, column_widths=TASK_WIDTHS, elem_id="warmup-table")
-        details = gr.Markdown(elem_id="warmup-details-text")
-        if operator_actions(backend):
-            with gr.Row():
-                bundle_btn = gr.Button(t("status_export_bundle"), size="sm",
-                                       elem_id="export-bundle")
-                bundle_file = gr.File(label=t("status_bundle_file"),
-                                      height=90, elem_id="bundle-file")
-            bundle_btn.click(press_export_bundle(backend), None, bundle_file, api_visibility="private")
-        else:  # not offered: no button, no event to call; the note says where the action lives
-            gr.Markdown(t("status_export_operator_only"), elem_id="export-bundle-note")
-    return [status_bar, tasks_table, details]
+        text = gr.Markdown(elem_id="warmup-details-text")
+        for build in details:
+            build(backend)
+    return [status_bar, tasks_table, text]
 
 
 def operator_actions(backend: Backend) -> bool:
     """Whether the page offers operator actions (cache export, server paths): only under --auth, where
     every request comes from a logged-in user."""
     return backend.settings.auth is not None
-
-
-def press_export_bundle(backend: Backend):
-    """The Export button's handler: refused unless the request is a logged-in user's."""
-
-    @user_errors
-    def export_bundle(request: gr.Request):
-        if not operator_actions(backend) or not getattr(request, "username", None):
-            raise InvalidRequestError(msg("err_operator_only"))
-        return str(backend.warm_start.export())
-
-    return export_bundle
 
 
 def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab) -> None:

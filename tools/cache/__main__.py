@@ -1,8 +1,8 @@
 """Compile-cache bundles from the command line.
 
-    python -m neuron_backend.cache export OUT.tar.gz [--cache-dir DIR]   # pack this cache root's compile cache
-    python -m neuron_backend.cache show BUNDLE                           # print a bundle's manifest summary
-    python -m neuron_backend.cache push BUNDLE hf://owner/repo            # upload it to a Hub repository
+    python -m tools.cache export OUT.tar.gz [--cache-dir DIR]   # pack this cache root's compile cache
+    python -m tools.cache show BUNDLE                           # print a bundle's manifest summary
+    python -m tools.cache push BUNDLE hf://owner/repo            # upload it to a Hub repository
 
 Install a bundle by starting the app with ``--cache-bundle BUNDLE --cache-bundle-sha256 HEX`` (a
 file, a folder holding one, or ``hf://owner/repo[@revision]``). A bundle is code (inductor's cache
@@ -19,12 +19,13 @@ import sys
 import tarfile
 from pathlib import Path
 
-from ..errors import ShowcaseError
+from neuron_backend.errors import ShowcaseError
+
 from . import bundle
 
 
 def _cache_root(value: str | None) -> Path:
-    from ..settings import parse_settings
+    from neuron_backend.settings import parse_settings
 
     argv = ["--models", "tiny"] + (["--cache-dir", value] if value else [])  # tiny: no Hub probe for a path
     return parse_settings(argv).cache_dir
@@ -60,7 +61,7 @@ def _push(path: str, target: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m neuron_backend.cache", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.cache", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("export", help="pack the compile cache of a cache root with its manifest")
     p.add_argument("out")

@@ -38,9 +38,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import CacheBundleError
-from ..messages import msg
-from ..model_files import joined
+from neuron_backend.errors import CacheBundleError
+from neuron_backend.messages import msg
+from neuron_backend.model_files import joined
+
 from . import manifest as manifests
 
 log = logging.getLogger("showcase.cache")

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..engine import engine_name
-from ..messages import msg
+from neuron_backend.engine import engine_name
+from neuron_backend.messages import msg
 
 FORMAT = 1
 # Environment the Neuron compiler reads into its cache key (NOTES.md 1b): recorded, never set here.

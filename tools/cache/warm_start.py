@@ -1,9 +1,10 @@
-"""The Backend's side of bundles: install one as the first compile-free warm-up step; record the cache.
+"""The bundles' warm-up hook: install one as the first compile-free warm-up step; record the cache.
 
-Kept apart from ``runtime.py`` so the Backend only calls in: ``plan_with_bundle`` reorders the
-warm-up plan (every "obtain weights" step first, then the bundle, then loads and compiles: the
-manifest check needs the model folders, and nothing may compile before the bundle is in place);
-``record`` writes the live manifest and torch's portable artifacts once warm-up has ended.
+``app.py`` hands ``WarmStart`` to ``Backend`` as a warm-up hook (``neuron_backend.warmup.WarmupHook``):
+``plan`` reorders the warm-up plan (every "obtain weights" step first, then the bundle, then loads and
+compiles: the manifest check needs the model folders, and nothing may compile before the bundle is in
+place); ``annotate`` marks the shapes the bundle brought; ``after`` waits for the warm-up's end and
+``record`` writes the live manifest and torch's portable artifacts.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import logging
 import threading
 from pathlib import Path
 
-from ..messages import msg
-from ..warmup import READY, Step, Task, TimingHistory
+from neuron_backend.messages import msg
+from neuron_backend.warmup import READY, Step, Task, TimingHistory
+
 from . import bundle, manifest
 
 log = logging.getLogger("showcase.cache")
@@ -29,14 +31,15 @@ class WarmStart:
     def here(self, only_ready: bool = False) -> dict:
         """This server's manifest; with ``only_ready`` just the shapes whose warm-up succeeded."""
         b = self.backend
-        described = manifest.describe(b.settings, b.placements, b._folders, {n: b.model_id(n) for n in b.placements})
+        models = {n: b.model_id(n) for n in b.placements}
+        described = manifest.describe(b.settings, b.placements, b.model_folders(), models)
         if only_ready:
             ready = {(t.engine, t.shape) for t in b.runner.tasks if t.kind == "compile" and t.state == READY}
             for name, entry in described["engines"].items():
                 entry["shapes"] = [s for s in entry["shapes"] if (name, s) in ready]
         return described
 
-    def plan_with_bundle(self, steps: list[Step]) -> list[Step]:
+    def plan(self, steps: list[Step]) -> list[Step]:
         """The plan with the bundle step before the first load (unchanged without --cache-bundle)."""
         source = self.backend.settings.cache_bundle
         if not source:
@@ -86,7 +89,7 @@ class WarmStart:
 
         The file is named by the cache's fingerprint: while the cache is unchanged, a second export returns
         the first one's file instead of packing another copy. An archive past the folder's byte bound is
-        refused (CacheBundleError); the CLI ``python -m neuron_backend.cache export`` has no such bound.
+        refused (CacheBundleError); the CLI ``python -m tools.cache export`` has no such bound.
         """
         self.record()
         root = self.backend.settings.cache_dir
@@ -96,7 +99,7 @@ class WarmStart:
                  bundle.archive_sha256(out))
         return out
 
-    def record_after(self, warmup: threading.Thread) -> threading.Thread:
+    def after(self, warmup: threading.Thread) -> threading.Thread:
         """Record once the warm-up thread ends (in a thread of its own, so start() returns at once)."""
 
         def wait_then_record() -> None:
@@ -106,3 +109,11 @@ class WarmStart:
         thread = threading.Thread(target=wait_then_record, name="cache-manifest", daemon=True)
         thread.start()
         return thread
+
+
+def of(backend) -> WarmStart:
+    """The Backend's bundle hook (the Export button and tests reach the cache through it)."""
+    found = [hook for hook in backend.hooks if isinstance(hook, WarmStart)]
+    if not found:
+        raise LookupError("this Backend was built without the compile-cache hook (Backend(..., hooks=[WarmStart]))")
+    return found[0]

@@ -1,1 +1,0 @@
-"""Portable compile-cache bundles: a manifest of what the cache was built for, export, checked install."""
