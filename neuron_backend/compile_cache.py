@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .messages import msg
+from .messages import tr
 
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_LOCKS_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
@@ -62,7 +62,10 @@ def configure_compile_cache(cache_root: Path, environ: dict | None = None) -> Ca
         temp = earlier if earlier.name.startswith(TEMP_PREFIX) and earlier.is_dir() else Path(
             tempfile.mkdtemp(prefix=TEMP_PREFIX))
         _point(env, temp / "neff", temp / "neff-locks", temp / "inductor")
-        return CacheSetup(None, msg("backend_cache_not_writable", folder=folder, problem=str(problem), temp=temp), temp)
+        return CacheSetup(None, tr("compile cache {folder} is not writable ({problem}); compiled programs are cached "
+                                   "in {temp} for this run "
+                                   "only (a restart compiles "
+                                   "again)", folder=folder, problem=str(problem), temp=temp), temp)
     _point(env, folder / "neff", root / "neff-locks", folder / "inductor")
     return CacheSetup(folder)
 

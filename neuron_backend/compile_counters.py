@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import sys
 
-from .messages import msg
+from .messages import tr
 
 NEURON_COMPILES = "CompilationCache.TotalCompilations"
 NEURON_HITS = "CompilationCache.PersistentHits"
 NEURON_MISSES = "CompilationCache.PersistentMisses"
 
-SOURCES = {  # in words, as messages (the page shows them in its language; neuron_backend/texts/common.py)
-    "neuron-metrics": msg("backend_counter_neuron_metrics"),
-    "neuron-graphs": msg("backend_counter_neuron_graphs"),
-    "dynamo": msg("backend_counter_dynamo"),
+SOURCES = {  # in words, as messages (the page shows them in its language)
+    "neuron-metrics": tr("TorchNeuron metrics: NEFFs compiled or read from the NEFF cache (eager ops and graphs)"),
+    "neuron-graphs": tr("TorchNeuron compiled graphs (torch.compile only; eager per-op compiles are not counted: "
+                        "metrics unavailable)"),
+    "dynamo": tr("dynamo graphs and inductor's cache (CPU/CUDA stand-in for Neuron compiles)"),
 }
 
 

@@ -20,14 +20,16 @@ import threading
 from dataclasses import dataclass
 
 from .errors import ShapeFailedError, ShapeNotReadyError
-from .messages import MESSAGES, Message, msg
+from .messages import Message, tr
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
+
+ENGINE_WORDS = {"chat": tr("chat"), "image": tr("image")}  # engine names inside sentences, lower case
 
 
 def engine_name(name: str) -> Message | str:
     """An engine's name inside a sentence ("chat"; Arabic on the page), as a message."""
-    return msg(f"backend_engine_{name}") if f"backend_engine_{name}" in MESSAGES else name
+    return ENGINE_WORDS.get(name, name)
 
 
 @dataclass
@@ -74,10 +76,12 @@ class ShapeRegistry:
         state = self.state(key)
         label = label or key
         if state.state == FAILED:
-            raise ShapeFailedError(msg("err_shape_failed", engine=engine_name(self.engine), label=label,
+            raise ShapeFailedError(tr("{engine} shape {label} is unavailable: its warm-up failed ({reason}).",
+                                      engine=engine_name(self.engine), label=label,
                                        reason=state.reason))
         if state.state == PENDING and self.gated:
-            raise ShapeNotReadyError(msg("err_shape_warming", engine=engine_name(self.engine), label=label), key)
+            raise ShapeNotReadyError(tr("{engine} shape {label} is still warming up (compiling); try again soon.",
+                                        engine=engine_name(self.engine), label=label), key)
 
     def snapshot(self) -> dict[str, dict]:
         with self._lock:

@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 
 from .errors import InvalidRequestError
-from .messages import msg
+from .messages import tr
 
 log = logging.getLogger("showcase.feedback")
 
@@ -83,15 +83,19 @@ class FeedbackLog:
                stats: dict | None = None, comment: str = "", turn: int | None = None) -> str:
         """Store one mark; return its id (to add a comment later)."""
         if rating not in RATINGS:
-            raise InvalidRequestError(msg("chat_err_feedback_rating", rating=repr(rating), allowed=", ".join(RATINGS)))
+            raise InvalidRequestError(tr("Feedback rating {rating} is not one of {allowed}.",
+                                         rating=repr(rating), allowed=", ".join(RATINGS)))
         if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidRequestError(msg("chat_err_feedback_no_prompt"))
+            raise InvalidRequestError(tr("Only a reply to a user message can be marked."))
         reply = reply if isinstance(reply, str) else str(reply)
         if len(prompt) > self.max_prompt_chars:
-            raise InvalidRequestError(msg("chat_err_feedback_prompt_long", length=len(prompt),
+            raise InvalidRequestError(tr("The marked prompt is {length} characters; a mark may hold at most {limit} "
+                                         "(--max-prompt-chars); it was not stored.", length=len(prompt),
                                           limit=self.max_prompt_chars))
         if len(reply) > self.max_reply_chars:
-            raise InvalidRequestError(msg("chat_err_feedback_reply_long", length=len(reply),
+            raise InvalidRequestError(tr("The marked reply is {length} characters; a reply of this server is at most "
+                                         "{limit} ({per_token} per token of --max-new-tokens); it "
+                                         "was not stored.", length=len(reply),
                                           limit=self.max_reply_chars, per_token=MAX_CHARS_PER_TOKEN))
         row = {"id": uuid.uuid4().hex[:12], "time": round(time.time(), 3), "rating": rating,
                "comment": _comment(comment), "prompt": prompt, "reply": reply[:MAX_REPLY_CHARS], "turn": turn,
@@ -100,7 +104,8 @@ class FeedbackLog:
         line = _dumps(row)
         size = len(line.encode())
         if size > self.max_bytes:
-            raise InvalidRequestError(msg("chat_err_feedback_too_large", limit=self.max_bytes))
+            raise InvalidRequestError(tr("This mark is larger than the feedback file may grow ({limit} bytes, "
+                                         "--feedback-max-bytes); it was not stored.", limit=self.max_bytes))
         with self._lock:
             self.folder.mkdir(parents=True, exist_ok=True)
             current = self.path.stat().st_size if self.path.exists() else 0
@@ -116,7 +121,8 @@ class FeedbackLog:
         if self.rotation(self.rotations).exists():
             log.warning("feedback storage full (%d files of %d bytes under %s): marks refused until moved away",
                         self.rotations + 1, self.max_bytes, self.folder)
-            raise InvalidRequestError(msg("chat_err_feedback_full"))
+            raise InvalidRequestError(tr("The feedback storage is full; marks are not stored until the operator "
+                                         "archives the files under <cache-dir>/feedback."))
         for n in range(self.rotations - 1, 0, -1):
             if self.rotation(n).exists():
                 self.rotation(n).replace(self.rotation(n + 1))
@@ -165,7 +171,8 @@ class FeedbackLog:
 def session_budget_left(count: int) -> None:
     """Refuse a mark when a session has already stored ``MAX_MARKS_PER_SESSION`` of them."""
     if count >= MAX_MARKS_PER_SESSION:
-        raise InvalidRequestError(msg("chat_err_feedback_session_cap", limit=MAX_MARKS_PER_SESSION))
+        raise InvalidRequestError(tr("This session has stored {limit} marks, the most one session may store; this one "
+                                     "was not stored.", limit=MAX_MARKS_PER_SESSION))
 
 
 def _dumps(row: dict) -> str:
@@ -179,7 +186,8 @@ def _dumps(row: dict) -> str:
 def _comment(text: str | None) -> str:
     text = (text or "").strip()
     if len(text) > MAX_COMMENT_CHARS:
-        raise InvalidRequestError(msg("chat_err_comment_too_long", length=len(text), limit=MAX_COMMENT_CHARS))
+        raise InvalidRequestError(tr("The comment is {length} characters; at most {limit} are allowed.",
+                                     length=len(text), limit=MAX_COMMENT_CHARS))
     return text
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .messages import msg
+from .messages import tr
 from .model_files import safetensors_header, weight_files
 
 GIB = 1024**3
@@ -73,7 +73,11 @@ class ImageMemory:
         return self.weights + self.decode + self.activations + self.overhead
 
     def text(self) -> str:
-        return msg("backend_mem_needs", total=f"{self.total / GIB:.1f}", dtype=str(self.dtype).removeprefix("torch."),
+        return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} "
+                  "{decode} GiB + "
+                  "activations and "
+                  "overhead {rest} "
+                  "GiB)", total=f"{self.total / GIB:.1f}", dtype=str(self.dtype).removeprefix("torch."),
                    params=f"{self.parameters / 1e9:.2f}", weights=f"{self.weights / GIB:.1f}", size=self.size_label,
                    decode=f"{self.decode / GIB:.1f}", rest=f"{(self.activations + self.overhead) / GIB:.1f}")
 
@@ -130,17 +134,20 @@ def plan_image(folder: Path, dtype: torch.dtype, dtype_flag: str, sizes, kind: s
     on_cpu = kind == "cpu"
     wanted = estimate_image(folder, dtype, sizes, on_cpu)
     if free is None:
-        return MemoryPlan(dtype, msg("backend_mem_unknown", needs=wanted.text(), kind=kind))
-    where = msg("backend_mem_free", free=f"{free / GIB:.1f}", kind=kind)
+        return MemoryPlan(dtype, tr("{needs}; free memory on {kind} unknown, not checked",
+                                    needs=wanted.text(), kind=kind))
+    where = tr("{free} GiB free on {kind}", free=f"{free / GIB:.1f}", kind=kind)
     if wanted.total <= free:
-        return MemoryPlan(dtype, msg("backend_mem_fits", needs=wanted.text(), where=where))
+        return MemoryPlan(dtype, tr("{needs}; {where}", needs=wanted.text(), where=where))
     half = estimate_image(folder, torch.bfloat16, sizes, on_cpu)
     if dtype_flag == "auto" and dtype != torch.bfloat16 and half.total <= free:
-        return MemoryPlan(torch.bfloat16, msg("backend_mem_half", needs=wanted.text(), where=where, half=half.text()))
-    advice = msg("err_mem_advice")
+        return MemoryPlan(torch.bfloat16, tr("{needs}, more than the {where}: loading in bfloat16 instead, which "
+                                             "{half}", needs=wanted.text(), where=where, half=half.text()))
+    advice = tr("--no-image, or smaller --sizes")
     if dtype != torch.bfloat16 and half.total <= free:
-        advice = msg("err_mem_advice_bf16", half=half.text(), advice=advice)
-    raise NotEnoughMemory(msg("err_mem_too_big", needs=wanted.text(), where=where, advice=advice))
+        advice = tr("--dtype bfloat16 (which {half}), {advice}", half=half.text(), advice=advice)
+    raise NotEnoughMemory(tr("The image model {needs}, more than the {where}. Pass {advice}; or free memory and "
+                             "restart.", needs=wanted.text(), where=where, advice=advice))
 
 
 class NotEnoughMemory(Exception):

@@ -1,11 +1,15 @@
-"""What the backend says to people, in English and Arabic: one table, looked up by key.
+"""What the backend says to people: English written where it is raised, Arabic from one catalog.
 
-A message the page may show is built as ``msg("key", **params)``: a ``str`` whose text is the
-English one (what logs, API clients and the CLI read, unchanged), carrying its key and parameters
-so the UI can show it in the visitor's language (``ui/i18n.py`` merges this table into its own
-``gr.I18n`` table and calls ``Message.text(lang)``). Parameters are user input, numbers, flags and
-allowed values; they are inserted as they are in either language (a parameter that is itself a
-``Message`` is translated too).
+A message the page may show is built as ``tr("Model folder {path} has no config.json …", path=p)``: a
+``str`` whose text is the English one (what logs, API clients and the CLI read), carrying its template
+and parameters so the UI can show it in the visitor's language (``Message.text(lang)``). The Arabic
+lives in ``neuron_backend/arabic.py``, keyed by the English template (gettext's convention); a part
+outside the core (the annex) registers its own entries with ``register``. Parameters are user input,
+numbers, flags and allowed values; they are inserted as they are in either language (a parameter that
+is itself a ``Message`` is translated too). Where one English word reads two ways in Arabic (a task
+"failed" and a QA cell "failed"), the call names a context (``tr("failed", ctx="qa")``) and the catalog
+holds ``"qa\x04failed"``, gettext's msgctxt. ``tests/test_catalog.py`` checks that every template
+written in the code has an Arabic entry with the same ``{fields}``.
 
 No Gradio here: the backend stays importable without it.
 """
@@ -14,54 +18,61 @@ from __future__ import annotations
 
 import string
 
-from .texts import PARTS
+from .arabic import ARABIC
 
 LANGUAGES = ("en", "ar")
 
-# key -> (English, Arabic), from neuron_backend/texts/ (one module per wing).
-MESSAGES: dict[str, tuple[str, str]] = {k: v for part in PARTS.values() for k, v in part.items()}
+CATALOG: dict[str, str] = dict(ARABIC)  # English template -> Arabic, the core's and every registered part's
+
+
+def register(catalog: dict[str, str]) -> None:
+    """Add a part's Arabic (the annex registers its own on import); a template's Arabic may not change."""
+    for template, arabic in catalog.items():
+        if CATALOG.setdefault(template, arabic) != arabic:
+            raise KeyError(f"{template!r} is registered twice with different Arabic")
+
+
+CONTEXT = "\x04"  # between a context and its template in a catalog key (gettext's msgctxt separator)
+
+
+def in_arabic(template: str, ctx: str | None = None) -> str:
+    """The Arabic of an English template, in ``ctx`` if the catalog has it there (else the English itself)."""
+    if ctx is not None and (found := CATALOG.get(f"{ctx}{CONTEXT}{template}")) is not None:
+        return found
+    return CATALOG.get(template, template)
 
 
 class Message(str):
-    """English text (``str(m)``) that knows its key and parameters, so it can be shown in another language."""
+    """English text (``str(m)``) that knows its template and parameters, so it can be shown in Arabic too."""
 
-    key: str
+    template: str
     params: dict
+    ctx: str | None
 
-    def __new__(cls, key: str, **params):
-        if key not in MESSAGES:
-            raise KeyError(f"no message {key!r} in neuron_backend/texts/ MESSAGES")
-        self = super().__new__(cls, _fill(MESSAGES[key][0], params, "en"))
-        self.key, self.params = key, params
+    def __new__(cls, template: str, ctx: str | None = None, **params):
+        self = super().__new__(cls, _fill(template, params, "en"))
+        self.template, self.params, self.ctx = template, params, ctx
         return self
 
     def text(self, lang: str) -> str:
         """The message in ``lang`` ("en" or "ar"; anything else reads English)."""
-        index = LANGUAGES.index(lang) if lang in LANGUAGES else 0
-        return _fill(MESSAGES[self.key][index], self.params, lang)
+        return _fill(in_arabic(self.template, self.ctx) if lang == "ar" else self.template, self.params, lang)
 
-    def __reduce__(self):  # pickles (multiprocessing, Gradio's state copies) keep key and parameters
-        return (_rebuild, (self.key, self.params))
+    def __reduce__(self):  # pickles (multiprocessing, Gradio's state copies) keep template and parameters
+        return (_rebuild, (self.template, self.params, self.ctx))
 
 
-def _rebuild(key: str, params: dict) -> Message:
-    return Message(key, **params)
+def _rebuild(template: str, params: dict, ctx: str | None = None) -> Message:
+    return Message(template, ctx, **params)
 
 
 def _fill(template: str, params: dict, lang: str) -> str:
     return template.format(**{k: in_language(v, lang) for k, v in params.items()})
 
 
-def register(table: dict[str, tuple[str, str]]) -> None:
-    """Add messages of a part outside the core (the annex registers its own on import); a key may not change."""
-    for key, texts in table.items():
-        if MESSAGES.setdefault(key, texts) != texts:
-            raise KeyError(f"message {key!r} is registered twice with different texts")
-
-
-def msg(key: str, **params) -> Message:
-    """The message ``key`` with its parameters (English as a str; ``.text(lang)`` for another language)."""
-    return Message(key, **params)
+def tr(template: str, ctx: str | None = None, **params) -> Message:
+    """The message ``template`` (English, ``{name}`` fields) filled with ``params``; ``.text(lang)`` for Arabic."""
+    return Message(template, ctx, **params)
 
 
 def in_language(value, lang: str):
@@ -74,5 +85,5 @@ def in_language(value, lang: str):
 
 
 def fields(template: str) -> set[str]:
-    """The {names} a template fills (tests check both languages use the same ones)."""
+    """The {names} a template fills (the catalog test checks both languages use the same ones)."""
     return {name for _, name, _, _ in string.Formatter().parse(template) if name}

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .messages import Message, msg
+from .messages import Message, tr
 
 Exists = Callable[[str], bool]
 ReadJson = Callable[[str], dict]
@@ -49,7 +49,7 @@ class BrokenModelFile(Exception):
 
 def broken(file: str, problem: str) -> BrokenModelFile:
     """"<file>: <problem>" (a message: the page shows it in its language; ``problem_of`` gives the cause alone)."""
-    return BrokenModelFile(msg("err_files_broken", file=file, problem=problem))
+    return BrokenModelFile(tr("{file}: {problem}", file=file, problem=problem))
 
 
 def said(exc: BaseException) -> str:
@@ -60,17 +60,17 @@ def said(exc: BaseException) -> str:
 def problem_of(exc: BrokenModelFile) -> str:
     """What is wrong, without the file's name."""
     text = said(exc)
-    if isinstance(text, Message) and text.key == "err_files_broken":
+    if isinstance(text, Message) and text.template == "{file}: {problem}":
         return text.params["problem"]
     return str(exc).split(": ", 1)[-1]
 
 
-def joined(parts, key: str = "backend_join_comma") -> str:
+def joined(parts, key: str = "{a}, {b}") -> str:
     """``parts`` joined by the separator message ``key`` (", " or "; "), each part kept translatable."""
     parts = list(parts)
     text = parts[0] if parts else ""
     for part in parts[1:]:
-        text = msg(key, a=text, b=part)
+        text = tr(key, a=text, b=part)
     return text
 
 
@@ -79,7 +79,7 @@ def _join(folder: str, name: str) -> str:
 
 
 def _tokenizer_needs(folder: str, exists: Exists, what: str) -> list[Need]:
-    needs = [Need(_join(folder, "tokenizer_config.json"), msg("backend_files_settings", what=what))]
+    needs = [Need(_join(folder, "tokenizer_config.json"), tr("{what} settings", what=what))]
     if exists(_join(folder, "tokenizer.json")) or not exists(_join(folder, "vocab.json")):
         needs.append(Need(_join(folder, "tokenizer.json"), what))
     else:
@@ -91,20 +91,20 @@ def _weight_needs(folder: str, single: str, exists: Exists, read_json: ReadJson,
     """The index and every shard it names, or the single weights file."""
     index = _join(folder, single.replace(".safetensors", ".safetensors.index.json"))
     if not exists(index):
-        return [Need(_join(folder, single), msg("backend_files_weights", what=what))]
+        return [Need(_join(folder, single), tr("{what} weights", what=what))]
     try:
         shards = sorted(set(read_json(index)["weight_map"].values()))
     except (KeyError, TypeError, AttributeError) as exc:
-        raise broken(index, msg("err_files_not_index", error=repr(exc))) from None
-    return [Need(index, msg("backend_files_index", what=what))] + [
-        Need(_join(folder, s), msg("backend_files_shard", what=what)) for s in shards]
+        raise broken(index, tr("not a safetensors index (no weight_map: {error})", error=repr(exc))) from None
+    return [Need(index, tr("{what} weight index", what=what))] + [
+        Need(_join(folder, s), tr("{what} weight shard", what=what)) for s in shards]
 
 
 def chat_needs(exists: Exists, read_json: ReadJson) -> list[Need]:
     """Files a transformers causal LM folder must hold."""
-    model = msg("backend_files_model")
-    return [Need("config.json", msg("backend_files_config", what=model)),
-            *_tokenizer_needs("", exists, msg("backend_files_tokenizer")),
+    model = tr("model")
+    return [Need("config.json", tr("{what} config", what=model)),
+            *_tokenizer_needs("", exists, tr("tokenizer")),
             *_weight_needs("", _WEIGHTS["transformers"], exists, read_json, model)]
 
 
@@ -134,21 +134,21 @@ def pipeline_components(model_index: dict) -> dict[str, tuple[str, str]]:
 
 def image_needs(exists: Exists, read_json: ReadJson) -> list[Need]:
     """Files a diffusers pipeline folder must hold (what from_pretrained reads)."""
-    needs = [Need("model_index.json", msg("backend_files_pipeline"))]
+    needs = [Need("model_index.json", tr("pipeline index"))]
     if not exists("model_index.json"):
         return needs
     for name, (library, class_name) in pipeline_components(read_json("model_index.json")).items():
         what = f"{name} ({class_name})"
         kind = component_kind(library, class_name)
         if kind == "scheduler":
-            needs.append(Need(f"{name}/scheduler_config.json", msg("backend_files_config", what=what)))
+            needs.append(Need(f"{name}/scheduler_config.json", tr("{what} config", what=what)))
         elif kind == "tokenizer":
             needs += _tokenizer_needs(name, exists, what)
         elif kind == "processor":
-            needs.append(Need(f"{name}/preprocessor_config.json", msg("backend_files_config", what=what)))
+            needs.append(Need(f"{name}/preprocessor_config.json", tr("{what} config", what=what)))
         else:
             single = _WEIGHTS.get(library, _WEIGHTS["transformers"])
-            needs.append(Need(f"{name}/config.json", msg("backend_files_config", what=what)))
+            needs.append(Need(f"{name}/config.json", tr("{what} config", what=what)))
             needs += _weight_needs(name, single, exists, read_json, what)
     return needs
 
@@ -184,9 +184,9 @@ def read_json_file(folder: Path, rel: str) -> dict:
     try:
         data = json.loads((Path(folder) / rel).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise broken(rel, msg("err_files_bad_json", error=str(exc))) from None
+        raise broken(rel, tr("unreadable JSON ({error})", error=str(exc))) from None
     if not isinstance(data, dict):
-        raise broken(rel, msg("err_files_not_object", type=type(data).__name__))
+        raise broken(rel, tr("expected a JSON object, found {type}", type=type(data).__name__))
     return data
 
 
@@ -203,19 +203,21 @@ def safetensors_header(path: Path) -> dict:
     with open(path, "rb") as handle:
         head = handle.read(8)
         if len(head) < 8:
-            raise broken(path.name, msg("err_files_no_header", size=size))
+            raise broken(path.name, tr("truncated ({size} bytes, not even a safetensors header)", size=size))
         (length,) = struct.unpack("<Q", head)
         if length > size - 8:
-            raise broken(path.name, msg("err_files_short_header", size=size, length=length + 8))
+            raise broken(path.name, tr("truncated ({size} bytes; its header alone declares {length})",
+                                       size=size, length=length + 8))
         try:
             header = json.loads(handle.read(length))
         except ValueError as exc:
-            raise broken(path.name, msg("err_files_bad_header", error=str(exc))) from None
+            raise broken(path.name, tr("corrupt safetensors header ({error})", error=str(exc))) from None
     if not isinstance(header, dict):
-        raise broken(path.name, msg("err_files_header_not_object"))
+        raise broken(path.name, tr("corrupt safetensors header (not a JSON object)"))
     end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
     if 8 + length + end > size:
-        raise broken(path.name, msg("err_files_truncated", size=f"{size:,}", expected=f"{8 + length + end:,}"))
+        raise broken(path.name, tr("truncated ({size} bytes of {expected}; an interrupted download?)",
+                                   size=f"{size:,}", expected=f"{8 + length + end:,}"))
     return header
 
 
@@ -236,8 +238,9 @@ def verify_folder(folder: Path, kind: str) -> list[str]:
         if not path.is_file():
             top = need.path.split("/")[0]
             gone = "/" in need.path and not (folder / top).is_dir()
-            problems.append(msg("err_files_missing_folder", path=need.path, why=need.why, top=top) if gone
-                            else msg("err_files_missing", path=need.path, why=need.why))
+            problems.append(tr("{path}: missing ({why}; the {top}/ folder is absent)",
+                               path=need.path, why=need.why, top=top) if gone
+                            else tr("{path}: missing ({why})", path=need.path, why=need.why))
             continue
         try:
             if path.suffix == ".json":
@@ -245,7 +248,7 @@ def verify_folder(folder: Path, kind: str) -> list[str]:
             elif path.suffix == ".safetensors":
                 safetensors_header(path)
         except BrokenModelFile as exc:
-            problems.append(msg("err_files_broken", file=need.path, problem=problem_of(exc)))
+            problems.append(tr("{file}: {problem}", file=need.path, problem=problem_of(exc)))
     return problems
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import EngineUnavailableError
-from .messages import msg
+from .messages import tr
 from .model_files import (
     CHAT_EXTRAS,
     BrokenModelFile,
@@ -45,7 +45,9 @@ def local_folder(model: str) -> Path | None:
 def check_folder(path: Path) -> None:
     """Raise EngineUnavailableError when a model folder lacks its config."""
     if not any((path / marker).is_file() for marker in _MARKERS):
-        raise EngineUnavailableError(msg("err_model_no_config", path=path))
+        raise EngineUnavailableError(tr("Model folder {path} has no config.json or model_index.json: point "
+                                        "--chat-model/--image-model at a folder saved with "
+                                        "save_pretrained().", path=path))
 
 
 def kind_of_folder(path: Path) -> str:
@@ -104,7 +106,7 @@ def _missing(folder: Path, kind: str) -> list[str]:
 
 def _listed(names: list[str], limit: int = 6) -> str:
     shown = joined(names[:limit])
-    return msg("backend_files_more", shown=shown, n=len(names) - limit) if len(names) > limit else shown
+    return tr("{shown} and {n} more", shown=shown, n=len(names) - limit) if len(names) > limit else shown
 
 
 def _hub_reachable(model: str, timeout: float) -> tuple[bool, str]:
@@ -112,21 +114,21 @@ def _hub_reachable(model: str, timeout: float) -> tuple[bool, str]:
     import huggingface_hub
 
     if huggingface_hub.constants.is_offline_mode():
-        return False, msg("backend_hub_offline")
+        return False, tr("HF_HUB_OFFLINE is set")
     result: list[tuple[bool, str]] = []
 
     def ask() -> None:
         try:
             huggingface_hub.HfApi(endpoint=huggingface_hub.constants.ENDPOINT).model_info(model, timeout=timeout)
-            result.append((True, msg("backend_hub_reachable")))
+            result.append((True, tr("the Hub is reachable")))
         except Exception as exc:  # noqa: BLE001 - reported, not raised
-            result.append((False, msg("backend_hub_unreachable", kind=type(exc).__name__)))
+            result.append((False, tr("the Hub is unreachable ({kind})", kind=type(exc).__name__)))
 
     thread = threading.Thread(target=ask, name="hub-probe", daemon=True)
     thread.start()
     thread.join(timeout + 1.0)
     if not result:
-        return False, msg("backend_hub_silent", timeout=f"{timeout:g}")
+        return False, tr("the Hub did not answer within {timeout}s", timeout=f"{timeout:g}")
     return result[0]
 
 
@@ -140,18 +142,19 @@ def weights_available(model: str, timeout: float, kind: str | None = None) -> tu
             return False, said(exc)
         missing = _missing(folder, kind or kind_of_folder(folder))
         if missing:
-            return False, msg("backend_model_local_lacks", folder=folder, n=len(missing), files=_listed(missing))
-        return True, msg("backend_model_local", folder=folder)
+            return False, tr("local folder {folder} lacks {n} needed file(s): {files}",
+                             folder=folder, n=len(missing), files=_listed(missing))
+        return True, tr("local folder {folder}", folder=folder)
     kind = kind or "chat"
     missing = missing_files(model, kind)
     if not missing:
-        return True, msg("backend_model_cached", model=model)
-    where = msg("backend_model_not_cached") if cached_snapshot(model) is None else msg(
-        "backend_model_cache_lacks", n=len(missing), files=_listed(missing))
+        return True, tr("{model} is in the local Hugging Face cache", model=model)
+    where = tr("is not in the local Hugging Face cache") if cached_snapshot(model) is None else tr(
+        "lacks {n} needed file(s) in the local Hugging Face cache ({files})", n=len(missing), files=_listed(missing))
     ok, hub = _hub_reachable(model, timeout)
     if ok:
-        return True, msg("backend_model_will_download", model=model, where=where, hub=hub)
-    return False, msg("backend_model_unavailable", model=model, where=where, hub=hub)
+        return True, tr("{model} {where}; they will be downloaded ({hub})", model=model, where=where, hub=hub)
+    return False, tr("{model} {where} and {hub}", model=model, where=where, hub=hub)
 
 
 def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = None, *,
@@ -164,8 +167,9 @@ def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = No
     folder = find_or_fetch(model, progress, kind, hub_timeout=hub_timeout, stall_timeout=stall_timeout, flag=flag)
     problems = verify_folder(folder, kind or kind_of_folder(folder))
     if problems:
-        raise EngineUnavailableError(msg(
-            "err_model_damaged", model=model, folder=folder, problems=joined(problems[:12], "backend_join_semi"),
+        raise EngineUnavailableError(tr(
+            "{model} in {folder} has damaged or missing files: {problems}. Fetch them again (`{command}`) or pass a "
+            "complete folder with {flag}.", model=model, folder=folder, problems=joined(problems[:12], "{a}; {b}"),
             command=_hf_download_command("<repo>" if local_folder(model) else model, []), flag=flag))
     return folder
 
@@ -184,7 +188,9 @@ def find_or_fetch(model: str, progress: ProgressFn | None = None, kind: str | No
         kind = kind or kind_of_folder(folder)
         missing = _missing(folder, kind)
         if missing:
-            raise EngineUnavailableError(msg("err_model_folder_lacks", folder=folder, n=len(missing),
+            raise EngineUnavailableError(tr("Model folder {folder} lacks {n} needed file(s): {files}. Copy them in "
+                                            "(e.g. hf download <repo> --local-dir <folder>) or point the flag at a "
+                                            "complete folder.", folder=folder, n=len(missing),
                                              files=_listed(missing, 12)))
         return folder
     kind = kind or "chat"
@@ -195,7 +201,11 @@ def find_or_fetch(model: str, progress: ProgressFn | None = None, kind: str | No
     import huggingface_hub
 
     if huggingface_hub.constants.is_offline_mode():
-        raise EngineUnavailableError(msg("err_model_offline", model=model, n=len(missing), files=_listed(missing, 12),
+        raise EngineUnavailableError(tr("{model}: {n} needed file(s) are not in the local Hugging Face cache "
+                                        "({files}) and HF_HUB_OFFLINE is set. Go online, or fetch them elsewhere with "
+                                        "`{command}` and "
+                                        "pass the folder "
+                                        "with {flag}.", model=model, n=len(missing), files=_listed(missing, 12),
                                          command=_hf_download_command(model, missing), flag=flag))
     return _Download(model, kind, progress, hub_timeout, stall_timeout, flag).run()
 
@@ -236,12 +246,21 @@ class _Download:
                 idle = time.monotonic() - self.last_activity
             self._report()
             if worker.is_alive() and idle > self.stall_timeout:
-                raise EngineUnavailableError(msg(
-                    "err_model_stalled", model=self.model, timeout=f"{self.stall_timeout:g}", amount=self._amount(),
+                raise EngineUnavailableError(tr(
+                    "Downloading {model} stalled: nothing arrived for {timeout} s ({amount}). Fetch it by hand with "
+                    "`{command}` and "
+                    "pass the folder "
+                    "with {flag}, or "
+                    "raise "
+                    "--download-stall-timeout.",
+                                                model=self.model, timeout=f"{self.stall_timeout:g}",
+                                                amount=self._amount(),
                     command=_hf_download_command(self.model, self.files), flag=self.flag))
         if self.error is not None:
-            raise EngineUnavailableError(msg(
-                "err_model_download_failed", model=self.model, kind=type(self.error).__name__,
+            raise EngineUnavailableError(tr(
+                "Could not download {model} ({kind}: {error}). Check the network or HF_TOKEN, or fetch it with "
+                "`{command}` and pass the folder with {flag}; "
+                "--models tiny runs the demo models.", model=self.model, kind=type(self.error).__name__,
                 error=said(self.error), command=_hf_download_command(self.model, self.files),
                 flag=self.flag)) from self.error
         assert self.result is not None
@@ -250,8 +269,8 @@ class _Download:
     def _amount(self) -> str:
         done = f"{self.done_bytes / 1e9:.2f}"
         if self.total_bytes:
-            return msg("backend_model_received_of", done=done, total=f"{self.total_bytes / 1e9:.2f}")
-        return msg("backend_model_received", done=done)
+            return tr("{done} GB of {total} GB received", done=done, total=f"{self.total_bytes / 1e9:.2f}")
+        return tr("{done} GB received", done=done)
 
     def _report(self) -> None:
         if self.progress is None or not self.total_bytes:
@@ -259,7 +278,8 @@ class _Download:
         with self._lock:
             done, total = self.done_bytes, self.total_bytes
         rate = done / max(1e-6, time.monotonic() - self.started)
-        self.progress(min(1.0, done / total), msg("backend_download_progress", done=f"{done / 1e9:.2f}",
+        self.progress(min(1.0, done / total), tr("{done} / {total} GB · {rate} MB/s · {files} file(s)",
+                                                 done=f"{done / 1e9:.2f}",
                                                   total=f"{total / 1e9:.2f}", rate=f"{rate / 1e6:.1f}",
                                                   files=len(self.files)))
 
@@ -296,7 +316,8 @@ class _Download:
         needs = needs_for(self.kind, lambda rel: rel in sizes, lambda rel: json.loads(get(rel).read_text()))
         absent = [n.path for n in needs if n.path not in sizes]
         if absent:
-            raise BrokenModelFile(msg("err_model_hub_lacks", model=self.model, files=_listed(absent, 12)))
+            raise BrokenModelFile(tr("the Hub repository {model} lacks needed file(s): {files}",
+                                     model=self.model, files=_listed(absent, 12)))
         wanted = [n.path for n in needs] + self._extras(sizes, get)
         from huggingface_hub import constants
         from huggingface_hub.file_download import repo_folder_name
@@ -312,7 +333,8 @@ class _Download:
         folder = cached_snapshot(self.model) or snapshot
         still = _missing(folder, self.kind)
         if still:
-            raise BrokenModelFile(msg("err_model_still_lacks", folder=folder, files=_listed(still, 12)))
+            raise BrokenModelFile(tr("after the download {folder} still lacks {files}",
+                                     folder=folder, files=_listed(still, 12)))
         return folder
 
     def _extras(self, sizes: dict[str, int], get) -> list[str]:

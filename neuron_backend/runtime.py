@@ -16,7 +16,7 @@ from .chat import prefill
 from .engine import engine_name
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
-from .messages import msg
+from .messages import tr
 from .metrics import Metrics
 from .settings import Settings
 from .warmup import (
@@ -118,17 +118,19 @@ class Backend:
     # ----- what runs where -------------------------------------------------------------------
     def model_id(self, engine: str) -> str:
         if self.settings.demo or engine in self.fallbacks:
-            return msg("backend_demo_model_id", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
+            return tr("demo {family} (tiny, random weights)", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
         return self.settings.chat_model if engine == "chat" else self.settings.image_model
 
     def banner(self) -> str:
         """One line that says plainly what runs where (a message: the page shows it in its language)."""
-        parts = [msg("backend_banner_part", engine=engine_name(name), model=self.model_id(name), placement=p.label())
+        parts = [tr("{engine}: {model} on {placement}",
+                    engine=engine_name(name), model=self.model_id(name), placement=p.label())
                  for name, p in self.placements.items()]
-        tail = [msg("backend_banner_demo")] if self.settings.demo else []
-        tail += [msg("backend_banner_fell", engine=engine_name(name), reason=reason)
+        tail = [tr("demo models with random weights: output is noise")] if self.settings.demo else []
+        tail += [tr("{engine} FELL BACK to its demo model (random weights): {reason}",
+                    engine=engine_name(name), reason=reason)
                  for name, reason in self.fallbacks.items()]
-        return joined("backend_join_dot", [self.description["accelerator"], joined("backend_join_bar", parts), *tail])
+        return joined("{a} · {b}", [self.description["accelerator"], joined("{a} | {b}", parts), *tail])
 
     def log_startup(self) -> None:
         log.info("device: %s", self.description["accelerator"])
@@ -157,15 +159,16 @@ class Backend:
                                          p.compile, self.settings.compile_repeated_blocks, tag)
 
             said = engine_name(engine)
-            head.append(Step(Task(msg("backend_task_weights", engine=said), engine, "weights"), self._obtain,
+            head.append(Step(Task(tr("{engine} · obtain weights", engine=said), engine, "weights"), self._obtain,
                              key("weights")))
-            head.append(Step(Task(msg("backend_task_load", engine=said, device=p.device), engine, "load"), self._load,
+            head.append(Step(Task(tr("{engine} · load on {device}",
+                                     engine=said, device=p.device), engine, "load"), self._load,
                              key("load")))
             batch = self.settings.chat_batch if engine == "chat" else 1
             chunk = prefill.chunk_size(self.settings, p.compile) if engine == "chat" else 0
             for i, shape in enumerate(shape_keys(self.settings, engine)):
                 title = shape_title(engine, shape, i == 0, batch, chunk)
-                task = Task(msg("backend_task_shape", engine=said, title=title), engine, "compile", shape)
+                task = Task(tr("{engine} · {title}", engine=said, title=title), engine, "compile", shape)
                 timed = shape if batch == 1 else f"{shape}@batch{batch}"  # batch N warms up other graphs
                 timed += f"@chunk{chunk}" if chunk else ""  # compiled prefill chunks: other graphs, other times
                 (head if i == 0 else tail).append(Step(task, self._warm_up, key("compile", timed)))
@@ -198,7 +201,7 @@ class Backend:
             self._fall_back(task.engine, exc)
             engine = self._create(task.engine)
             engine.load(self._folders[task.engine])
-        fell = msg("backend_detail_demo_instead", reason=self.fallbacks[task.engine]) if task.engine in self.fallbacks \
+        fell = tr("demo model instead: {reason}", reason=self.fallbacks[task.engine]) if task.engine in self.fallbacks \
             else None
         task.detail = getattr(engine, "memory_note", None) or fell or task.detail
         with self._lock:
@@ -227,7 +230,7 @@ class Backend:
     def _warm_up(self, task: Task) -> None:
         (engine := self.engine(task.engine)).warm_up(task.shape)
         if why := engine.shapes.eager.get(task.shape):  # Neuron: its compile failed, so it serves eager
-            task.detail = msg("backend_detail_eager", why=why)
+            task.detail = tr("eager fallback: {why}", why=why)
 
     # ----- serving ------------------------------------------------------------------------------
     def engine(self, name: str):
@@ -237,20 +240,24 @@ class Backend:
         if engine is not None:
             return engine
         if name not in self.placements:
-            raise EngineUnavailableError(msg("err_engine_disabled", engine=engine_name(name), flag=f"--no-{name}"))
+            raise EngineUnavailableError(tr("The {engine} engine is disabled on this server ({flag}).",
+                                            engine=engine_name(name), flag=f"--no-{name}"))
         for task in self.runner.tasks:
             if task.engine == name and task.kind in ("weights", "load") and task.state in ("failed", "skipped"):
-                raise EngineUnavailableError(msg("err_engine_failed", engine=engine_name(name), error=task.error))
+                raise EngineUnavailableError(tr("The {engine} engine failed to load: {error}",
+                                                engine=engine_name(name), error=task.error))
         eta = self.runner.eta_until(name, shape_keys(self.settings, name)[0])
-        when = msg("err_engine_loading_eta", eta=f"{eta:.0f}") if eta is not None else ""
-        raise EngineUnavailableError(msg("err_engine_loading", engine=engine_name(name), when=when))
+        when = tr(" (expected in about {eta} s)", eta=f"{eta:.0f}") if eta is not None else ""
+        raise EngineUnavailableError(tr("The {engine} engine is still loading{when}; try again shortly.",
+                                        engine=engine_name(name), when=when))
 
     def explain_not_ready(self, engine: str, exc: ShapeNotReadyError) -> ShapeNotReadyError:
         """The same error with the expected time until that shape is ready."""
         eta = self.runner.eta_until(engine, exc.shape)
         if eta is None:
             return exc
-        return ShapeNotReadyError(msg("err_shape_eta", error=error_of(exc, bare=True), eta=f"{eta:.0f}"), exc.shape)
+        return ShapeNotReadyError(tr("{error} It should be ready in about {eta} s.",
+                                     error=error_of(exc, bare=True), eta=f"{eta:.0f}"), exc.shape)
 
     def stream_chat(self, request, stop: threading.Event | None = None) -> Iterator:
         """Stream a chat reply (see ChatEngine.stream); counted once in the metrics with its outcome."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, InvalidRequestError
-from .messages import msg
+from .messages import tr
 from .shapes import ImageSize, parse_size
 
 ENV_PREFIX = "SHOWCASE_"
@@ -391,9 +391,9 @@ def _default_cache_dir(env: Mapping[str, str]) -> Path:
 def _resolve_models(requested, chat_model, image_model, raw, weights_available, env) -> tuple[str, str]:
     """Turn auto|full|tiny into full|tiny with a reason that the log and the UI show."""
     if requested == "tiny":
-        return "tiny", msg("backend_models_tiny")
+        return "tiny", tr("asked for the demo models (--models tiny)")
     if requested == "full":
-        return "full", msg("backend_models_full")
+        return "full", tr("asked for the real models (--models full)")
     if weights_available is None:  # every needed file cached, or the Hub reachable (model_sources.py)
         from .model_sources import weights_available as probe  # local import: touches huggingface_hub
 
@@ -410,8 +410,8 @@ def _resolve_models(requested, chat_model, image_model, raw, weights_available, 
     for model, kind in wanted:
         ok, why = weights_available(model, timeout, kind)
         if not ok:
-            return "tiny", msg("backend_models_auto_tiny", why=why)
-    return "full", msg("backend_models_auto_full")
+            return "tiny", tr("--models auto: {why}; using the offline demo models with random weights", why=why)
+    return "full", tr("--models auto: the real model weights are available")
 
 
 def validate(s: Settings) -> Settings:

@@ -11,7 +11,7 @@ import re
 from typing import NamedTuple
 
 from .errors import InvalidRequestError, PromptTooLongError
-from .messages import msg
+from .messages import tr
 
 # FLUX.2's VAE downsamples by 8 and the transformer patchifies by 2: sides are multiples of 16.
 SIZE_MULTIPLE = 16
@@ -48,11 +48,14 @@ def parse_size(text: object) -> ImageSize:
     else:
         match = _SIZE_RE.match(text) if isinstance(text, str) else None
         if match is None:
-            raise InvalidRequestError(msg("err_size_malformed", text=repr(text)))
+            raise InvalidRequestError(tr("Image size {text} is malformed: write it as WIDTHxHEIGHT, e.g. '1024x1024'.",
+                                         text=repr(text)))
         width, height = int(match.group(1)), int(match.group(2))
     for side in (width, height):
         if side <= 0 or side > MAX_SIDE or side % SIZE_MULTIPLE:
-            raise InvalidRequestError(msg("err_size_invalid", size=f"{width}x{height}", multiple=SIZE_MULTIPLE,
+            raise InvalidRequestError(tr("Image size {size} is invalid: both sides must be multiples of {multiple} "
+                                         "between {multiple} and "
+                                         "{max_side}.", size=f"{width}x{height}", multiple=SIZE_MULTIPLE,
                                           max_side=MAX_SIDE))
     return ImageSize(width, height)
 
@@ -62,4 +65,5 @@ def choose_bucket(prompt_tokens: int, buckets: tuple[int, ...]) -> int:
     for bucket in buckets:
         if prompt_tokens <= bucket:
             return bucket
-    raise PromptTooLongError(msg("err_prompt_bucket", tokens=prompt_tokens, limit=buckets[-1]))
+    raise PromptTooLongError(tr("The prompt is {tokens} tokens; the longest prompt this server accepts is {limit} "
+                                "tokens. Shorten the message.", tokens=prompt_tokens, limit=buckets[-1]))

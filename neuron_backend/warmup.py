@@ -20,39 +20,42 @@ from typing import Protocol
 
 from .devices import CompileCounter
 from .engine import engine_name
-from .messages import Message, msg
+from .messages import Message, tr
 
 log = logging.getLogger("showcase.warmup")
 
 QUEUED, RUNNING, READY, FAILED, SKIPPED = "queued", "running", "ready", "failed", "skipped"
 ENDED = (READY, FAILED, SKIPPED)
 
+KIND_WORDS = {"weights": tr("weights"), "load": tr("load")}  # the task kinds an error names
+
 
 def error_of(exc: BaseException, bare: bool = False) -> str:
     """"Kind: message" of an error (``bare``: the message alone), a Message when the error carries one."""
     said = exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], Message) else str(exc)
-    return said if bare else msg("backend_error_of", kind=type(exc).__name__, error=said)
+    return said if bare else tr("{kind}: {error}", kind=type(exc).__name__, error=said)
 
 
 def joined(key: str, parts: list) -> str:
     """``parts`` joined by the separator message ``key`` ("backend_join_dot": " · "), "" when there are none."""
     text = parts[0] if parts else ""
     for part in parts[1:]:
-        text = msg(key, a=text, b=part)
+        text = tr(key, a=text, b=part)
     return text
 
 
 def shape_title(engine: str, key: str, first: bool, batch: int = 1, chunk: int = 0) -> Message:
     """A warm-up task's title; ``chunk``: the compiled prefill chunk (0: eager prefill, chat/prefill.py)."""
     if engine != "chat":
-        return msg("backend_title_size", size=key)
+        return tr("size {size}", size=key)
     bucket = int(key.removeprefix("prefill-"))
-    title = msg("backend_title_bucket", bucket=bucket)
-    title = msg("backend_title_batch", title=title, batch=batch) if batch > 1 else title
+    title = tr("prompt bucket {bucket} tokens", bucket=bucket)
+    title = tr("{title} × batch {batch}", title=title, batch=batch) if batch > 1 else title
     if chunk:
-        title = msg("backend_title_chunks" if bucket > chunk else "backend_title_chunk", title=title,
-                    n=bucket // chunk, chunk=chunk)
-    return msg("backend_title_decode", title=title) if first else title
+        template = "{title} in {n} compiled chunks of {chunk}" if bucket > chunk else \
+            "{title} in {n} compiled chunk of {chunk}"
+        title = tr(template, title=title, n=bucket // chunk, chunk=chunk)
+    return tr("{title} + decode graphs", title=title) if first else title
 
 
 @dataclass
@@ -238,8 +241,9 @@ class WarmupRunner:
             self._end(task, FAILED, seconds=time.perf_counter() - t0, error=message)
             log.error("warm-up FAILED: %s after %.1f s: %s", task.name, task.seconds, message)
             if task.kind in ("weights", "load"):
-                self._disabled[task.engine] = msg("backend_skipped", engine=engine_name(task.engine),
-                                                  kind=msg(f"backend_kind_{task.kind}"), error=message)
+                self._disabled[task.engine] = tr("{engine} engine unavailable: {kind} failed ({error})",
+                                                 engine=engine_name(task.engine),
+                                                  kind=KIND_WORDS[task.kind], error=message)
             return
         seconds = time.perf_counter() - t0
         cache_hit = None

@@ -129,9 +129,10 @@ def test_a_refusal_note_and_its_toast_in_the_page_language():
 
 def test_feedback_toasts_in_arabic():
     with speaking("ar"):
-        assert "👍" in _arabic(say("chat_feedback_thanks", mark="👍"))
-        _arabic(say("chat_feedback_saved"))
-    assert say("chat_feedback_thanks", mark="👎") == "Thanks: reply marked 👎. Add a comment below if you like."
+        assert "👍" in _arabic(say("Thanks: reply marked {mark}. Add a comment below if you like.", mark="👍"))
+        _arabic(say("Comment saved."))
+    thanks = say("Thanks: reply marked {mark}. Add a comment below if you like.", mark="👎")
+    assert thanks == "Thanks: reply marked 👎. Add a comment below if you like."
 
 
 def test_the_markdown_export_stays_english_on_an_arabic_page():
@@ -156,25 +157,37 @@ HISTORY_ITEM = {"role": "user", "content": "hello"}
 DOCUMENT = export_document([HISTORY_ITEM], model="m", system_prompt=None, settings={})
 
 REQUEST_ERRORS = {
-    "chat_err_request_fields": lambda: normalize_request({"message": "hi", "nope": 1}, 100, 64),
-    "chat_err_request_type": lambda: normalize_request(["hi"], 100, 64),
-    "chat_err_empty_message": _request(message="   "),
-    "chat_err_flag": _request(thinking="yes"),
-    "chat_err_real_range": _request(temperature=5),
-    "chat_err_real_positive": _request(top_p=0),
-    "chat_err_whole_range": _request(seed=10**50),  # its value: "a whole number of about 51 digits"
-    "chat_err_whole_min": lambda: _whole("count", -1, None, 0, None),  # a check with no upper bound
-    "chat_err_not_text": _request(message=5),
-    "chat_err_too_long": _request(system_prompt="x" * 101),
-    "chat_err_surrogate": _request(message="a\ud800b"),
-    "chat_err_part_type": _request(history=[{"role": "user", "content": [{"type": "image", "url": "x"}]}]),
-    "chat_err_content_type": _request(history=[{"role": "user", "content": 5}]),
-    "chat_err_history_type": _request(history="hello"),
-    "chat_err_history_messages": _request(history=[HISTORY_ITEM] * 5),
-    "chat_err_history_item": _request(history=[{"role": "robot", "content": "x"}]),
-    "chat_err_history_chars": _request(history=[{"role": "user", "content": "x" * 30}] * 2),
-    "chat_err_not_export": lambda: load_document([1], HistoryLimits()),
-    "chat_err_export_version": lambda: load_document({**DOCUMENT, "version": 9}, HistoryLimits()),
+    "Chat request fields {fields} are not valid; allowed: {allowed} (message is required).":
+        lambda: normalize_request({"message": "hi", "nope": 1}, 100, 64),
+    "A chat request must be a ChatRequest or a dict of its fields.": lambda: normalize_request(["hi"], 100, 64),
+    "The message is empty: type something to send.": _request(message="   "),
+    "{name} must be true or false, got {value}.": _request(thinking="yes"),
+    "{name} must be a number from {low} to {high} (for the most likely token every time, use greedy), got {value}.":
+        _request(temperature=5),
+    "{name} must be a number above 0 and at most {high}, got {value}.": _request(top_p=0),
+    "{name} must be a whole number from {low} to {high}, got {value}.":
+        _request(seed=10**50),  # its value: "a whole number of about 51 digits"
+    "{name} must be a whole number of {low} or more, got {value}.":
+        lambda: _whole("count", -1, None, 0, None),  # a check with no upper bound
+    "{what} must be text, got {kind}.": _request(message=5),
+    "{what} is {length} characters; at most {limit} are allowed.": _request(system_prompt="x" * 101),
+    "{what} holds a lone surrogate ({char}) at character {at}, which is not valid Unicode; send UTF-8 text.":
+        _request(message="a\ud800b"),
+    "{where} has a part of type {kind}; only text parts are accepted.":
+        _request(history=[{"role": "user", "content": [{"type": "image", "url": "x"}]}]),
+    "{where} must be text or a list of text parts, got {kind}.": _request(history=[{"role": "user", "content": 5}]),
+    "The history must be {allowed}; got {kind}.": _request(history="hello"),
+    "The history has {count} messages; this server accepts at most {limit}. Send only the newest ones (old turns that "
+    "do not fit the prompt are dropped anyway).":
+        _request(history=[HISTORY_ITEM] * 5),
+    "History item {index} is not valid: it must be {allowed}.": _request(history=[{"role": "robot", "content": "x"}]),
+    "The history holds more than {limit} characters; this server accepts at most {limit}. Send only the newest "
+    "messages.":
+        _request(history=[{"role": "user", "content": "x" * 30}] * 2),
+    "This file is not a conversation exported by this app (its \"format\" must be {format}).":
+        lambda: load_document([1], HistoryLimits()),
+    "Conversation export version {version} is not supported; this app reads version {supported}.":
+        lambda: load_document({**DOCUMENT, "version": 9}, HistoryLimits()),
 }
 
 
@@ -183,7 +196,7 @@ def test_request_and_history_errors_in_arabic(key):
     with pytest.raises(InvalidRequestError) as raised:
         REQUEST_ERRORS[key]()
     message = raised.value.args[0]
-    assert isinstance(message, Message) and message.key == key
+    assert isinstance(message, Message) and message.template == key
     assert str(raised.value) == message.text("en")  # English for logs and API clients
     with speaking("ar"):
         _arabic(localized(raised.value))
@@ -193,16 +206,21 @@ def test_request_and_history_errors_in_arabic(key):
 
 def test_english_of_the_request_errors_is_unchanged():
     expected = {
-        "chat_err_real_range": "temperature must be a number from 0.01 to 2 (for the most likely token every time, "
+        "{name} must be a number from {low} to {high} (for the most likely token every time, use greedy), got {value}.":
+            "temperature must be a number from 0.01 to 2 (for the most likely token every time, "
                                "use greedy), got 5.",
-        "chat_err_whole_range": "seed must be a whole number from 0 to 4294967295, got a whole number of about 51 "
+        "{name} must be a whole number from {low} to {high}, got {value}.":
+            "seed must be a whole number from 0 to 4294967295, got a whole number of about 51 "
                                 "digits.",
-        "chat_err_surrogate": "The message holds a lone surrogate ('\\ud800') at character 1, which is not valid "
+        "{what} holds a lone surrogate ({char}) at character {at}, which is not valid Unicode; send UTF-8 text.":
+            "The message holds a lone surrogate ('\\ud800') at character 1, which is not valid "
                               "Unicode; send UTF-8 text.",
-        "chat_err_history_type": 'The history must be a list of {"role": "user" or "assistant", "content": text or a '
+        "The history must be {allowed}; got {kind}.":
+            'The history must be a list of {"role": "user" or "assistant", "content": text or a '
                                  'list of text parts}, oldest first (an exported conversation\'s "messages" work '
                                  'as they are); got str.',
-        "chat_err_part_type": "The content of history item 0 has a part of type 'image'; only text parts are "
+        "{where} has a part of type {kind}; only text parts are accepted.":
+            "The content of history item 0 has a part of type 'image'; only text parts are "
                               "accepted.",
     }
     for key, english in expected.items():
@@ -213,14 +231,17 @@ def test_english_of_the_request_errors_is_unchanged():
 
 def test_feedback_errors_in_arabic(tmp_path):
     log = FeedbackLog(tmp_path, max_bytes=300)
-    attempts = {"chat_err_feedback_rating": lambda: log.record("meh", "q", "a"),
-                "chat_err_feedback_no_prompt": lambda: log.record("up", " ", "a"),
-                "chat_err_feedback_too_large": lambda: log.record("up", "q", "a" * 400),
-                "chat_err_comment_too_long": lambda: log.comment("id", "x" * 2001)}
+    attempts = {"Feedback rating {rating} is not one of {allowed}.": lambda: log.record("meh", "q", "a"),
+                "Only a reply to a user message can be marked.": lambda: log.record("up", " ", "a"),
+                "This mark is larger than the feedback file may grow ({limit} bytes, --feedback-max-bytes); it was "
+                "not stored.":
+                    lambda: log.record("up", "q", "a" * 400),
+                "The comment is {length} characters; at most {limit} are allowed.":
+                    lambda: log.comment("id", "x" * 2001)}
     for key, attempt in attempts.items():
         with pytest.raises(InvalidRequestError) as raised:
             attempt()
-        assert raised.value.args[0].key == key
+        assert raised.value.args[0].template == key
         with speaking("ar"):
             _arabic(localized(raised.value))
     assert str(raised.value) == "The comment is 2001 characters; at most 2000 are allowed."
@@ -233,10 +254,11 @@ def test_a_conversation_file_refused_in_arabic(tmp_path):
     big, broken = tmp_path / "big.json", tmp_path / "broken.json"
     big.write_text(" " * 1_000_100)
     broken.write_text("{not json")
-    for path, key in ((big, "chat_err_file_too_large"), (broken, "chat_err_file_not_json")):
+    for path, key in ((big, "The file is {size} bytes; a conversation file may be at most {limit} bytes."),
+                      (broken, "The file is not a JSON conversation export ({error}).")):
         with pytest.raises(InvalidRequestError) as raised:
             read_conversation(str(path), limits)
-        assert raised.value.args[0].key == key
+        assert raised.value.args[0].template == key
         with speaking("ar"):
             _arabic(localized(raised.value), allowed=("JSON",))
     (tmp_path / "ok.json").write_text(json.dumps(DOCUMENT))

@@ -22,13 +22,11 @@ from neuron_backend.image import paste_back
 from neuron_backend.image.engine import ImageEngine, ImageRequest
 from neuron_backend.image.paste_back import read_settings, settings_from_chunks
 from neuron_backend.image.png_info import OutputFolder
-from neuron_backend.messages import MESSAGES, Message, fields
+from neuron_backend.messages import CATALOG, Message, fields
 from neuron_backend.shapes import ImageSize, choose_bucket
-from neuron_backend.texts.image import MESSAGES as IMAGE_MESSAGES
 from ui import i18n
 from ui.api import shown
 from ui.image_tab import caption, gallery_value, image_snippet, params_view, preview_label, progress_text, restored_text
-from ui.texts.image import WORDS
 
 SIZES = (ImageSize(64, 64), ImageSize(96, 64))
 ALLOWED_LATIN = ("A1111",)  # a tool's name
@@ -71,8 +69,8 @@ def test_run_time_texts_read_arabic_on_an_arabic_page(settings):
             "caption stopped": caption(_params(stopped=True, steps_done=2)),
             "gallery": gallery_value([{"path": "a.png", "params": _params()}])[0][1],
             "progress": progress_text(3, 8, 1.5),
-            "waiting": i18n.say("image_progress_waiting"),
-            "unit": i18n.say("image_progress_unit"),
+            "waiting": i18n.say("starting (or waiting for the image engine)"),
+            "unit": i18n.say("steps"),
             "preview": preview_label(frame),
             "restored": restored_text(pasted),
             "restored (ours)": restored_text(dataclasses.replace(pasted, source="showcase", notes=())),
@@ -95,7 +93,7 @@ def test_run_time_texts_read_as_before_in_english(settings):
 
 def test_the_parameters_view_shows_notes_in_the_pages_language(tmp_path):
     saved = OutputFolder(tmp_path, 0).save(None, {}, stem="x")  # --max-saved-images 0
-    params = _params(save_note=saved.problem, model=Message("err_image_field_steps"))
+    params = _params(save_note=saved.problem, model=Message("Steps"))
     with i18n.speaking("ar"):
         view = params_view(params)
     _arabic(view["save_note"])
@@ -125,40 +123,42 @@ def test_a_several_image_run_snippet_makes_the_whole_run():
 
 def test_field_names_in_refusals_read_as_the_tabs_labels():
     """A refusal names the control the visitor sees, in either language (no "Temperature"-like mismatch)."""
-    for message_key, label_key in (("err_image_field_steps", "image_steps"), ("err_image_field_seed", "image_seed"),
-                                   ("err_image_field_count", "image_count")):
-        assert IMAGE_MESSAGES[message_key] == WORDS[label_key]
-    guidance = WORDS["image_guidance"]
-    for key in ("err_image_guidance_type", "err_image_guidance_range"):
-        assert guidance[1] in IMAGE_MESSAGES[key][1] and IMAGE_MESSAGES[key][0].startswith(guidance[0])
+    for label in ("Steps", "Seed", "Images per run"):  # the tab's labels (ui/image_tab.py) are the refusals' names
+        assert label in CATALOG and CATALOG[label]
+    for key in ("Guidance must be a number from {low} to {high}, not {value}.",
+                "Guidance {value} is out of range: use {low} to {high}."):
+        assert CATALOG["Guidance"] in CATALOG[key] and key.startswith("Guidance")
 
 
 @pytest.mark.parametrize(("changes", "key", "arabic"), [
-    ({"prompt": ""}, "err_image_prompt_empty", "الموجّه فارغ"),
-    ({"prompt": None}, "err_image_prompt_type", "نصًا"),
-    ({"prompt": "x" * 20_001}, "err_image_prompt_long", "20000"),
-    ({"steps": 7}, "err_image_whole_range", "«الخطوات»"),
-    ({"steps": 2.5}, "err_image_whole_type", "«الخطوات»"),
-    ({"seed": -1}, "err_image_whole_range", "«البذرة»"),
-    ({"count": 5}, "err_image_whole_range", "«عدد الصور في كل تشغيل»"),
-    ({"guidance": "high"}, "err_image_guidance_type", "قوة التوجيه"),
-    ({"guidance": 25.0}, "err_image_guidance_range", "قوة التوجيه"),
-    ({"size": "1024"}, "err_size_allowed", "غير سليم الصيغة"),
-    ({"size": "72x64"}, "err_size_allowed", "مضاعفات 16"),
-    ({"size": "256x256"}, "err_size_not_served", "64x64, 96x64"),
+    ({"prompt": ""}, "The prompt is empty: describe the image you want.", "الموجّه فارغ"),
+    ({"prompt": None}, "The prompt must be text, not {kind}.", "نصًا"),
+    ({"prompt": "x" * 20_001}, "The prompt is {length} characters; the limit is {limit}. Shorten it.", "20000"),
+    ({"steps": 7}, "{name} {value} is out of range: use a whole number from {low} to {high}.", "«الخطوات»"),
+    ({"steps": 2.5}, "{name} must be a whole number from {low} to {high}, not {value}.", "«الخطوات»"),
+    ({"seed": -1}, "{name} {value} is out of range: use a whole number from {low} to {high}.", "«البذرة»"),
+    ({"count": 5},
+     "{name} {value} is out of range: use a whole number from {low} to {high}.", "«عدد الصور في كل تشغيل»"),
+    ({"guidance": "high"}, "Guidance must be a number from {low} to {high}, not {value}.", "قوة التوجيه"),
+    ({"guidance": 25.0}, "Guidance {value} is out of range: use {low} to {high}.", "قوة التوجيه"),
+    ({"size": "1024"}, "{error} Allowed sizes: {allowed}.", "غير سليم الصيغة"),
+    ({"size": "72x64"}, "{error} Allowed sizes: {allowed}.", "مضاعفات 16"),
+    ({"size": "256x256"},
+     "Image size {size} is not served here (each size is compiled ahead of time). Allowed sizes: {allowed}.",
+     "64x64, 96x64"),
 ])
 def test_request_refusals_read_arabic(engine, changes, key, arabic):
     request = ImageRequest(**{"prompt": "a fox", "size": "64x64", "steps": 2, **changes})
     with pytest.raises(InvalidRequestError) as caught:
         engine.validate(request)
-    assert caught.value.args[0].key == key
+    assert caught.value.args[0].template == key
     english = str(caught.value)
     with i18n.speaking("ar"):
         text = i18n.localized(caught.value)
         toast = shown(caught.value)
     _arabic(text)
     assert arabic in text and toast == text.replace("<", "&lt;")
-    assert fields(MESSAGES[key][0]) == fields(MESSAGES[key][1])
+    assert fields(key) == fields(CATALOG[key])
     assert i18n.localized(caught.value) == english  # English, as API clients read it
 
 
@@ -188,27 +188,37 @@ def _too_big(tmp_path, settings, monkeypatch):
 
 
 @pytest.mark.parametrize(("trigger", "key"), [
-    (lambda tmp, s, mp: _not_png(tmp, s), "err_png_not_png"),
-    (lambda tmp, s, mp: _too_big(tmp, s, mp), "err_png_too_big"),
-    (lambda tmp, s, mp: settings_from_chunks({"comment": "hello"}, s), "err_png_no_params"),
+    (lambda tmp, s, mp: _not_png(tmp, s), "This file is not a PNG: drop a PNG made by this app or another image tool."),
+    (lambda tmp, s, mp: _too_big(tmp, s, mp), "This PNG is over {mb} MB; only smaller files are read."),
+    (lambda tmp, s, mp: settings_from_chunks({"comment": "hello"}, s),
+     "This PNG has no generation parameters (no 'parameters' or 'showcase' text): drop a PNG saved by this app or by "
+     "an A1111-style tool."),
     (lambda tmp, s, mp: settings_from_chunks({"parameters": "a fox\nSteps: 4, " + "a" * 20_000}, s),
-     "err_png_settings_long"),
-    (lambda tmp, s, mp: _pasted(s, Steps=4, Seed=1), "err_png_no_size"),
-    (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512x512"), "err_png_size_not_served"),
-    (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512"), "err_size_allowed"),
-    (lambda tmp, s, mp: _pasted(s, Steps=60, Size="64x64"), "err_png_steps"),
-    (lambda tmp, s, mp: settings_from_chunks({"parameters": "\nSteps: 4, Size: 64x64"}, s), "err_image_prompt_empty"),
-    (lambda tmp, s, mp: choose_bucket(300, (64, 128)), "err_prompt_bucket"),
+     "This PNG's settings line (the one starting 'Steps:') is {chars} characters long; at most {limit} characters are "
+     "read."),
+    (lambda tmp, s, mp: _pasted(s, Steps=4, Seed=1), "This PNG does not say its size. Allowed sizes: {allowed}."),
+    (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512x512"),
+     "This image is {size}, which is not served here (each size is compiled ahead of time). Allowed sizes: {allowed}."),
+    (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512"), "{error} Allowed sizes: {allowed}."),
+    (lambda tmp, s, mp: _pasted(s, Steps=60, Size="64x64"),
+     "This image used {steps} steps; this server allows 1 to {max_steps}."),
+    (lambda tmp, s, mp: settings_from_chunks({"parameters": "\nSteps: 4, Size: 64x64"}, s),
+     "The prompt is empty: describe the image you want."),
+    (lambda tmp, s, mp: choose_bucket(300, (64, 128)),
+     "The prompt is {tokens} tokens; the longest prompt this server accepts is {limit} tokens. Shorten the message."),
 ])
 def test_dropped_png_and_shape_refusals_read_arabic(tmp_path, settings, monkeypatch, trigger, key):
     with pytest.raises(ShowcaseError) as caught:
         trigger(tmp_path, settings, monkeypatch)
-    assert caught.value.args[0].key == key
+    assert caught.value.args[0].template == key
     with i18n.speaking("ar"):
         text = i18n.localized(caught.value)
     _arabic(text)
-    assert isinstance(caught.value, UnsupportedSizeError) == (key in ("err_png_no_size", "err_png_size_not_served",
-                                                                      "err_size_allowed"))
+    size_refusals = ("This PNG does not say its size. Allowed sizes: {allowed}.",
+                     "This image is {size}, which is not served here (each size is compiled ahead of time). "
+                     "Allowed sizes: {allowed}.",
+                     "{error} Allowed sizes: {allowed}.")
+    assert isinstance(caught.value, UnsupportedSizeError) == (key in size_refusals)
 
 
 def test_engine_not_loaded_and_not_saved_read_arabic(engine, tmp_path):

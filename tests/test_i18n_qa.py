@@ -16,7 +16,7 @@ from i18n_check import english_phrases, has_arabic
 from test_browser import app_url, browser, chromium  # noqa: F401 - fixtures of the browser test
 
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 from neuron_backend.settings import parse_settings
 from tools.qa import ab as qa_ab
 from tools.qa import grid as qa_grid
@@ -96,14 +96,14 @@ def test_ui_views_status_lines_and_toasts_in_arabic():
     assert qa_tab._done_line(run).startswith("3/4 cells done · cold: 0 passed")
     with i18n.speaking("ar"):
         _arabic(qa_tab._done_line(run))
-        _arabic(i18n.say("qa_line_finished", line=qa_tab._done_line(run)))
-        _arabic(i18n.say("qa_line_stopped", line=qa_tab._done_line(run)))
+        _arabic(i18n.say("Finished: {line}", line=qa_tab._done_line(run)))
+        _arabic(i18n.say("Stopped: {line}", line=qa_tab._done_line(run)))
         grid, _, summary, speed = v.views(run)
         assert grid["value"]["headers"][1] == "الموجّه" and summary["value"]["headers"][0] == "المتغيّر"
         assert has_arabic(speed["value"]["headers"][0])
         assert has_arabic(v.ab_view(run)[0])
         with pytest.raises(Exception) as refused:
-            v.refuse(InvalidRequestError(msg("err_qa_ab_not_started")))
+            v.refuse(InvalidRequestError(tr("Start a blind A/B review first: choose two variants.")))
         _arabic(str(refused.value), ("A/B",))
     assert v.ab_view(run)[0] == "Choose two variants and start a blind review."
 
@@ -276,7 +276,7 @@ def test_import_file_limits_and_other_refusals_read_arabic(tmp_path, monkeypatch
 def test_a_failed_cell_keeps_its_message_translatable():
     """A cell that failed with a backend Message shows it in Arabic in the grid; its export stays English."""
     run = _done_run()
-    run.cells[0].status, run.cells[0].error = qa.FAILED, msg("err_qa_ab_same_variant")
+    run.cells[0].status, run.cells[0].error = qa.FAILED, tr("Choose two different variants to compare blind.")
     with i18n.speaking("ar"):
         _arabic(qa_grid.results_table(run, lang="ar")[1][0][2], ("A/B",))
     assert "Choose two different variants" in export_jsonl(run)

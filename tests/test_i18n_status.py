@@ -39,7 +39,7 @@ from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.engine import ShapeRegistry
 from neuron_backend.errors import CacheBundleError, EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.memory import NotEnoughMemory, plan_image
-from neuron_backend.messages import Message, msg
+from neuron_backend.messages import Message, tr
 from neuron_backend.model_files import verify_folder
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
@@ -157,7 +157,8 @@ def test_status_json_stays_english_and_messages_survive_copies(warm):
 # ----- the backend's messages --------------------------------------------------------------------------
 def _failing_runner():
     def fail(task):
-        raise EngineUnavailableError(msg("err_engine_loading", engine=msg("backend_engine_chat"), when=""))
+        raise EngineUnavailableError(tr("The {engine} engine is still loading{when}; try again shortly.",
+                                        engine=tr("chat"), when=""))
 
     steps = [Step(Task("chat · obtain weights", "chat", "weights"), fail, "k1"),
              Step(Task("chat · load on cpu", "chat", "load"), lambda t: None, "k2")]
@@ -202,7 +203,7 @@ def _errors(tmp_path, demo_models):
     runner = _failing_runner()
     out.append(("task-error", runner.tasks[0].error))
     out.append(("task-skipped", runner.tasks[1].error))
-    out.append(("task-names", msg("backend_join_bar", a=cold.runner.tasks[0].name, b=cold.runner.tasks[2].name)))
+    out.append(("task-names", tr("{a} | {b}", a=cold.runner.tasks[0].name, b=cold.runner.tasks[2].name)))
     out.append(("banner", cold.banner()))
     out.append(("models-reason", cold.settings.models_reason))
     return out

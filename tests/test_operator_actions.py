@@ -22,7 +22,7 @@ from neuron_backend.settings import parse_settings
 from tools.cache import bundle, warm_start
 from tools.cache.panel import press_export_bundle
 from tools.cache.warm_start import WarmStart
-from ui.i18n import say
+from ui.i18n import say, text_id
 from ui.status_panel import details_markdown
 
 FAKE_CACHE = {"neff/MODULE_1/model.neff": b"\x01neff" * 100, "inductor/fxgraph/ab/entry": b"graph"}
@@ -63,9 +63,13 @@ def test_anonymous_visitors_are_not_offered_the_cache_export(tmp_path, demo_mode
     demo = ui.create_demo(backend, details=annex_details())
     assert _export_event(demo) is None and "export-bundle" not in _elem_ids(demo)
     note = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "export-bundle-note")
-    assert "status_export_operator_only" in str(note.value)
-    assert "--auth" in say("status_export_operator_only") and "tools.cache export" in say(
-        "status_export_operator_only")
+    assert text_id("Exporting the compile cache is an operator action: it is offered to a logged-in user when the app "
+                   "runs with `--auth`. On the server: `python -m tools.cache export OUT.tar.gz`.") in str(note.value)
+    assert "--auth" in say("Exporting the compile cache is an operator action: it is offered to a logged-in user when "
+                           "the app runs with `--auth`. On the server: `python -m "
+                           "tools.cache export OUT.tar.gz`.") and "tools.cache export" in say(
+        "Exporting the compile cache is an operator action: it is offered to a logged-in user when the app runs with "
+        "`--auth`. On the server: `python -m tools.cache export OUT.tar.gz`.")
     with pytest.raises(Exception, match="--auth"):  # the handler itself refuses too
         press_export_bundle(backend)(None)
     status = backend.status()

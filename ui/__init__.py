@@ -42,9 +42,9 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
     # delete_cache: Gradio copies every served file into its cache; drop copies older than an hour, hourly.
     with gr.Blocks(title="Hugging Face on Trainium", delete_cache=(3600, 3600)) as demo:
         panel = build_status_panel(backend, details)
-        with gr.Tab(t("tab_chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
+        with gr.Tab(t("Chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
             build_chat_tab(backend)
-        with gr.Tab(t("tab_image"), visible="image" in backend.placements, elem_id="image-tab"):
+        with gr.Tab(t("Image"), visible="image" in backend.placements, elem_id="image-tab"):
             image = build_image_tab(backend, concurrency)
         for tab in tabs:
             with gr.Tab(t(tab.label), elem_id=tab.elem_id):

@@ -21,7 +21,7 @@ from neuron_backend.chat.history import (
     load_document,
 )
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
 from .api import user_errors
@@ -74,11 +74,13 @@ def read_conversation(path: str, limits: HistoryLimits) -> dict:
     limit = 4 * limits.chars + MAX_FILE_OVERHEAD  # JSON escapes can take several bytes per character
     size = Path(path).stat().st_size
     if size > limit:
-        raise InvalidRequestError(msg("chat_err_file_too_large", size=size, limit=limit))
+        raise InvalidRequestError(tr("The file is {size} bytes; a conversation file may be at most {limit} bytes.",
+                                     size=size, limit=limit))
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidRequestError(msg("chat_err_file_not_json", error=type(exc).__name__)) from None
+        raise InvalidRequestError(tr("The file is not a JSON conversation export ({error}).",
+                                     error=type(exc).__name__)) from None
     return load_document(data, limits)
 
 
@@ -88,10 +90,10 @@ def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: 
     (its ``.success`` follows a conversation that was loaded)."""
     limits = history_limits(backend.settings)
     with gr.Row():
-        export_json_btn = gr.Button(t("chat_export_json"), size="sm", elem_id="export-json")
-        export_md_btn = gr.Button(t("chat_export_md"), size="sm", elem_id="export-md")
-        load_btn = gr.UploadButton(t("chat_load_json"), size="sm", file_types=[".json"], elem_id="load-json")
-    export_file = gr.File(label=t("chat_export_file"), height=90, elem_id="export-file")
+        export_json_btn = gr.Button(t("Export JSON"), size="sm", elem_id="export-json")
+        export_md_btn = gr.Button(t("Export Markdown"), size="sm", elem_id="export-md")
+        load_btn = gr.UploadButton(t("Load JSON"), size="sm", file_types=[".json"], elem_id="load-json")
+    export_file = gr.File(label=t("Conversation export"), height=90, elem_id="export-file")
 
     def export_json(history, *values):
         document = conversation_document(backend, history, *values)

@@ -116,9 +116,9 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
     mark_id = gr.State(None)
     stored = gr.State(0)  # marks this session has stored
     with gr.Row(visible=False, elem_id="feedback-row") as row:
-        comment = gr.Textbox(label=t("chat_feedback_comment"), lines=1, scale=4, elem_id="feedback-comment",
+        comment = gr.Textbox(label=t("Comment on your mark (optional)"), lines=1, scale=4, elem_id="feedback-comment",
                              max_length=2000)
-        save = gr.Button(t("chat_feedback_save"), size="sm", scale=1, elem_id="feedback-save")
+        save = gr.Button(t("Save comment"), size="sm", scale=1, elem_id="feedback-save")
 
     def mark_reply(history, remembered, count, evt: gr.LikeData):
         rating = {True: "up", "Like": "up", False: "down", "Dislike": "down"}.get(evt.liked)
@@ -132,7 +132,8 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
         except ShowcaseError as exc:
             raise gr.Error(shown(exc)) from None
         backend.metrics.feedback.labels(rating).inc()
-        gr.Info(say("chat_feedback_thanks", mark="👍" if rating == "up" else "👎"))
+        gr.Info(say("Thanks: reply marked {mark}. Add a comment below if you like.",
+                    mark="👍" if rating == "up" else "👎"))
         return new_id, gr.update(visible=True), "", (count or 0) + 1
 
     def save_comment(current_id, text):
@@ -142,7 +143,7 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
             log.comment(current_id, text)
         except ShowcaseError as exc:
             raise gr.Error(shown(exc)) from None
-        gr.Info(say("chat_feedback_saved"))
+        gr.Info(say("Comment saved."))
         return None, gr.update(visible=False)
 
     chatbot.like(mark_reply, [chatbot, records, stored], [mark_id, row, comment, stored], api_visibility="private",

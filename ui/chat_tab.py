@@ -50,18 +50,20 @@ def build_chat_tab(backend: Backend) -> None:
     settings = backend.settings
     chat_stats = gr.Markdown(elem_id="chat-stats")
     context_meter = gr.Markdown(idle_meter(settings), elem_id="context-meter")
-    system_prompt = gr.Textbox(label=t("chat_system_prompt"), placeholder=t("chat_system_placeholder"),
+    system_prompt = gr.Textbox(label=t("System prompt"), placeholder=t("You are a helpful assistant."),
                                lines=1, render=False)
-    thinking = gr.Checkbox(label=t("chat_thinking"), value=False, render=False,
-                           info=t("chat_demo_thinking") if settings.demo else None)
-    temperature = gr.Slider(0.05, 2.0, value=0.7, step=0.05, label=t("chat_temperature"), render=False)
-    top_p = gr.Slider(0.05, 1.0, value=0.8, step=0.05, label=t("chat_top_p"), render=False)
-    top_k = gr.Slider(0, 100, value=20, step=1, label=t("chat_top_k"), render=False)
+    thinking = gr.Checkbox(label=t("Thinking (show the model's reasoning)"), value=False, render=False,
+                           info=t("The demo model never reasons (its vocabulary leaves out the <think> tags), so no "
+                                  "reasoning shows here; the toggle still switches to Qwen's thinking sampling "
+                                  "defaults.") if settings.demo else None)
+    temperature = gr.Slider(0.05, 2.0, value=0.7, step=0.05, label=t("Temperature"), render=False)
+    top_p = gr.Slider(0.05, 1.0, value=0.8, step=0.05, label=t("top_p"), render=False)
+    top_k = gr.Slider(0, 100, value=20, step=1, label=t("top_k"), render=False)
     max_new = gr.Slider(1, settings.max_new_tokens, value=settings.max_new_tokens, step=1,
-                        label=t("chat_max_new_tokens"), render=False)
-    greedy = gr.Checkbox(label=t("chat_greedy"), value=False, render=False)
+                        label=t("Max new tokens"), render=False)
+    greedy = gr.Checkbox(label=t("Greedy (no sampling)"), value=False, render=False)
     # Gradio 6.31 shows a Number of value None as 0 and sends 0 until it is cleared: -1 means random.
-    chat_seed = gr.Number(label=t("chat_seed"), value=-1, minimum=-1, precision=0, render=False)
+    chat_seed = gr.Number(label=t("Seed (-1 = random)"), value=-1, minimum=-1, precision=0, render=False)
 
     limits = history_limits(settings)
     stopped_replies = StoppedReplies(backend)  # a stopped reply keeps its stats line (chat_view.py)
@@ -85,15 +87,15 @@ def build_chat_tab(backend: Backend) -> None:
                    remember_reply(remembered, request, update))  # for a later 👍/👎 (chat_saved.py)
 
     # Text shows exactly as typed or generated, nothing live (LiteralChatbot escapes it for the renderer).
-    chatbot = LiteralChatbot(label=t("chat_chatbot"), height=420, elem_id="chatbot", editable="user",
+    chatbot = LiteralChatbot(label=t("Qwen3"), height=420, elem_id="chatbot", editable="user",
                              sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"])
     reply_records = gr.State({})  # this session's finished replies: settings and stats (chat_saved.py)
     chat = gr.ChatInterface(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
                                                          top_k, max_new, greedy, chat_seed, reply_records],
-        additional_inputs_accordion=gr.Accordion(t("chat_settings"), open=False, render=False),
+        additional_inputs_accordion=gr.Accordion(t("Sampling and system prompt"), open=False, render=False),
         additional_outputs=[chat_stats, context_meter, reply_records], examples=[[e] for e in EXAMPLE_PROMPTS],
-        examples_label=t("chat_examples"), run_examples_on_click=False, editable=True,
+        examples_label=t("Examples"), run_examples_on_click=False, editable=True,
         concurrency_limit=settings.chat_batch, api_visibility="private", fill_height=False, save_history=True,
     )
     keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser

@@ -50,7 +50,7 @@ def refusal_note(message: str) -> list[gr.ChatMessage]:
     """The reply slot of a refused message: a titled note (titled messages never go back to the model),
     titled "⚠ Not answered" in the page's language; ``message`` as it is (the chatbot escapes it)."""
     return [gr.ChatMessage(role="assistant", content=message,
-                           metadata={"title": say("chat_refused_title"), "status": "done"})]
+                           metadata={"title": say("⚠ Not answered"), "status": "done"})]
 
 
 def chat_refusals(extra_outputs: Callable[[], int]):

@@ -13,8 +13,11 @@ import html
 from .i18n import bilingual_html, localized, say
 from .status_text import engine_title, ltr_runs, status_bar_html
 
-TITLE = bilingual_html("header_title")  # both languages (ui/i18n.py); CSS shows the one of <html lang>
-SUMMARY = bilingual_html("header_summary")
+# both languages (ui/i18n.py); CSS shows the one of <html lang>
+TITLE = bilingual_html("Hugging Face models on AWS Trainium")
+SUMMARY = bilingual_html("Chat with Qwen3-0.6B and draw with FLUX.2-klein-4B, run natively on Trainium through "
+                         "PyTorch's neuron device: every shape is compiled once at start, so after warm-up no request "
+                         "waits for a compile.")
 # chip state -> (text colour, background)
 CHIP_COLOURS = {"ready": ("#1b5e20", "#e8f5e9"), "warming up": ("#8a5300", "#fff4e0"),
                 "loading": ("#8a5300", "#fff4e0"), "failed": ("#b71c1c", "#fdecea")}
@@ -25,7 +28,7 @@ NOTICE_STYLE = ("padding:8px 12px;margin-bottom:8px;border-radius:6px;color:#5d3
 
 def _short_model(model_id: str, demo: bool, engine: str) -> str:
     if demo:
-        return say("status_demo_short", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
+        return say("demo {family} (tiny)", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
     if model_id != localized(model_id):  # a message: a demo model after a --models auto fallback
         return localized(model_id)
     return model_id.rstrip("/").split("/")[-1]
@@ -43,7 +46,7 @@ def engine_chips(status: dict) -> list[tuple[str, str]]:
                                     for t in status["tasks"]):
             state = "warming up"  # loaded and serving its warm shapes; others still compile
         device = status["device"]["engines"].get(name, {}).get("device", "?")
-        words = say(f"status_chip_{state.replace(' ', '_')}") if state in CHIP_COLOURS else state
+        words = say(state) if state in CHIP_COLOURS else state
         parts = [engine_title(name), _short_model(model_id, status["demo"], name), device, words]
         chips.append((state, " · ".join(parts)))
     return chips
@@ -53,7 +56,10 @@ def demo_notice_html(status: dict) -> str:
     """The coloured notice shown while the demo models run (empty otherwise)."""
     if not status["demo"]:
         return ""
-    notice = say("status_demo_notice", why=html.escape(localized(status["models_reason"])))
+    notice = say("<b>Demo models: replies and images are noise.</b> This server runs tiny stand-ins with random "
+                 "weights, built offline (why: {why}). Shapes, timings and code paths are the real ones; with the "
+                 "real weights cached, <code>--models "
+                 "full</code> gives real output.", why=html.escape(localized(status["models_reason"])))
     return f'<div class="demo-notice" id="demo-notice" style="{NOTICE_STYLE}">{ltr_runs(notice, True)}</div>'
 
 

@@ -1,18 +1,20 @@
-"""The page's words in English and Arabic: one table, Gradio's ``gr.I18n``, and the right-to-left glue.
+"""The page's words in English and Arabic: Gradio's ``gr.I18n``, the visitor's language, the right-to-left glue.
 
-``STRINGS`` maps a key to (English, Arabic). Components take ``label=t("key")``; Gradio sends the key
-and the frontend (svelte-i18n) shows the text of the visitor's locale, which it takes from
-``navigator.language`` (an ``ar-*`` browser gets Arabic, any other English); the footer's Settings
-menu switches it. ``HEAD`` adds ``?lang=ar|en`` as an override and keeps ``<html dir>`` in step with
-the locale (svelte-i18n writes ``<html lang>``; Gradio never sets ``dir``). ``CSS`` makes Arabic text
-in messages, prompts and the QA grid read right to left in either UI language.
+The English is written where the page shows it: components take ``label=t("Prompt")``; ``t`` gives Gradio
+a short id of that text, with the English and the Arabic (from the one catalog,
+``neuron_backend/arabic.py``, keyed by the English) under it, and the frontend (svelte-i18n) shows the text
+of the visitor's locale, which it takes from ``navigator.language`` (an ``ar-*`` browser gets Arabic, any
+other English); the footer's Settings menu switches it. ``HEAD`` adds ``?lang=ar|en`` as an override and
+keeps ``<html dir>`` in step with the locale (svelte-i18n writes ``<html lang>``; Gradio never sets
+``dir``). ``CSS`` makes Arabic text in messages, prompts and the QA grid read right to left in either UI
+language.
 
 Text built at run time in Python (the header and warm-up bar, stats, progress, QA tables, toasts and
-the backend's messages) is chosen on the server: ``say("key", **params)`` gives the text of the
+the backend's messages) is chosen on the server: ``say("{n} tokens", n=3)`` gives the text of the
 language the visitor's page shows, which ``lang()`` reads from the event's request (the
 ``showcase_lang`` cookie that ``HEAD`` keeps equal to ``<html lang>``, else the ``?lang=`` of the page's
 address, else ``Accept-Language``). Backend messages (``neuron_backend/messages.py``, built with
-``msg()``) are part of the same table: ``shown(exc)`` gives an error in that language. API clients send
+``tr()``) read the same catalog: ``localized(exc)`` gives an error in that language. API clients send
 none of these and read English. What stays English: model names, flags, code, and the example
 prompts (they are what is sent). docs/languages.md says so.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import html
 import re
 from collections.abc import Callable, Iterator
@@ -29,12 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 import gradio as gr
 from gradio.context import LocalContext
 
-from neuron_backend.messages import LANGUAGES, MESSAGES, in_language
-
-from .texts import PARTS
-
-# key -> (English, Arabic): the page's words (ui/texts/, one module per room).
-STRINGS: dict[str, tuple[str, str]] = {k: v for part in PARTS.values() for k, v in part.items()}
+from neuron_backend.messages import CONTEXT, LANGUAGES, in_arabic, in_language
 
 # Gradio's own strings that its Arabic table (templates/frontend/assets/ar-*.js) lacks; English is Gradio's.
 GRADIO_STRINGS: dict[str, tuple[str, str]] = {
@@ -45,35 +43,23 @@ GRADIO_STRINGS: dict[str, tuple[str, str]] = {
     "chat_interface.conversation": ("Conversation", "محادثة"),
 }
 
-# One table: the page's words and the backend's messages (their keys never collide; tests/test_i18n.py).
-TABLE: dict[str, tuple[str, str]] = {**STRINGS, **MESSAGES}
-I18N = gr.I18n(en={k: en for k, (en, _) in TABLE.items()},
-               ar={k: ar for k, (_, ar) in {**TABLE, **GRADIO_STRINGS}.items()})
+I18N = gr.I18n(en={}, ar={key: ar for key, (_, ar) in GRADIO_STRINGS.items()})  # t() adds the page's words
 COOKIE = "showcase_lang"
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("showcase_lang", default=None)
 _COOKIE_RE = re.compile(rf"(?:^|;)\s*{COOKIE}=([A-Za-z-]+)")
 
 
-def register(words: dict[str, tuple[str, str]]) -> None:
-    """Add a part's page words (the annex's tabs) and any backend messages registered since this module
-    loaded to the one table, before the page is built; a key may not change."""
-    for key, texts in words.items():
-        if STRINGS.setdefault(key, texts) != texts:
-            raise KeyError(f"page word {key!r} is registered twice with different texts")
-    TABLE.update({**STRINGS, **MESSAGES})
-    I18N.translations["en"].update({k: en for k, (en, _) in TABLE.items()})
-    I18N.translations["ar"].update({k: ar for k, (_, ar) in TABLE.items()})
+def text_id(english: str) -> str:
+    """The id Gradio's frontend knows a text by: short, stable, free of the dots svelte-i18n reads as paths."""
+    return "t" + hashlib.sha1(english.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
-def t(key: str) -> gr.i18n.I18nData:
-    """The translatable text of ``key`` for a component's label, info, placeholder or value."""
-    if key not in STRINGS:
-        raise KeyError(f"no string {key!r} in ui/i18n.py STRINGS")
+def t(english: str, ctx: str | None = None) -> gr.i18n.I18nData:
+    """The translatable text for a component's label, info, placeholder or value (English, as shown)."""
+    key = text_id(english if ctx is None else f"{ctx}{CONTEXT}{english}")
+    I18N.translations["en"][key] = english
+    I18N.translations["ar"][key] = in_arabic(english, ctx)
     return I18N(key)
-
-
-def english(key: str) -> str:
-    return STRINGS[key][0]
 
 
 def _pick(tag: str | None) -> str | None:
@@ -119,13 +105,11 @@ def speaking(language: str) -> Iterator[None]:
         _FORCED.reset(token)
 
 
-def say(key: str, **params) -> str:
-    """The text of ``key`` in the current language, {fields} filled with ``params`` (as they are)."""
-    if key not in TABLE:
-        raise KeyError(f"no string {key!r} in ui/i18n.py STRINGS or neuron_backend/messages.py MESSAGES")
+def say(template: str, ctx: str | None = None, **params) -> str:
+    """``template`` (English, {fields}) in the current language, filled with ``params`` (as they are)."""
     language = lang()
-    template = TABLE[key][1 if language == "ar" else 0]
-    return template.format(**{k: in_language(v, language) for k, v in params.items()}) if params else template
+    shown = in_arabic(template, ctx) if language == "ar" else template
+    return shown.format(**{k: in_language(v, language) for k, v in params.items()}) if params else shown
 
 
 def localized(value) -> str:
@@ -135,7 +119,7 @@ def localized(value) -> str:
 
 def bilingual_html(text: str | Callable[[], str]) -> str:
     """Both languages of ``text`` for HTML built outside an event (no request, so no ``lang()``): CSS shows
-    the one of ``<html lang>``. ``text``: a key, or a function that builds the text with ``say()``."""
+    the one of ``<html lang>``. ``text``: English text, or a function that builds the text with ``say()``."""
     build = (lambda: say(text)) if isinstance(text, str) else text
     spans = []
     for language in LANGUAGES:
@@ -243,14 +227,14 @@ html[dir="rtl"] .cm-editor, html[dir="rtl"] pre, html[dir="rtl"] .json-holder { 
 
 # Gradio 6.31's frontend titles a toast with its type ("Warning", "Error", ...) in English whatever the locale
 # (and ignores gr.Warning(title=)): in Arabic the CSS hides that word and writes the table's one before it.
-TOAST_TYPES = ("error", "warning", "info", "success")
+TOAST_TYPES = {"error": "Error", "warning": "Warning", "info": "Info", "success": "Success"}  # Gradio's words
 
 
 def _toast_title_css() -> str:
     rules = ['html[lang^="ar"] .toast-title { font-size: 0; }',
              'html[lang^="ar"] .toast-title > * { font-size: var(--text-md); }']
-    for kind in TOAST_TYPES:
-        arabic = TABLE[f"toast_title_{kind}"][1].replace("\\", "").replace('"', "")
+    for kind, english in TOAST_TYPES.items():
+        arabic = in_arabic(english).replace("\\", "").replace('"', "")
         rules.append(f'html[lang^="ar"] .toast-title.{kind}::before '
                      f'{{ content: "{arabic}"; font-size: var(--text-lg); }}')
     return "\n".join(rules) + "\n"

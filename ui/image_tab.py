@@ -18,7 +18,7 @@ from PIL import Image
 from neuron_backend.errors import CancelledError
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.image.paste_back import PastedSettings, read_settings
-from neuron_backend.messages import Message, msg
+from neuron_backend.messages import Message, tr
 from neuron_backend.runtime import Backend
 
 from .api import follow_async, refusals_as_toast
@@ -70,8 +70,8 @@ def caption(params: dict) -> str:
     """A gallery caption: seed and size (and where it stopped), in the page's language."""
     stopped = ""
     if params.get("stopped"):
-        stopped = say("image_caption_stopped", done=params.get("steps_done"), steps=params.get("steps"))
-    return say("image_caption", seed=params["seed"], size=params["size"]) + stopped
+        stopped = say(" · stopped {done}/{steps}", done=params.get("steps_done"), steps=params.get("steps"))
+    return say("seed {seed} · {size}", seed=params["seed"], size=params["size"]) + stopped
 
 
 def params_view(params: dict) -> dict:
@@ -83,18 +83,20 @@ def params_view(params: dict) -> dict:
 def progress_text(step: int, total: int, elapsed: float) -> str:
     """The progress bar's text: "step 3/8 · ~1.2 s left" (ETA from the mean step time so far)."""
     eta = elapsed / max(step, 1) * (total - step)
-    return say("image_progress_step", step=step, total=total, eta=f"{eta:.1f}")
+    return say("step {step}/{total} · ~{eta} s left", step=step, total=total, eta=f"{eta:.1f}")
 
 
 def preview_label(frame) -> str:
     """The image's label while a preview frame shows: "Preview · image 1 · step 3/8"."""
-    return say("image_preview_label", index=frame.index + 1, step=frame.step, total=frame.total)
+    return say("Preview · image {index} · step {step}/{total}",
+               index=frame.index + 1, step=frame.step, total=frame.total)
 
 
 def restored_text(pasted: PastedSettings) -> str:
     """The note under a dropped PNG: where its settings came from, and what was adjusted."""
-    notes = "".join(say("image_restored_note", note=n) for n in pasted.notes)
-    return say("image_restored", source=say(f"image_source_{pasted.source}"), size=pasted.size, notes=notes)
+    notes = "".join(say("; {note}", note=n) for n in pasted.notes)
+    return say("Restored from the PNG ({source}): size {size}{notes}.",
+               source=say(pasted.source), size=pasted.size, notes=notes)
 
 
 def preview_picture(frame) -> Image.Image:
@@ -109,45 +111,45 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
     session_images = gr.State([])  # this session's images: [{"path", "params"}], oldest first
     with gr.Row():
         with gr.Column(scale=2):
-            prompt = gr.Textbox(label=t("image_prompt"), lines=2, elem_id="image-prompt",
+            prompt = gr.Textbox(label=t("Prompt"), lines=2, elem_id="image-prompt",
                                 max_length=settings.max_prompt_chars)
             size = gr.Dropdown(choices=size_choices(backend), value=settings.sizes[0].label,
-                               label=t("image_size"), elem_id="image-size")
-            steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label=t("image_steps"),
+                               label=t("Size (precompiled only)"), elem_id="image-size")
+            steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label=t("Steps"),
                               elem_id="image-steps")
-            count = gr.Slider(1, settings.max_images_per_run, value=1, step=1, label=t("image_count"),
-                              info=t("image_count_info"), elem_id="image-count",
+            count = gr.Slider(1, settings.max_images_per_run, value=1, step=1, label=t("Images per run"),
+                              info=t("consecutive seeds, made one after another"), elem_id="image-count",
                               visible=settings.max_images_per_run > 1)
             with gr.Row():
-                seed = gr.Number(label=t("image_seed"), value=0, precision=0, minimum=0, maximum=SEED_MAX,
+                seed = gr.Number(label=t("Seed"), value=0, precision=0, minimum=0, maximum=SEED_MAX,
                                  elem_id="image-seed")
-                randomize = gr.Checkbox(label=t("image_randomize"), value=True, elem_id="image-randomize")
-                reuse = gr.Button(t("image_reuse_seed"), size="sm")
+                randomize = gr.Checkbox(label=t("Randomize seed"), value=True, elem_id="image-randomize")
+                reuse = gr.Button(t("Reuse last seed"), size="sm")
             guidance = gr.Slider(GUIDANCE_MIN, GUIDANCE_MAX, value=DEFAULT_GUIDANCE, step=0.5,
-                                 label=t("image_guidance"), visible=not backend.image_distilled(),
+                                 label=t("Guidance"), visible=not backend.image_distilled(),
                                  elem_id="image-guidance")
-            live = gr.Checkbox(label=t("image_live_preview"), value=settings.image_preview,
+            live = gr.Checkbox(label=t("Live preview"), value=settings.image_preview,
                                elem_id="image-live-preview", interactive=settings.image_preview,
-                               info=None if settings.image_preview else t("image_preview_off"))
+                               info=None if settings.image_preview else t("off on this server (--no-image-preview)"))
             with gr.Row():
-                generate_btn = gr.Button(t("image_generate"), variant="primary", elem_id="generate")
-                stop_btn = gr.Button(t("image_stop"), variant="stop", elem_id="stop-image")
-            with gr.Accordion(t("image_restore"), open=False):
-                dropped = gr.File(label=t("image_drop_png"),
+                generate_btn = gr.Button(t("Generate"), variant="primary", elem_id="generate")
+                stop_btn = gr.Button(t("Stop"), variant="stop", elem_id="stop-image")
+            with gr.Accordion(t("Restore settings from a PNG"), open=False):
+                dropped = gr.File(label=t("Drop a PNG (this app's or A1111-style) to fill the form"),
                                   file_types=[".png"], type="filepath", elem_id="paste-png")
                 paste_note = gr.Markdown(elem_id="paste-note")
-            gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("image_examples"))
+            gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("Examples"))
         with gr.Column(scale=3):
-            image_out = gr.Image(label=t("image_out"), type="filepath", format="png", elem_id="image-out")
-            png_file = gr.File(label=t("image_png_file"), elem_id="png-file", file_count="multiple")
-            params_out = gr.JSON(label=t("image_params"), elem_id="image-params")
+            image_out = gr.Image(label=t("Image"), type="filepath", format="png", elem_id="image-out")
+            png_file = gr.File(label=t("PNG with embedded parameters"), elem_id="png-file", file_count="multiple")
+            params_out = gr.JSON(label=t("Parameters"), elem_id="image-params")
             # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so the
             # numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
-            snippet = gr.Code(label=t("image_snippet"), language="python", elem_id="python-snippet",
+            snippet = gr.Code(label=t("Use from Python"), language="python", elem_id="python-snippet",
                               show_line_numbers=False)
     # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
     # images to the full width, and their caption (seed and size) then falls below the visible height.
-    gallery = gr.Gallery(label=t("image_gallery"), columns=5,
+    gallery = gr.Gallery(label=t("This session's images (click one for its PNG and parameters)"), columns=5,
                          fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery")
 
     active_calls: dict[str, object] = {}  # session -> its running ImageCall, for Stop
@@ -167,7 +169,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
                              want_preview, past, request: gr.Request, progress=gr.Progress()):
         session = session_of(request)
         if queued.pop(session, None) == STOPPED:
-            raise CancelledError(msg("image_stopped_before_start"))
+            raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
         chosen = random.randint(0, SEED_MAX) if randomize_seed else seed_value
         started = time.perf_counter()
         call = backend.start_image(
@@ -179,9 +181,9 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         try:
             async for state in follow_async(call):
                 if state is None:
-                    progress(0.0, desc=say("image_progress_waiting"))
+                    progress(0.0, desc=say("starting (or waiting for the image engine)"))
                 else:
-                    progress(state[:2], desc=progress_text(*state), unit=say("image_progress_unit"))
+                    progress(state[:2], desc=progress_text(*state), unit=say("steps"))
                 frame = call.preview
                 if frame is not None and frame is not shown and time.perf_counter() - shown_at >= PREVIEW_EVERY_S:
                     shown, shown_at = frame, time.perf_counter()
@@ -199,7 +201,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         items = [*past, *made]
         first = made[0]["params"]
         shown_params = params_view(first) if len(made) == 1 else [params_view(m["params"]) for m in made]
-        yield (gr.update(value=made[0]["path"], label=t("image_out")), [m["path"] for m in made], shown_params,
+        yield (gr.update(value=made[0]["path"], label=t("Image")), [m["path"] for m in made], shown_params,
                image_snippet(base_url(request), first, [m["params"] for m in made]), results[0].seed, items,
                gallery_value(items))
 
@@ -215,7 +217,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
         if not items or evt.index is None or not 0 <= evt.index < len(items):
             return (gr.skip(),) * 4
         item = items[evt.index]
-        return (gr.update(value=item["path"], label=t("image_out")), [item["path"]], params_view(item["params"]),
+        return (gr.update(value=item["path"], label=t("Image")), [item["path"]], params_view(item["params"]),
                 image_snippet(base_url(request), item["params"]))
 
     @refusals_as_toast(outputs=7)

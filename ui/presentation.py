@@ -23,11 +23,13 @@ def chat_stats_text(stats) -> str:
         return ""
     get = stats.get if isinstance(stats, dict) else lambda key, default=None: getattr(stats, key, default)
     first = get("time_to_first_token_s")
-    compiled = say("chat_stats_compiled" if get("compiled_graphs") else "chat_stats_no_compile")
-    seed = say("chat_stats_seed", seed=get("seed")) if get("seed") is not None else ""
-    stopped = say("chat_stats_stopped") if get("stopped") else ""
-    limit = say("chat_stats_cut", limit=get("max_new_tokens")) if get("finish_reason") == "length" else ""
-    line = say("chat_stats_line", first="?" if first is None else f"{first:.2f}",
+    compiled = say("⚠ compiled a graph" if get("compiled_graphs") else "no compile")
+    seed = say(" · seed {seed}", seed=get("seed")) if get("seed") is not None else ""
+    stopped = say(" · stopped") if get("stopped") else ""
+    limit = say(" · cut at the {limit}-token limit",
+                limit=get("max_new_tokens")) if get("finish_reason") == "length" else ""
+    line = say("{first} s to first token · {speed} tokens/s · {new} new tokens",
+               first="?" if first is None else f"{first:.2f}",
                speed=f"{get('tokens_per_s') or 0:.1f}", new=get("new_tokens"))
     return f"{line}{seed} · {compiled}{stopped}{limit}"
 
@@ -35,11 +37,14 @@ def chat_stats_text(stats) -> str:
 def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> str:
     """Tokens used against the bucket and cache limits, and dropped turns (in the page's language)."""
     if stats is None:
-        return say("chat_meter_idle", buckets=", ".join(map(str, buckets)), context=context_length)
-    text = say("chat_meter", prompt=stats.prompt_tokens, bucket=stats.bucket,
+        return say("Context: prompt buckets {buckets} tokens · cache {context} tokens",
+                   buckets=", ".join(map(str, buckets)), context=context_length)
+    text = say("Context: prompt {prompt}/{bucket} tokens (bucket) · {used}/{context} tokens of cache",
+               prompt=stats.prompt_tokens, bucket=stats.bucket,
                used=stats.prompt_tokens + stats.new_tokens, context=context_length)
     if stats.dropped_turns:
-        text += say("chat_meter_dropped", dropped=stats.dropped_turns, limit=buckets[-1])
+        text += say(" · ⚠ {dropped} oldest turn(s) dropped to fit the {limit}-token limit",
+                    dropped=stats.dropped_turns, limit=buckets[-1])
     return text
 
 

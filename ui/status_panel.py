@@ -15,7 +15,6 @@ from .image_tab import ImageTab, size_choices
 from .status_text import counters_lines, ltr_runs, state_word, task_rows
 
 TASK_COLUMNS = ["task", "shape", "state", "seconds", "compile cache", "error"]  # English: the API's words
-TASK_HEADERS = [f"status_col_{c.split()[-1]}" for c in TASK_COLUMNS]  # their keys (ui/texts/common.py)
 # Fixed shares of the table's width. Without them Gradio 6.31 sizes each column by its longest cell: "state"
 # (a model folder, a memory estimate) took ~1200 px, the table ~1900 px, and the last columns were left 32 px,
 # where wrap=True broke "compile cache" one letter a line (a ~270 px tall header) behind a side scroll.
@@ -24,7 +23,7 @@ TASK_WIDTHS = ["22%", "10%", "34%", "8%", "11%", "15%"]
 
 def task_headers() -> list[str]:
     """The task table's headers in the page's language (a Dataframe's headers are plain strings)."""
-    return [say(key) for key in TASK_HEADERS]
+    return [say(column) for column in TASK_COLUMNS]
 
 
 def task_table(status: dict) -> dict:
@@ -38,22 +37,22 @@ def details_markdown(status: dict, show_paths: bool = True) -> str:
     Without ``show_paths`` (no --auth: anonymous visitors) the cache folder is named, not its server path.
     """
     device = status["device"]
-    lines = [say("status_runs_on", banner=localized(status["banner"])),
-             say("status_models", reason=localized(status["models_reason"])),
-             say("status_device", device=device["accelerator"])]
+    lines = [say("**Runs on:** {banner}", banner=localized(status["banner"])),
+             say("**Models:** {reason}", reason=localized(status["models_reason"])),
+             say("**Device:** {device}", device=device["accelerator"])]
     for name, engine in status["engines"].items():
-        state = say("status_engine_disabled") if engine["state"] == "disabled" else \
-            say(f"status_chip_{engine['state']}") if engine["state"] in ("ready", "loading", "failed") else \
+        state = say("disabled") if engine["state"] == "disabled" else \
+            say(engine["state"]) if engine["state"] in ("ready", "loading", "failed") else \
             state_word(engine["state"])
-        lines.append(say("status_engine_line", engine=localized(engine_name(name)), state=state)
+        lines.append(say("**{engine} engine:** {state}", engine=localized(engine_name(name)), state=state)
                      + (f" — {localized(engine['reason'])}" if engine["reason"] else ""))
     root = status["cache_dir"] if show_paths else "<cache-dir>"
-    lines.append(say("status_cache_line", folder=f"`{root}/compile-cache`")
+    lines.append(say("**Compile cache:** {folder}", folder=f"`{root}/compile-cache`")
                  + (f" ⚠ {localized(status['cache_problem'])}" if status["cache_problem"] else ""))
-    lines.append(say("status_compiles_line", n=status["compiles_since_ready"]))
+    lines.append(say("**Graph compiles after warm-up:** {n}", n=status["compiles_since_ready"]))
     lines += counters_lines(status.get("counters"))  # which counter that is, memory per core, CPU fallbacks
     versions = ", ".join(f"{k} {v}" for k, v in device["versions"].items())
-    lines.append(say("status_software", versions=versions))
+    lines.append(say("**Software:** {versions}", versions=versions))
     return "\n\n".join(ltr_runs(line) for line in lines)
 
 
@@ -61,7 +60,7 @@ def build_status_panel(backend: Backend, details: Sequence[Callable[[Backend], o
     """The bar and the details accordion; returns the components the refresh writes (see wire_refresh).
     ``details``: what the annex adds inside the accordion (app.py hands in the compile-cache Export)."""
     status_bar = gr.HTML(header_html(backend.status()), elem_id="status-bar")  # title, chips, notice, bar
-    with gr.Accordion(t("status_details"), open=False, elem_id="warmup-details"):
+    with gr.Accordion(t("Warm-up details"), open=False, elem_id="warmup-details"):
         tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(backend.status()),
                                    interactive=False, wrap=True, column_widths=TASK_WIDTHS, elem_id="warmup-table")
         text = gr.Markdown(elem_id="warmup-details-text")

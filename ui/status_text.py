@@ -53,25 +53,18 @@ def fmt_seconds(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     if seconds < 60:
-        return say("status_seconds", n=f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}")
-    return say("status_minutes", m=f"{seconds // 60:.0f}", s=f"{seconds % 60:02.0f}")
+        return say("{n} s", n=f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}")
+    return say("{m} min {s} s", m=f"{seconds // 60:.0f}", s=f"{seconds % 60:02.0f}")
 
 
 def state_word(state: str) -> str:
     """A task's state (queued, running, ready, failed, skipped) in the page's language."""
-    key = f"status_state_{state}"
-    try:
-        return say(key)
-    except KeyError:
-        return state
+    return say(state)  # a state the catalog does not know reads as it is
 
 
 def engine_title(name: str) -> str:
     """"Chat", "Image" (the chips, the details), in the page's language."""
-    try:
-        return say(f"status_engine_{name}")
-    except KeyError:
-        return name.title()
+    return say(name.title())
 
 
 def status_bar_html(status: dict) -> str:
@@ -79,21 +72,23 @@ def status_bar_html(status: dict) -> str:
     pct = round(100 * status["progress"])
     if status.get("warmup_done", status["ready"]):  # "ready" also needs every engine serving
         failed = len(status["failed"])
-        state = say("status_done", elapsed=fmt_seconds(status["elapsed_s"])) + (
-            say("status_done_failed", n=failed) if failed else "")
+        state = say("Warm-up done in {elapsed}", elapsed=fmt_seconds(status["elapsed_s"])) + (
+            say(" · {n} failed", n=failed) if failed else "")
     else:
         eta = status["eta_s"]
         running = next((localized(t["name"]) for t in status["tasks"] if t["state"] == "running"),
-                       say("status_starting"))
-        state = say("status_warming", task=html.escape(running), done=status["done"], total=status["total"]) + (
-            say("status_eta", eta=fmt_seconds(eta)) if eta is not None else say("status_eta_unknown")
+                       say("starting"))
+        state = say("Warming up: {task} · {done}/{total} tasks",
+                    task=html.escape(running), done=status["done"], total=status["total"]) + (
+            say(" · about {eta} left", eta=fmt_seconds(eta)) if eta is not None else
+            say(" · ETA learned after the first start")
         )
     alarm = status["compiles_since_ready"]
     alarm_html = (
         f'<span class="recompile-alarm" style="color:#fff;background:#c62828;padding:1px 6px;border-radius:4px">'
-        f"{say('status_recompiles', n=alarm)}</span>"
+        f"{say('⚠ {n} graph compile(s) after warm-up', n=alarm)}</span>"
         if alarm
-        else f'<span class="recompile-quiet">{say("status_no_recompiles")}</span>'
+        else f'<span class="recompile-quiet">{say("no recompiles")}</span>'
     )
     # What runs where (the banner) and the demo notice sit in the page header (header.py) and the details.
     return (
@@ -107,7 +102,8 @@ def status_bar_html(status: dict) -> str:
 
 def fallback_html(status: dict) -> str:
     """A loud line per engine whose real model failed under --models auto and gave way to its demo model."""
-    lines = [say("status_fallback", engine=html.escape(localized(engine_name(name))),
+    lines = [say("⚠ {engine}: the real model failed, so its demo model (random weights) runs instead: {reason}",
+                 engine=html.escape(localized(engine_name(name))),
                  reason=html.escape(localized(reason))) for name, reason in (status.get("fallbacks") or {}).items()]
     return "".join(
         f'<div class="fallback-alarm" style="color:#fff;background:#b26a00;padding:2px 6px;border-radius:4px;'
@@ -119,9 +115,9 @@ def task_rows(status: dict) -> list[list]:
     rows = []
     for t in status["tasks"]:
         seconds = t["seconds"]  # measured only; what a task is expected to take goes with its state
-        hit = {True: say("status_hit"), False: say("status_miss"), None: ""}[t["cache_hit"]]
+        hit = {True: say("hit"), False: say("miss"), None: ""}[t["cache_hit"]]
         if t.get("from_bundle"):  # the shape's graphs came with a --cache-bundle
-            hit = say("status_hit_bundle", hit=hit) if hit else say("status_from_bundle")
+            hit = say("{hit} (bundle)", hit=hit) if hit else say("from bundle")
         state = f"{STATE_ICONS.get(t['state'], '')} {state_word(t['state'])}"
         if t["progress"] is not None and t["state"] == "running":
             state += f" {t['progress']:.0%}"
@@ -130,7 +126,7 @@ def task_rows(status: dict) -> list[list]:
         if t.get("detail") and t["kind"] in ("compile", "bundle") and t["state"] == "ready":
             state += f" · {localized(t['detail'])}"  # "eager fallback: <error>" (devices.compile_or_eager), the bundle
         if t["state"] in ("queued", "running") and t["expected_s"] is not None:
-            state += say("status_expected", eta=fmt_seconds(t["expected_s"]))
+            state += say(" (expected {eta})", eta=fmt_seconds(t["expected_s"]))
         rows.append([ltr_runs(localized(t["name"])), t["shape"] or "", ltr_runs(state),
                      "" if seconds is None else round(seconds, 1), hit, ltr_runs(localized(t["error"] or ""))])
     return rows
@@ -140,28 +136,31 @@ def counters_lines(counters: dict | None) -> list[str]:
     """Details lines: which compile counter the alarm shows, memory per device, ops that ran on the CPU."""
     if not counters:
         return []
-    lines = [say("status_counter_line", counter=localized(counters["compile_counter"]))]
+    lines = [say("**Compile counter shown:** {counter}", counter=localized(counters["compile_counter"]))]
     for device, mem in counters["memory"].items():
         if "error" in mem:
-            lines.append(say("status_memory_unavailable", device=device, error=localized(mem["error"])))
+            lines.append(say("**Memory {device}:** unavailable ({error})",
+                             device=device, error=localized(mem["error"])))
         else:
-            lines.append(say("status_memory", device=device, used=f"{mem['allocated_bytes'] / 2**30:.2f}",
+            lines.append(say("**Memory {device}:** {used} GiB allocated of {total} GiB",
+                             device=device, used=f"{mem['allocated_bytes'] / 2**30:.2f}",
                              total=f"{mem['total_bytes'] / 2**30:.1f}"))
     ops = counters["cpu_fallback_ops"]
     if ops is not None:
-        lines.append(say("status_cpu_ops", ops=", ".join(f"`{op}`" for op in ops) if ops else say("status_none")))
+        lines.append(say("**Ops that fell back to CPU:** {ops}",
+                         ops=", ".join(f"`{op}`" for op in ops) if ops else say("none")))
     return lines
 
 
 def size_choice_label(size, state: dict | None) -> str:
     """'1344x768 (7:4) · ready' for the size picker."""
     state = state or {"state": "queued", "eta_s": None, "error": None}
-    key = {"ready": "status_size_ready", "failed": "status_size_failed",
-           "skipped": "status_size_unavailable"}.get(state["state"])
+    key = {"ready": "ready", "failed": "failed",
+           "skipped": "unavailable"}.get(state["state"])
     if key is not None:
         text = say(key)
     else:  # only the running task compiles; the others wait their turn
         eta = state.get("eta_s")
-        text = say("status_size_compiling" if state["state"] == "running" else "status_size_queued")
-        text = say("status_size_eta", state=text, eta=fmt_seconds(eta)) if eta else text
+        text = say("compiling" if state["state"] == "running" else "queued")
+        text = say("{state}, ~{eta}", state=text, eta=fmt_seconds(eta)) if eta else text
     return f"{size.label} ({size.aspect}) · {text}"

@@ -55,7 +55,7 @@ from transformers.generation.streamers import BaseStreamer
 from ..devices import CompileCounter
 from ..engine import SerialJobs
 from ..errors import EngineUnavailableError
-from ..messages import msg
+from ..messages import tr
 
 GATHER_S = 0.02  # how long the oldest waiting request waits for company before its batch starts
 POLL_S = 0.5  # a waiting consumer checks the scheduler thread is alive this often
@@ -265,7 +265,7 @@ class BatchScheduler:
                     try:  # the thread may have sent its last event and ended just after our timeout
                         kind, value = row._events.get_nowait()
                     except queue.Empty:
-                        raise EngineUnavailableError(msg("chat_err_batch_stopped")) from None
+                        raise EngineUnavailableError(tr("The chat batch scheduler stopped; restart the app.")) from None
                 if kind == _TEXT:
                     yield value
                     continue

@@ -38,7 +38,7 @@ from transformers.utils import is_accelerate_available
 from ..devices import CompileCounter, Placement, compile_or_eager, eager_generate_kwargs, on_device, synchronize
 from ..engine import SerialJobs, ShapeRegistry
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
-from ..messages import msg
+from ..messages import tr
 from ..settings import Settings
 from . import prefill
 from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
@@ -72,12 +72,13 @@ class ChatEngine:
         self.shapes = ShapeRegistry(self.name, [f"prefill-{b}" for b in self.buckets])
         self.prefill_chunk = prefill.chunk_size(settings, placement.compile)  # 0: eager prefill (prefill.py)
         # labels are messages (English as str): the status panel can show them in the page's language
-        self.shape_labels = {f"prefill-{b}": msg("chat_shape_bucket", bucket=b,
+        self.shape_labels = {f"prefill-{b}": tr("prompt bucket {bucket} tokens, {prefill}", bucket=b,
                                                  prefill=prefill.label(b, self.prefill_chunk, self._windows()))
                              for b in self.buckets}
         first = f"prefill-{self.buckets[0]}"
         windows = ", ".join(str(w) for w in self._windows())
-        self.shape_labels[first] = msg("chat_shape_decode", shape=self.shape_labels[first],
+        self.shape_labels[first] = tr("{shape} + the decode graphs (cache {context} tokens, windows {windows})",
+                                      shape=self.shape_labels[first],
                                        context=settings.context_length, windows=windows)
         self._caches: dict[int, WindowedStaticCache] = {}  # by batch size: one per engine in practice
         self.model = self.tokenizer = None
@@ -88,7 +89,7 @@ class ChatEngine:
         self._batches: BatchScheduler | None = None  # made on first use, after load()
         self._batches_lock = threading.Lock()
         if settings.chat_batch > 1:
-            self.shape_labels = {k: msg("chat_shape_batch", shape=v, batch=settings.chat_batch)
+            self.shape_labels = {k: tr("{shape}, batch {batch}", shape=v, batch=settings.chat_batch)
                                  for k, v in self.shape_labels.items()}
         # Called under the job lock right before generate() with (request, prompt, min_new_tokens, seed);
         # rank 0 of a tensor-parallel group sets it to parallel.announcer("chat").
@@ -107,7 +108,8 @@ class ChatEngine:
         """Load tokenizer and model from a local folder onto the placement's explicit device."""
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         if not tokenizer.chat_template:
-            raise EngineUnavailableError(msg("chat_err_no_template", folder=folder))
+            raise EngineUnavailableError(tr("The chat model in {folder} has no chat template; use an instruct model.",
+                                            folder=folder))
         if self.placement.tp > 1:  # one shard per torchrun rank, on this rank's device (see parallel.py)
             where = {"distributed_config": DistributedConfig(tp_size=self.placement.tp)}
         else:  # device_map needs accelerate; without it, load on CPU and move (same result, more host memory)
@@ -140,7 +142,7 @@ class ChatEngine:
         bucket whose compile fails is warmed up and served eager (``disable_compile=True``).
         """
         if shape not in self.shape_labels:
-            raise InvalidRequestError(msg("chat_err_unknown_shape", shape=repr(shape),
+            raise InvalidRequestError(tr("Unknown chat shape {shape}; allowed: {allowed}.", shape=repr(shape),
                                           allowed=", ".join(self.shape_labels)))
         bucket = int(shape.removeprefix("prefill-"))
         try:
@@ -240,7 +242,7 @@ class ChatEngine:
     # ----- prompt -----------------------------------------------------------------------------------
     def _require_loaded(self) -> None:
         if self.model is None:
-            raise EngineUnavailableError(msg("chat_err_not_loaded"))
+            raise EngineUnavailableError(tr("The chat model is not loaded yet; try again shortly."))
 
     def _prepare(self, request: ChatRequest) -> _Prompt:
         return self._prompts.prepare(request)

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..errors import InvalidRequestError
-from ..messages import LANGUAGES, msg
+from ..messages import LANGUAGES, tr
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EXPORT_FORMAT = "trainium-showcase-chat"
 EXPORT_VERSION = 1
-REASONING_TITLE = msg("chat_reasoning_title")  # the chatbot bubble that folds a reply's reasoning ("💭 Reasoning")
+REASONING_TITLE = tr("💭 Reasoning")  # the chatbot bubble that folds a reply's reasoning ("💭 Reasoning")
 REASONING_TITLES = frozenset(REASONING_TITLE.text(language) for language in LANGUAGES)  # as a page of either shows it
 NOTICE_PREFIX = "⚠"  # titles of notice bubbles (cut at the token limit, greedy with thinking)
 SETTING_KEYS = ("thinking", "greedy", "temperature", "top_p", "top_k", "max_new_tokens", "seed")
@@ -33,7 +33,8 @@ _SETTING_TYPES = {"thinking": bool, "greedy": bool, "temperature": (int, float),
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all C0/C1 controls except \t and \n
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-_ALLOWED = msg("chat_history_allowed")  # what a history may be
+_ALLOWED = tr("a list of {{\"role\": \"user\" or \"assistant\", \"content\": text or a list of text parts}}, oldest "
+              "first (an exported conversation's \"messages\" work as they are)")  # what a history may be
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,14 @@ class HistoryLimits:
 def clean_text(what: str, value: object, limit: int) -> str:
     """Text with control characters removed; a clear error for non-text, invalid Unicode or too long."""
     if not isinstance(value, str):
-        raise InvalidRequestError(msg("chat_err_not_text", what=what, kind=type(value).__name__))
+        raise InvalidRequestError(tr("{what} must be text, got {kind}.", what=what, kind=type(value).__name__))
     if len(value) > limit:  # checked before any copy: a huge text costs nothing to refuse
-        raise InvalidRequestError(msg("chat_err_too_long", what=what, length=len(value), limit=limit))
+        raise InvalidRequestError(tr("{what} is {length} characters; at most {limit} are allowed.",
+                                     what=what, length=len(value), limit=limit))
     bad = _SURROGATE.search(value)
     if bad:
-        raise InvalidRequestError(msg("chat_err_surrogate", what=what, char=ascii(bad.group()), at=bad.start()))
+        raise InvalidRequestError(tr("{what} holds a lone surrogate ({char}) at character {at}, which is not valid "
+                                     "Unicode; send UTF-8 text.", what=what, char=ascii(bad.group()), at=bad.start()))
     return _CONTROL_CHARS.sub("", value)
 
 
@@ -80,9 +83,11 @@ def message_text(content: object, where: str) -> str:
                 texts.append(part["text"])
             else:
                 kind = part.get("type", "?") if isinstance(part, Mapping) else type(part).__name__
-                raise InvalidRequestError(msg("chat_err_part_type", where=where, kind=repr(kind)))
+                raise InvalidRequestError(tr("{where} has a part of type {kind}; only text parts are accepted.",
+                                             where=where, kind=repr(kind)))
         return "".join(texts)
-    raise InvalidRequestError(msg("chat_err_content_type", where=where, kind=type(content).__name__))
+    raise InvalidRequestError(tr("{where} must be text or a list of text parts, got {kind}.",
+                                 where=where, kind=type(content).__name__))
 
 
 def normalize_history(history: object, limits: HistoryLimits) -> tuple[dict, ...]:
@@ -92,20 +97,26 @@ def normalize_history(history: object, limits: HistoryLimits) -> tuple[dict, ...
     if isinstance(history, Mapping) and "messages" in history:  # a whole exported conversation
         history = history["messages"]
     if not isinstance(history, (list, tuple)):
-        raise InvalidRequestError(msg("chat_err_history_type", allowed=_ALLOWED, kind=type(history).__name__))
+        raise InvalidRequestError(tr("The history must be {allowed}; got {kind}.",
+                                     allowed=_ALLOWED, kind=type(history).__name__))
     if len(history) > limits.messages:
-        raise InvalidRequestError(msg("chat_err_history_messages", count=len(history), limit=limits.messages))
+        raise InvalidRequestError(tr("The history has {count} messages; this server accepts at most {limit}. Send "
+                                     "only the newest ones (old turns "
+                                     "that do not fit the prompt are "
+                                     "dropped anyway).", count=len(history), limit=limits.messages))
     turns, total = [], 0
     for i, item in enumerate(history):
         if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
-            raise InvalidRequestError(msg("chat_err_history_item", index=i, allowed=_ALLOWED))
+            raise InvalidRequestError(tr("History item {index} is not valid: it must be {allowed}.",
+                                         index=i, allowed=_ALLOWED))
         if is_bubble(item):  # reasoning / notice bubbles are shown, never fed back
             continue
-        text = message_text(item.get("content"), msg("chat_what_history_item", index=i))
+        text = message_text(item.get("content"), tr("The content of history item {index}", index=i))
         total += len(text)
         if total > limits.chars:
-            raise InvalidRequestError(msg("chat_err_history_chars", limit=limits.chars))
-        text = clean_text(msg("chat_what_history_item", index=i), text, limits.message_chars)
+            raise InvalidRequestError(tr("The history holds more than {limit} characters; this server accepts at most "
+                                         "{limit}. Send only the newest messages.", limit=limits.chars))
+        text = clean_text(tr("The content of history item {index}", index=i), text, limits.message_chars)
         if item["role"] == "assistant":
             text = strip_reasoning(text)
         turns.append({"role": item["role"], "content": text})
@@ -184,15 +195,17 @@ def load_document(data: object, limits: HistoryLimits) -> dict:
     """Check an exported conversation; return it with its messages as ``normalize_history`` keeps them
     (plus their reasoning, stats and notices, for showing)."""
     if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT:
-        raise InvalidRequestError(msg("chat_err_not_export", format=repr(EXPORT_FORMAT)))
+        raise InvalidRequestError(tr("This file is not a conversation exported by this app (its \"format\" must be "
+                                     "{format}).", format=repr(EXPORT_FORMAT)))
     if data.get("version") != EXPORT_VERSION:
-        raise InvalidRequestError(msg("chat_err_export_version", version=repr(data.get("version")),
+        raise InvalidRequestError(tr("Conversation export version {version} is not supported; this app reads version "
+                                     "{supported}.", version=repr(data.get("version")),
                                       supported=EXPORT_VERSION))
     messages = data.get("messages")
     normalize_history(messages, limits)  # every check of /chat, so what loads here also sends
     system = data.get("system_prompt")
     if system is not None:
-        system = clean_text(msg("chat_what_system_prompt"), system, limits.message_chars)
+        system = clean_text(tr("The system prompt"), system, limits.message_chars)
     settings = data.get("settings") if isinstance(data.get("settings"), Mapping) else {}
     settings = {k: v for k, v in settings.items() if k in _SETTING_TYPES and isinstance(v, _SETTING_TYPES[k])
                 and not (isinstance(v, bool) and _SETTING_TYPES[k] is not bool)}
@@ -200,13 +213,13 @@ def load_document(data: object, limits: HistoryLimits) -> dict:
     for m in messages:
         if is_bubble(m):
             continue
-        a_message = msg("chat_what_a_message")
+        a_message = tr("A message")
         entry = {"role": m["role"], "content": clean_text(a_message, message_text(m.get("content"), a_message),
                                                           limits.message_chars)}
         if isinstance(m.get("reasoning"), str):
-            entry["reasoning"] = clean_text(msg("chat_what_reasoning"), m["reasoning"], limits.message_chars)
+            entry["reasoning"] = clean_text(tr("A reply's reasoning"), m["reasoning"], limits.message_chars)
         if isinstance(m.get("notices"), list):
-            entry["notices"] = [clean_text(msg("chat_what_notice"), n, 1000) for n in m["notices"]
+            entry["notices"] = [clean_text(tr("A notice"), n, 1000) for n in m["notices"]
                                 if isinstance(n, str)][:4]
         if isinstance(m.get("stats"), Mapping):
             entry["stats"] = {str(k): v for k, v in m["stats"].items() if isinstance(v, (int, float, str, bool))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..messages import msg
+from ..messages import tr
 
 STATIC_SDPA = "sdpa_static_mask"  # transformers' SDPA attention, with a mask that never skips itself
 
@@ -48,13 +48,14 @@ def graph_windows(bucket: int, chunk: int, windows: Sequence[int]) -> tuple[int,
 def label(bucket: int, chunk: int, windows: Sequence[int]) -> str:
     """How this bucket's prompt pass runs, for the warm-up plan (a message: English as str)."""
     if not chunk:
-        return msg("chat_prefill_eager")
+        return tr("eager prefill")
     over = graph_windows(bucket, chunk, windows)
     count = bucket // chunk
-    where = msg("chat_prefill_windows" if len(over) > 1 else "chat_prefill_window",
+    where = tr("windows {windows}" if len(over) > 1 else "window {windows}",
                 windows=", ".join(str(w) for w in over))
-    return msg("chat_prefill_chunks" if count > 1 else "chat_prefill_one_chunk", count=count, chunk=chunk,
-               windows=where)
+    template = "compiled prefill: {count} chunks of {chunk} tokens over {windows}" if count > 1 else \
+        "compiled prefill: 1 chunk of {chunk} tokens over {windows}"
+    return tr(template, count=count, chunk=chunk, windows=where)
 
 
 def use_static_masks(model) -> None:

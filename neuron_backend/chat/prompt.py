@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import PromptTooLongError
-from ..messages import msg
+from ..messages import tr
 from .text import THINK_OPEN, ChatRequest
 
 _SLOT = "\ue000{}\ue001"  # private-use characters: a message content placeholder in the skeleton
@@ -188,8 +188,23 @@ class PromptBuilder:
         return best, high
 
     def too_long_message(self, tokens: int, request: ChatRequest) -> str:
-        key = "chat_err_prompt_too_long_system" if request.system_prompt else "chat_err_prompt_too_long"
-        return msg(key, tokens=tokens, limit=self.buckets[-1])
+        key = ("The message and the system prompt take {tokens} tokens with the chat template; the longest prompt "
+               "this "
+               "server "
+               "accepts "
+               "is "
+               "{limit} "
+               "tokens. "
+               "Shorten "
+               "the "
+               "message "
+               "or "
+               "the "
+               "system "
+               "prompt.") if request.system_prompt else ("The message takes {tokens} tokens with the chat template; "
+                                                         "the longest prompt this server accepts is {limit} tokens. "
+                                                         "Shorten the message.")
+        return tr(key, tokens=tokens, limit=self.buckets[-1])
 
     def prepare(self, request: ChatRequest) -> Prompt:
         """The prompt of a validated request, or PromptTooLongError naming the limit."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from ..errors import InvalidRequestError
-from ..messages import msg
+from ..messages import tr
 from .history import THINK_CLOSE, THINK_OPEN, HistoryLimits, clean_text, normalize_history, strip_reasoning
 
 __all__ = ["THINK_CLOSE", "THINK_OPEN", "ChatRequest", "ChatStats", "ChatUpdate", "HistoryLimits", "Notice",
@@ -24,7 +24,9 @@ SAMPLING_DEFAULTS = {
 MIN_TEMPERATURE = 0.01  # below this, sampling overflows (1e-300 divides the logits to inf): use greedy
 MAX_TOP_K = 1000
 # Qwen3's model card, "Best Practices": its advice against greedy decoding in thinking mode.
-GREEDY_THINKING_ADVICE = msg("chat_greedy_thinking_advice")
+GREEDY_THINKING_ADVICE = tr("Qwen advises against greedy decoding with thinking on: \"DO NOT use greedy decoding, as "
+                            "it can lead to performance degradation and endless repetitions.\" Untick Greedy to "
+                            "sample with its thinking defaults (temperature 0.6, top_p 0.95, top_k 20).")
 
 
 @dataclass(frozen=True)
@@ -54,17 +56,18 @@ def normalize_request(request: ChatRequest | Mapping, limit: int, max_new_tokens
         names = [f.name for f in fields(ChatRequest)]
         unknown = sorted(set(request) - set(names))
         if unknown or "message" not in request:
-            raise InvalidRequestError(msg("chat_err_request_fields", fields=unknown or ['message (missing)'],
+            raise InvalidRequestError(tr("Chat request fields {fields} are not valid; allowed: {allowed} (message is "
+                                         "required).", fields=unknown or ['message (missing)'],
                                           allowed=", ".join(names)))
         request = ChatRequest(**request)
     if not isinstance(request, ChatRequest):
-        raise InvalidRequestError(msg("chat_err_request_type"))
+        raise InvalidRequestError(tr("A chat request must be a ChatRequest or a dict of its fields."))
     limits = history_limits or HistoryLimits(message_chars=limit)
     history = normalize_history(request.history, HistoryLimits(limits.messages, limits.chars, limit))
-    message = clean_text(msg("chat_what_message"), request.message, limit).strip()
+    message = clean_text(tr("The message"), request.message, limit).strip()
     if not message and not allow_empty:
-        raise InvalidRequestError(msg("chat_err_empty_message"))
-    system = clean_text(msg("chat_what_system_prompt"), request.system_prompt or "", limit).strip() or None
+        raise InvalidRequestError(tr("The message is empty: type something to send."))
+    system = clean_text(tr("The system prompt"), request.system_prompt or "", limit).strip() or None
     thinking, greedy = _flag("thinking", request.thinking), _flag("greedy", request.greedy)
     defaults = SAMPLING_DEFAULTS["thinking" if thinking else "chat"]
     return ChatRequest(
@@ -176,7 +179,7 @@ def _partial_tag_length(text: str, tag: str) -> int:
 
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise InvalidRequestError(msg("chat_err_flag", name=name, value=_shown(value)))
+        raise InvalidRequestError(tr("{name} must be true or false, got {value}.", name=name, value=_shown(value)))
     return value
 
 
@@ -190,9 +193,12 @@ def _real(name: str, value: object, default: float, high: float, low: float | No
         number = None
     if number is None or not ((low is None and 0 < number) or (low is not None and low <= number)) or number > high:
         if low is not None:
-            raise InvalidRequestError(msg("chat_err_real_range", name=name, low=f"{low:g}", high=f"{high:g}",
+            raise InvalidRequestError(tr("{name} must be a number from {low} to {high} (for the most likely token "
+                                         "every time, use greedy), got "
+                                         "{value}.", name=name, low=f"{low:g}", high=f"{high:g}",
                                           value=_shown(value)))
-        raise InvalidRequestError(msg("chat_err_real_positive", name=name, high=f"{high:g}", value=_shown(value)))
+        raise InvalidRequestError(tr("{name} must be a number above 0 and at most {high}, got {value}.",
+                                     name=name, high=f"{high:g}", value=_shown(value)))
     return number
 
 
@@ -202,15 +208,18 @@ def _whole(name: str, value: object, default: int | None, low: int, high: int | 
     ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if not ok or value < low or (high is not None and value > high):
         if high is not None:
-            raise InvalidRequestError(msg("chat_err_whole_range", name=name, low=low, high=high, value=_shown(value)))
-        raise InvalidRequestError(msg("chat_err_whole_min", name=name, low=low, value=_shown(value)))
+            raise InvalidRequestError(tr("{name} must be a whole number from {low} to {high}, got {value}.",
+                                         name=name, low=low, high=high, value=_shown(value)))
+        raise InvalidRequestError(tr("{name} must be a whole number of {low} or more, got {value}.",
+                                     name=name, low=low, value=_shown(value)))
     return int(value)
 
 
 def _shown(value: object) -> str:
     """A short repr of a refused value (a message for a huge integer)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**40:
-        return msg("chat_value_digits", digits=int(value.bit_length() * 0.30103) + 1)  # str() fails past 4300
+        return tr("a whole number of about {digits} digits",
+                  digits=int(value.bit_length() * 0.30103) + 1)  # str() fails past 4300
     if isinstance(value, str) and len(value) > 40:
         value = value[:37]
     try:
@@ -287,11 +296,13 @@ def reply_notices(update: ChatUpdate, request: ChatRequest | None = None) -> lis
     notices = []
     stats = update.stats
     if stats is not None and stats.finish_reason == "length":
-        where = msg("chat_notice_while_reasoning" if update.reasoning and not update.answer
-                    else "chat_notice_before_finished")
-        fix = msg("chat_notice_raise_limit_thinking" if request is not None and request.thinking
-                  else "chat_notice_raise_limit")
-        notices.append(Notice(msg("chat_notice_stopped_at_limit", limit=stats.max_new_tokens, where=where), fix))
+        where = tr("while still reasoning: no answer yet" if update.reasoning and not update.answer
+                    else "before the reply was finished")
+        fix = tr("Raise max_new_tokens for a longer reply (reasoning often takes many more tokens than the answer), "
+                 "or turn thinking off." if request is not None and request.thinking
+                  else "Raise max_new_tokens for a longer reply.")
+        notices.append(Notice(tr("Stopped at the limit of {limit} new tokens, {where}",
+                                 limit=stats.max_new_tokens, where=where), fix))
     if request is not None and request.greedy and request.thinking:
-        notices.append(Notice(msg("chat_notice_greedy_thinking"), GREEDY_THINKING_ADVICE))
+        notices.append(Notice(tr("Greedy decoding with thinking on"), GREEDY_THINKING_ADVICE))
     return notices

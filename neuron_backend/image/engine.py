@@ -43,7 +43,7 @@ from .. import parallel
 from ..devices import Placement, compile_or_eager, on_device, uncompiled
 from ..engine import SerialJobs, ShapeRegistry
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
-from ..messages import msg
+from ..messages import tr
 from ..settings import Settings
 from ..shapes import ImageSize, parse_size
 from . import loading
@@ -137,7 +137,8 @@ class ImageEngine:
             pipe.to(self.placement.device)
             loading.keep_force_upcast(pipe, folder)
         except Exception as exc:  # noqa: BLE001 - any load failure makes the engine unavailable
-            raise EngineUnavailableError(msg("err_image_load_failed", model=self.model_id, folder=str(folder),
+            raise EngineUnavailableError(tr("Could not load the image model {model} from {folder}: {cause}",
+                                            model=self.model_id, folder=str(folder),
                                              cause=loading.cause_chain(exc))) from exc
         self.default_steps = loading.default_steps(folder, self.settings)
         pipe.set_progress_bar_config(disable=True)
@@ -214,10 +215,10 @@ class ImageEngine:
         size = self._configured_size(request.size)
         steps = self.default_steps
         if request.steps is not None:
-            steps = whole_number(msg("err_image_field_steps"), request.steps, 1, self.settings.max_steps)
-        seed = None if request.seed is None else whole_number(msg("err_image_field_seed"), request.seed, 0, SEED_MAX)
+            steps = whole_number(tr("Steps"), request.steps, 1, self.settings.max_steps)
+        seed = None if request.seed is None else whole_number(tr("Seed"), request.seed, 0, SEED_MAX)
         guidance = None if request.guidance is None else guidance_value(request.guidance)
-        count = whole_number(msg("err_image_field_count"), request.count, 1, self.settings.max_images_per_run)
+        count = whole_number(tr("Images per run"), request.count, 1, self.settings.max_images_per_run)
         if self.loaded:
             guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
         return ImageRequest(prompt, size, steps, seed, guidance, count)
@@ -250,11 +251,11 @@ class ImageEngine:
         seeds = [(first + i) % (SEED_MAX + 1) for i in range(normal.count)]
         table = self.preview_table if preview is not None and self.settings.image_preview else None
         if cancel is not None and cancel.is_set():
-            raise CancelledError(msg("image_stopped_before_start"))
+            raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
         runs = []
         with self._jobs.job(cancel) as cancelled:
             if cancelled.is_set():  # stopped while it waited for the engine
-                raise CancelledError(msg("image_stopped_before_start"))
+                raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
             self.shapes.require(label)  # its state may have changed while this request waited
             tokens = prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
             for index, seed in enumerate(seeds):
@@ -327,7 +328,7 @@ class ImageEngine:
     def _loaded_pipe(self):
         pipe = self._pipe
         if pipe is None:
-            raise EngineUnavailableError(msg("err_image_not_loaded"))
+            raise EngineUnavailableError(tr("The image model is not loaded yet; wait for the warm-up to load it."))
         return pipe
 
     def _configured_size(self, value: object) -> ImageSize:
@@ -335,9 +336,10 @@ class ImageEngine:
         try:
             size = parse_size(value)
         except InvalidRequestError as exc:
-            raise UnsupportedSizeError(msg("err_size_allowed", error=exc, allowed=allowed)) from None
+            raise UnsupportedSizeError(tr("{error} Allowed sizes: {allowed}.", error=exc, allowed=allowed)) from None
         if size not in self.settings.sizes:
-            raise UnsupportedSizeError(msg("err_size_not_served", size=size.label, allowed=allowed))
+            raise UnsupportedSizeError(tr("Image size {size} is not served here (each size is compiled ahead of "
+                                          "time). Allowed sizes: {allowed}.", size=size.label, allowed=allowed))
         return ImageSize(*size)
 
     def _default_guidance(self) -> float | None:
@@ -386,5 +388,6 @@ class ImageEngine:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         if request.guidance is not None and normal.guidance is None:
-            params["guidance_note"] = msg("image_guidance_ignored", value=request.guidance, model=self.model_id)
+            params["guidance_note"] = tr("guidance {value} ignored: {model} is step-distilled and runs without "
+                                         "classifier-free guidance", value=request.guidance, model=self.model_id)
         return params

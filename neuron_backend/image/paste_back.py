@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import InvalidRequestError, UnsupportedSizeError
-from ..messages import Message, msg
+from ..messages import Message, tr
 from ..settings import Settings
 from ..shapes import parse_size
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt
@@ -57,7 +57,7 @@ class PastedSettings:
 def png_text_chunks(data: bytes) -> dict[str, str]:
     """The text chunks of PNG bytes, keyword -> text; refuses what is not a PNG."""
     if not data.startswith(PNG_SIGNATURE):
-        raise InvalidRequestError(msg("err_png_not_png"))
+        raise InvalidRequestError(tr("This file is not a PNG: drop a PNG made by this app or another image tool."))
     chunks: dict[str, str] = {}
     budget = MAX_TEXT_BYTES
     at = len(PNG_SIGNATURE)
@@ -114,7 +114,8 @@ def parse_a1111(text: str) -> dict[str, str]:
     if settings_at is None:
         return {}
     if len(lines[settings_at]) > MAX_SETTINGS_CHARS:
-        raise InvalidRequestError(msg("err_png_settings_long", chars=len(lines[settings_at]),
+        raise InvalidRequestError(tr("This PNG's settings line (the one starting 'Steps:') is {chars} characters "
+                                     "long; at most {limit} characters are read.", chars=len(lines[settings_at]),
                                       limit=MAX_SETTINGS_CHARS))
     head = lines[:settings_at]
     negative_at = next((i for i, line in enumerate(head) if line.startswith("Negative prompt:")), len(head))
@@ -144,7 +145,8 @@ def read_settings(path: str | Path, settings: Settings) -> PastedSettings:
     with open(path, "rb") as handle:
         data = handle.read(MAX_PNG_BYTES + 1)
     if len(data) > MAX_PNG_BYTES:
-        raise InvalidRequestError(msg("err_png_too_big", mb=MAX_PNG_BYTES // 2**20))
+        raise InvalidRequestError(tr("This PNG is over {mb} MB; only smaller files are read.",
+                                     mb=MAX_PNG_BYTES // 2**20))
     return settings_from_chunks(png_text_chunks(data), settings)
 
 
@@ -164,7 +166,8 @@ def settings_from_chunks(chunks: dict[str, str], settings: Settings) -> PastedSe
             raw = {"prompt": found.get("prompt"), "size": found.get("Size"), "steps": found.get("Steps"),
                    "seed": found.get("Seed"), "guidance": found.get("CFG scale")}
     if raw is None:
-        raise InvalidRequestError(msg("err_png_no_params"))
+        raise InvalidRequestError(tr("This PNG has no generation parameters (no 'parameters' or 'showcase' text): "
+                                     "drop a PNG saved by this app or by an A1111-style tool."))
     return _checked(raw, source, settings)
 
 
@@ -173,23 +176,26 @@ def _checked(raw: dict, source: str, settings: Settings) -> PastedSettings:
     prompt = clean_prompt(raw.get("prompt") if isinstance(raw.get("prompt"), str) else "", settings.max_prompt_chars)
     allowed = ", ".join(s.label for s in settings.sizes)
     if raw.get("size") in (None, ""):
-        raise UnsupportedSizeError(msg("err_png_no_size", allowed=allowed))
+        raise UnsupportedSizeError(tr("This PNG does not say its size. Allowed sizes: {allowed}.", allowed=allowed))
     try:
         size = parse_size(str(raw["size"]))
     except InvalidRequestError as exc:
-        raise UnsupportedSizeError(msg("err_size_allowed", error=exc, allowed=allowed)) from None
+        raise UnsupportedSizeError(tr("{error} Allowed sizes: {allowed}.", error=exc, allowed=allowed)) from None
     if size not in settings.sizes:
-        raise UnsupportedSizeError(msg("err_png_size_not_served", size=size.label, allowed=allowed))
+        raise UnsupportedSizeError(tr("This image is {size}, which is not served here (each size is compiled ahead of "
+                                      "time). Allowed sizes: {allowed}.", size=size.label, allowed=allowed))
     steps = _whole(raw.get("steps"))
     if steps is not None and not 1 <= steps <= settings.max_steps:
-        raise InvalidRequestError(msg("err_png_steps", steps=steps, max_steps=settings.max_steps))
+        raise InvalidRequestError(tr("This image used {steps} steps; this server allows 1 to {max_steps}.",
+                                     steps=steps, max_steps=settings.max_steps))
     seed = _whole(raw.get("seed"))
     if seed is not None and not 0 <= seed <= SEED_MAX:
-        notes.append(msg("image_png_seed_outside", seed=seed, seed_max=SEED_MAX))
+        notes.append(tr("seed {seed} is outside 0..{seed_max}: a random seed is used", seed=seed, seed_max=SEED_MAX))
         seed = None
     guidance = _number(raw.get("guidance"))
     if guidance is not None and not GUIDANCE_MIN <= guidance <= GUIDANCE_MAX:
-        notes.append(msg("image_png_guidance_outside", value=guidance, low=GUIDANCE_MIN, high=GUIDANCE_MAX))
+        notes.append(tr("guidance {value} is outside {low}..{high}: the default is used",
+                        value=guidance, low=GUIDANCE_MIN, high=GUIDANCE_MAX))
         guidance = None
     return PastedSettings(prompt, size.label, steps, seed, guidance, source, tuple(notes))
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
-from ..messages import Message, msg
+from ..messages import Message, tr
 
 log = logging.getLogger("showcase.image")
 
@@ -204,7 +204,7 @@ class OutputFolder:
     def save(self, image: Image.Image, params: dict, stem: str) -> SaveOutcome:
         """Write ``image`` with ``params`` embedded; prune the folder down to ``limit`` files."""
         if self.limit <= 0:
-            return SaveOutcome(None, msg("image_not_saved_disabled"))
+            return SaveOutcome(None, tr("not saved: --max-saved-images is 0"))
         with self._lock:
             tmp = None
             try:
@@ -216,7 +216,8 @@ class OutputFolder:
             except OSError as exc:
                 _remove_quietly(tmp)
                 log.warning("could not save the image under %s: %s", self.folder, exc)
-                return SaveOutcome(None, msg("image_not_saved_error", folder=str(self.folder), error=str(exc)))
+                return SaveOutcome(None, tr("not saved: could not write to {folder} ({error})",
+                                            folder=str(self.folder), error=str(exc)))
             self._prune()
             return SaveOutcome(path)
 

@@ -5,8 +5,4 @@ before anything compiles and records the cache once warm-up ends. ``panel.build_
 operator's Export button to the warm-up details.
 """
 
-from neuron_backend.messages import register
-
-from .messages import MESSAGES
-
-register(MESSAGES)  # the bundle messages join the core's table before any is built
+from . import arabic  # noqa: F401 - the bundles' Arabic joins the one catalog before any text is shown

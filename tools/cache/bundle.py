@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from neuron_backend.errors import CacheBundleError
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 from neuron_backend.model_files import joined
 
 from . import manifest as manifests
@@ -77,9 +77,10 @@ class InstallReport:
 
     def summary(self) -> str:
         """"3 of 4 graphs usable; <mismatches>; 12 files installed, 0 already present" (a message)."""
-        return joined([msg("backend_bundle_usable", usable=self.usable_graphs, total=self.total_graphs),
-                       *self.mismatches, msg("backend_bundle_files", installed=self.installed_files,
-                                              present=self.present_files)], "backend_join_semi")
+        return joined([tr("{usable} of {total} graphs usable", usable=self.usable_graphs, total=self.total_graphs),
+                       *self.mismatches, tr("{installed} files installed, {present} already present",
+                                            installed=self.installed_files,
+                                              present=self.present_files)], "{a}; {b}")
 
 
 def cache_folder(cache_root: Path) -> Path:
@@ -187,7 +188,9 @@ class _Capped(io.RawIOBase):
     def write(self, data) -> int:
         self.written += len(data)
         if self.written > self.limit:
-            raise CacheBundleError(msg("err_bundle_export_too_big", limit=self.limit))
+            raise CacheBundleError(tr("The compile cache packs into more than {limit} bytes, the bound of the exports "
+                                      "folder: export it on the server with python -m tools.cache "
+                                      "export OUT.tar.gz.", limit=self.limit))
         return self.f.write(data)
 
 
@@ -200,7 +203,9 @@ def export(cache_root: Path, out: Path, max_bytes: int | None = None) -> dict:
     folder = cache_folder(cache_root)
     live = folder / LIVE_MANIFEST
     if not live.is_file():
-        raise CacheBundleError(msg("err_bundle_no_manifest", folder=folder, manifest=LIVE_MANIFEST))
+        raise CacheBundleError(tr("{folder} has no {manifest}: start the app once with the settings the bundle is for "
+                                  "and let warm-up finish (it writes the "
+                                  "manifest), then export.", folder=folder, manifest=LIVE_MANIFEST))
     described = json.loads(live.read_text())
     files = {}
     for path in _cache_files(folder):
@@ -231,7 +236,8 @@ def _member_path(name: str) -> str:
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\\" in name or not path.parts or path.parts[0] != "files" \
             or len(path.parts) < 2:
-        raise CacheBundleError(msg("err_bundle_outside", name=repr(name)))
+        raise CacheBundleError(tr("refused: archive member {name} is outside files/ (paths must stay in the cache)",
+                                  name=repr(name)))
     return PurePosixPath(*path.parts[1:]).as_posix()
 
 
@@ -240,36 +246,41 @@ def read_manifest(tar: tarfile.TarFile) -> tuple[dict, dict[str, tarfile.TarInfo
     members, found, total = {}, None, 0
     for count, info in enumerate(tar, start=1):
         if count > MAX_FILES + 1:
-            raise CacheBundleError(msg("err_bundle_too_many", n=MAX_FILES))
+            raise CacheBundleError(tr("refused: more than {n} files in the archive", n=MAX_FILES))
         if info.isdir():
             continue
         if not info.isfile():  # symlinks, hard links, devices, fifos
-            raise CacheBundleError(msg("err_bundle_not_regular", name=repr(info.name)))
+            raise CacheBundleError(tr("refused: archive member {name} is not a regular file", name=repr(info.name)))
         if info.issparse() or any(k.startswith("GNU.sparse") for k in info.pax_headers):
-            raise CacheBundleError(msg("err_bundle_sparse", name=repr(info.name)))
+            raise CacheBundleError(tr("refused: archive member {name} is a sparse file", name=repr(info.name)))
         if info.name == MANIFEST:
             if info.size > MAX_MANIFEST_BYTES:
-                raise CacheBundleError(msg("err_bundle_manifest_big", manifest=MANIFEST, size=info.size,
+                raise CacheBundleError(tr("refused: {manifest} is {size} bytes (at most {limit})",
+                                          manifest=MANIFEST, size=info.size,
                                            limit=MAX_MANIFEST_BYTES))
             found = info
             continue
         total += info.size
         if total > MAX_TOTAL_BYTES:
-            raise CacheBundleError(msg("err_bundle_total_big", limit=MAX_TOTAL_BYTES))
+            raise CacheBundleError(tr("refused: the files add up to more than {limit} bytes", limit=MAX_TOTAL_BYTES))
         members[_member_path(info.name)] = info
     if found is None:
-        raise CacheBundleError(msg("err_bundle_no_manifest_in", manifest=MANIFEST))
+        raise CacheBundleError(tr("refused: no {manifest} in the archive (not a bundle made by python -m tools.cache "
+                                  "export)", manifest=MANIFEST))
     try:
         described = json.loads(tar.extractfile(found).read())
     except ValueError as exc:
-        raise CacheBundleError(msg("err_bundle_manifest_json", manifest=MANIFEST, error=str(exc))) from None
+        raise CacheBundleError(tr("refused: {manifest} is not valid JSON ({error})",
+                                  manifest=MANIFEST, error=str(exc))) from None
     if not isinstance(described, dict) or described.get("format") != manifests.FORMAT \
             or not isinstance(described.get("files"), dict) or not isinstance(described.get("engines"), dict):
-        raise CacheBundleError(msg("err_bundle_manifest_format", manifest=MANIFEST, format=manifests.FORMAT))
+        raise CacheBundleError(tr("refused: {manifest} is not a format-{format} bundle manifest",
+                                  manifest=MANIFEST, format=manifests.FORMAT))
     listed, packed = set(described["files"]), set(members)
     if listed != packed:
         odd = sorted(listed ^ packed)[:3]
-        raise CacheBundleError(msg("err_bundle_disagree", n=len(listed ^ packed), examples=", ".join(odd)))
+        raise CacheBundleError(tr("refused: the manifest and the archive disagree on {n} files (e.g. {examples})",
+                                  n=len(listed ^ packed), examples=", ".join(odd)))
     return described, members
 
 
@@ -283,19 +294,24 @@ def resolve_source(source: str, timeout: float = 30.0) -> Path:
             folder = snapshot_download(repo, revision=revision or None, etag_timeout=timeout,
                                        allow_patterns=["*.tar", "*.tar.gz", "*.tgz"])
         except Exception as exc:  # noqa: BLE001 - offline, missing repo, auth: all said plainly
-            raise CacheBundleError(msg("err_bundle_hub", source=source, kind=type(exc).__name__,
+            raise CacheBundleError(tr("cannot fetch the bundle {source} from the Hub ({kind}: {error}); download it "
+                                      "yourself and pass the file with "
+                                      "--cache-bundle PATH", source=source, kind=type(exc).__name__,
                                        error=str(exc))) from None
         return resolve_source(folder)
     path = Path(source).expanduser()
     if path.is_dir():
         archives = sorted(p for p in path.iterdir() if p.name.endswith((".tar", ".tar.gz", ".tgz")))
         if len(archives) != 1:
-            raise CacheBundleError(msg("err_bundle_many", path=path, n=len(archives)))
+            raise CacheBundleError(tr("--cache-bundle: {path} holds {n} archives; pass one .tar.gz file",
+                                      path=path, n=len(archives)))
         path = archives[0]
     if not path.is_file():
-        raise CacheBundleError(msg("err_bundle_missing", path=path))
+        raise CacheBundleError(tr("--cache-bundle: {path} does not exist (a .tar.gz from python -m tools.cache "
+                                  "export, a folder holding one, or hf://owner/repo)", path=path))
     if path.stat().st_size > MAX_BUNDLE_BYTES:
-        raise CacheBundleError(msg("err_bundle_too_big", path=path, size=path.stat().st_size, limit=MAX_BUNDLE_BYTES))
+        raise CacheBundleError(tr("refused: {path} is {size} bytes (at most {limit})",
+                                  path=path, size=path.stat().st_size, limit=MAX_BUNDLE_BYTES))
     return path
 
 
@@ -308,27 +324,35 @@ def install(source: str, here: Mapping, cache_root: Path, sha256: str | None) ->
     """
     pin = (sha256 or "").strip().lower()
     if not SHA256_RE.match(pin):
-        raise CacheBundleError(msg("err_bundle_unpinned", source=source))
+        raise CacheBundleError(tr("refused {source}: a bundle is code (inductor's cache entries are pickles that run "
+                                  "when warm-up looks a graph up); pass --cache-bundle-sha256 <sha256 of the "
+                                  "archive>, as python -m tools.cache export printed it where the bundle was made "
+                                  "(python -m tools.cache show PATH prints it too)", source=source))
     path = resolve_source(source)
     folder = cache_folder(cache_root)
     with open(path, "rb") as archive:  # one open file: the bytes hashed are the bytes read
         actual = _sha256_of(archive)
         if actual != pin:
-            raise CacheBundleError(msg("err_bundle_pin", name=path.name, actual=actual, pinned=pin))
+            raise CacheBundleError(tr("refused: {name} has sha256 {actual}, not the pinned {pinned} "
+                                      "(--cache-bundle-sha256); it is not the archive that was pinned, nothing "
+                                      "installed", name=path.name, actual=actual, pinned=pin))
         archive.seek(0)
         try:
             tar = tarfile.open(fileobj=archive, mode="r:*")
         except (tarfile.TarError, OSError) as exc:
-            raise CacheBundleError(msg("err_bundle_unreadable", name=path.name, error=str(exc))) from None
+            raise CacheBundleError(tr("refused: {name} is not a readable tar archive ({error})",
+                                      name=path.name, error=str(exc))) from None
         with tar:
             described, members = read_manifest(tar)
             report = InstallReport(str(source))
             report.usable, report.mismatches, report.total_graphs = manifests.compare(described, here)
             if not report.usable_graphs:
-                raise CacheBundleError(msg("err_bundle_nothing", name=path.name, summary=report.summary()))
+                raise CacheBundleError(tr("nothing installed from {name}: {summary}",
+                                          name=path.name, summary=report.summary()))
             need, free = sum(info.size for info in members.values()), _free_bytes(folder)
             if need + FREE_MARGIN_BYTES > free:
-                raise CacheBundleError(msg("err_bundle_space", name=path.name, need=need, free=free,
+                raise CacheBundleError(tr("refused: {name} unpacks to {need} bytes; the cache's disk has {free} bytes "
+                                          "free ({margin} must stay free)", name=path.name, need=need, free=free,
                                            margin=FREE_MARGIN_BYTES))
             folder.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=folder))
@@ -349,7 +373,8 @@ def install(source: str, here: Mapping, cache_root: Path, sha256: str | None) ->
 def _stage(tar: tarfile.TarFile, info: tarfile.TarInfo, rel: str, expected: Mapping, staging: Path) -> None:
     """Copy one member to the staging folder, reading no more than its declared size, checking its sha256."""
     if not isinstance(expected, Mapping) or expected.get("bytes") != info.size:
-        raise CacheBundleError(msg("err_bundle_size", rel=rel, size=info.size, expected=expected.get("bytes")))
+        raise CacheBundleError(tr("refused: {rel} is {size} bytes, the manifest says {expected}",
+                                  rel=rel, size=info.size, expected=expected.get("bytes")))
     target = staging / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
@@ -359,13 +384,15 @@ def _stage(tar: tarfile.TarFile, info: tarfile.TarInfo, rel: str, expected: Mapp
         while remaining:
             chunk = source.read(min(CHUNK, remaining))
             if not chunk:  # the archive ends before the declared size
-                raise CacheBundleError(msg("err_bundle_size", rel=rel, size=info.size - remaining,
+                raise CacheBundleError(tr("refused: {rel} is {size} bytes, the manifest says {expected}",
+                                          rel=rel, size=info.size - remaining,
                                            expected=info.size))
             remaining -= len(chunk)
             digest.update(chunk)
             out.write(chunk)
     if digest.hexdigest() != expected.get("sha256"):
-        raise CacheBundleError(msg("err_bundle_sha", rel=rel))
+        raise CacheBundleError(tr("refused: {rel} does not match its sha256 in the manifest (corrupt or tampered)",
+                                  rel=rel))
 
 
 def _check_target(folder: Path, rel: str) -> None:
@@ -374,10 +401,12 @@ def _check_target(folder: Path, rel: str) -> None:
     for part in PurePosixPath(rel).parts[:-1]:
         path = path / part
         if path.is_symlink() or (path.exists() and not path.is_dir()):
-            raise CacheBundleError(msg("err_bundle_target", rel=rel, path=path))
+            raise CacheBundleError(tr("refused: {rel} cannot be written in the cache: {path} is a link or not a "
+                                      "folder/file as expected; nothing installed", rel=rel, path=path))
     target = folder / rel
     if target.is_symlink() or (target.exists() and not target.is_file()):
-        raise CacheBundleError(msg("err_bundle_target", rel=rel, path=target))
+        raise CacheBundleError(tr("refused: {rel} cannot be written in the cache: {path} is a link or not a "
+                                  "folder/file as expected; nothing installed", rel=rel, path=target))
 
 
 def _move_into_place(staging: Path, folder: Path, files: Mapping[str, Mapping]) -> tuple[int, int]:
@@ -428,7 +457,8 @@ def _move_into_place(staging: Path, folder: Path, files: Mapping[str, Mapping]) 
                 path.rmdir()
             except OSError:
                 pass
-        raise CacheBundleError(msg("err_bundle_move", rel=rel, error=str(exc))) from None
+        raise CacheBundleError(tr("could not move {rel} into the cache ({error}); the files already moved were put "
+                                  "back", rel=rel, error=str(exc))) from None
     finally:
         shutil.rmtree(replaced, ignore_errors=True)
     return len(moves), present

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from neuron_backend.engine import engine_name
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 
 FORMAT = 1
 # Environment the Neuron compiler reads into its cache key (NOTES.md 1b): recorded, never set here.
@@ -128,7 +128,8 @@ def _get(manifest: Mapping, dotted: str):
 def compare(bundle: Mapping, here: Mapping) -> tuple[dict[str, list[str]], list[str], int]:
     """(usable shapes per engine, mismatch lines, graphs in the bundle) of ``bundle`` on this server."""
     total = sum(len(e.get("shapes") or []) for e in (bundle.get("engines") or {}).values())
-    mismatches = [msg("backend_bundle_field", field=f.split(".")[-1], here=_get(here, f), theirs=_get(bundle, f))
+    mismatches = [tr("{field} {here} here, {theirs} in the bundle",
+                     field=f.split(".")[-1], here=_get(here, f), theirs=_get(bundle, f))
                   for f in GLOBAL_FIELDS if _get(here, f) != _get(bundle, f)]
     every_graph_stale = bool(mismatches)
     usable: dict[str, list[str]] = {}
@@ -136,15 +137,18 @@ def compare(bundle: Mapping, here: Mapping) -> tuple[dict[str, list[str]], list[
         ours = (here.get("engines") or {}).get(name)
         shapes = list(theirs.get("shapes") or [])
         if ours is None:
-            mismatches.append(msg("backend_bundle_engine_off", engine=engine_name(name), n=len(shapes)))
+            mismatches.append(tr("{engine} engine: not enabled here ({n} graphs unused)",
+                                 engine=engine_name(name), n=len(shapes)))
             continue
-        fields = [msg("backend_bundle_engine_field", engine=engine_name(name), field=f, here=ours.get(f),
+        fields = [tr("{engine} {field}: {here} here, {theirs} in the bundle",
+                     engine=engine_name(name), field=f, here=ours.get(f),
                       theirs=theirs.get(f)) for f in ENGINE_FIELDS.get(name, ()) if ours.get(f) != theirs.get(f)]
         mismatches += fields
         declared = ours.get("shapes") or []
         extra = [s for s in shapes if s not in declared]
         if extra:
-            mismatches.append(msg("backend_bundle_extra_shapes", engine=engine_name(name), shapes=", ".join(extra)))
+            mismatches.append(tr("{engine} shapes {shapes}: in the bundle, not declared here",
+                                 engine=engine_name(name), shapes=", ".join(extra)))
         if not every_graph_stale and not fields:
             usable[name] = [s for s in shapes if s in declared]
     return usable, mismatches, total

@@ -13,7 +13,7 @@ import logging
 import threading
 from pathlib import Path
 
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 from neuron_backend.warmup import READY, Step, Task, TimingHistory
 
 from . import bundle, manifest
@@ -44,7 +44,7 @@ class WarmStart:
         source = self.backend.settings.cache_bundle
         if not source:
             return steps
-        task = Task(msg("backend_task_bundle"), "cache", "bundle", detail=source)
+        task = Task(tr("compile cache · install bundle"), "cache", "bundle", detail=source)
         step = Step(task, self._install, TimingHistory.key("cache", "bundle", source))
         weights = [s for s in steps if s.task.kind == "weights"]
         return weights + [step] + [s for s in steps if s.task.kind != "weights"]

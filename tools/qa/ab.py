@@ -18,7 +18,7 @@ import random
 import secrets
 
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 
 from .runs import Cell, QARun
 
@@ -30,9 +30,10 @@ def start(run: QARun, first: str, second: str, seed: int | None = None) -> dict:
     names = [v.name for v in run.variants]
     for name in (first, second):
         if name not in names:
-            raise InvalidRequestError(msg("err_qa_ab_unknown_variant", name=name, names=", ".join(names)))
+            raise InvalidRequestError(tr("Variant {name!r} is not in this run; choose two of: {names}.",
+                                         name=name, names=", ".join(names)))
     if first == second:
-        raise InvalidRequestError(msg("err_qa_ab_same_variant"))
+        raise InvalidRequestError(tr("Choose two different variants to compare blind."))
     seed = secrets.randbits(32) if seed is None else seed
     rng = random.Random(seed)
     kinds = sorted({c.kind for c in run.cells}, key=("chat", "image").index)
@@ -48,7 +49,7 @@ def start(run: QARun, first: str, second: str, seed: int | None = None) -> dict:
 
 def _review(run: QARun) -> dict:
     if not run.ab:
-        raise InvalidRequestError(msg("err_qa_ab_not_started"))
+        raise InvalidRequestError(tr("Start a blind A/B review first: choose two variants."))
     return run.ab
 
 
@@ -56,9 +57,10 @@ def pick(run: QARun, pair: int, choice: str) -> dict:
     """Record the reviewer's pick for pair ``pair``: "left", "right" or "tie"."""
     review = _review(run)
     if choice not in CHOICES:
-        raise InvalidRequestError(msg("err_qa_ab_unknown_pick", choice=choice))
+        raise InvalidRequestError(tr("Unknown pick {choice!r}; choose left, right or tie.", choice=choice))
     if isinstance(pair, bool) or not isinstance(pair, int) or not 0 <= pair < len(review["pairs"]):
-        raise InvalidRequestError(msg("err_qa_ab_no_such_pair", pair=pair, count=len(review["pairs"])))
+        raise InvalidRequestError(tr("Pair {pair!r} does not exist; this review has {count} pairs.",
+                                     pair=pair, count=len(review["pairs"])))
     review["pairs"][pair]["pick"] = choice
     if next_pair(run) is None:
         review["revealed"] = True  # every pair picked: the names may be shown
@@ -104,8 +106,8 @@ def tally_line(run: QARun, lang: str = "en") -> str:
     """The tally as one line, e.g. ``cold 3 · hot 1 · tie 1 · unpicked 0`` (words in ``lang``)."""
     t = tally(run)
     return " · ".join([*(f"{name} {n}" for name, n in t["wins"].items()),
-                       msg("qa_view_tally_tie", count=t["ties"]).text(lang),
-                       msg("qa_view_tally_unpicked", count=t["unpicked"]).text(lang)])
+                       tr("tie {count}", count=t["ties"]).text(lang),
+                       tr("unpicked {count}", count=t["unpicked"]).text(lang)])
 
 
 def per_row(run: QARun) -> list[dict]:
@@ -128,7 +130,7 @@ def cell_pick(run: QARun, cell: Cell) -> str:
 
 def checked(run: QARun, review: object) -> dict:
     """An imported review, checked against the run (InvalidRequestError says what is wrong)."""
-    bad = InvalidRequestError(msg("err_qa_ab_bad_import"))
+    bad = InvalidRequestError(tr("QA run: ab must be a blind review of two of the run's variants, as exported."))
     if not isinstance(review, dict) or set(review) != {"variants", "seed", "revealed", "pairs"}:
         raise bad
     names = {v.name for v in run.variants}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from neuron_backend.messages import in_language, msg
+from neuron_backend.messages import in_language, tr
 
 from .expect import word
 from .images import decode_png
@@ -71,9 +71,9 @@ def _what(c: CellChange, lang: str) -> str:
 def compare_table(changes: list[CellChange], only_changed: bool = False,
                   lang: str = "en") -> tuple[list[str], list[list[str]]]:
     """Headers and rows for showing ``compare_runs`` output (only the changed cells when asked), words in ``lang``."""
-    headers = [_text(msg(k), lang) for k in ("qa_view_h_prompt", "qa_view_sh_variant", "qa_view_sh_kind",
-                                             "qa_view_ch_change", "qa_view_ch_what", "qa_view_ch_old_mark",
-                                             "qa_view_ch_new_mark")] + ["Δ"]
+    headers = [_text(tr(k), lang) for k in ("prompt", "variant", "kind",
+                                             "change", "what", "old mark",
+                                             "new mark")] + ["Δ"]
     rows = [[c.prompt, c.variant, _text(word("kind", c.kind), lang),
              _text(word("change", c.change.replace(" ", "_")), lang), _what(c, lang),
              _text(word("", c.old_mark), lang) if c.old_mark else "",
@@ -101,13 +101,13 @@ def changed_only(old: QARun, new: QARun, changes: list[CellChange] | None = None
         if c.change != "changed":
             continue
         a, b = old.cells[c.old_index], new.cells[c.new_index]
-        caption = msg("qa_view_change_caption", prompt=b.prompt_index + 1, variant=c.variant,
+        caption = tr("#{prompt} · {variant} · {kind}: {what}", prompt=b.prompt_index + 1, variant=c.variant,
                       kind=_text(word("kind", c.kind), lang), what=_what(c, lang)).text(lang)
         if c.kind == "chat":
             out.append(ChangedCell(c, text_diff(a, b), None, caption))
         else:
             out.append(ChangedCell(c, "", side_by_side(decode_png(a.image_png), decode_png(b.image_png)),
-                                   caption + msg("qa_view_old_left").text(lang)))
+                                   caption + tr(" (old left, new right)").text(lang)))
     return out
 
 
@@ -151,15 +151,15 @@ def _differences(a: Cell, b: Cell) -> list[str]:
     """Status, output, verdict, mark (when both are marked) and settings differences."""
     what = []  # Messages: English as text, translated where the page shows them
     if a.status != b.status:
-        what.append(msg("qa_view_what_status", old=word("status", a.status), new=word("status", b.status)))
+        what.append(tr("status: {old} -> {new}", old=word("status", a.status), new=word("status", b.status)))
     if (a.text, a.reasoning) != (b.text, b.reasoning) or _pixels(a) != _pixels(b):
-        what.append(msg("qa_view_what_output"))
+        what.append(tr("output"))
     if a.auto != b.auto:
-        what.append(msg("qa_view_what_verdict", old=word("", a.auto or "none"), new=word("", b.auto or "none")))
+        what.append(tr("verdict: {old} -> {new}", old=word("", a.auto or "none"), new=word("", b.auto or "none")))
     if a.mark and b.mark and a.mark != b.mark:
-        what.append(msg("qa_view_what_mark", old=word("", a.mark), new=word("", b.mark)))
+        what.append(tr("mark: {old} -> {new}", old=word("", a.mark), new=word("", b.mark)))
     keys = sorted(set(a.settings) | set(b.settings))
-    return what + [msg("qa_view_what_settings", field=k) for k in keys if a.settings.get(k) != b.settings.get(k)]
+    return what + [tr("settings: {field}", field=k) for k in keys if a.settings.get(k) != b.settings.get(k)]
 
 
 def _pixels(cell: Cell) -> str | None:

@@ -24,7 +24,7 @@ import numbers
 import regex
 
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.messages import MESSAGES, Message, msg
+from neuron_backend.messages import Message, tr
 from neuron_backend.shapes import parse_size
 
 from .images import png_size
@@ -39,6 +39,12 @@ CHECKS: dict[str, str] = {
     "image_size": "image",
 }
 PASS, FAIL = "pass", "fail"
+# The words word() translates, by family: value -> English template (read in the QA bench's context)
+WORDS = {"status": {w: w for w in ("pending", "running", "done", "failed", "stopped")},
+         "kind": {w: w for w in ("chat", "image", "both")},
+         "change": {"same": "same", "changed": "changed", "not_run": "not run", "only_in_old": "only in old",
+                    "only_in_new": "only in new"},
+         "": {"pass": "pass", "fail": "fail"}}
 
 
 def parse_check(key: str, value: object, where: str) -> object:
@@ -46,7 +52,8 @@ def parse_check(key: str, value: object, where: str) -> object:
     if key in ("contains", "not_contains"):
         items = value if isinstance(value, list) else [value]
         if not items or len(items) > MAX_EXPECT_ITEMS:
-            raise InvalidRequestError(msg("err_qa_expect_items", where=where, field=key, most=MAX_EXPECT_ITEMS))
+            raise InvalidRequestError(tr("{where}: {field} needs 1 to {most} texts.",
+                                         where=where, field=key, most=MAX_EXPECT_ITEMS))
         texts = [_text(key, item, where) for item in items]
         return texts if isinstance(value, list) else texts[0]
     if key == "starts_with":
@@ -56,7 +63,8 @@ def parse_check(key: str, value: object, where: str) -> object:
         try:
             regex.compile(pattern)
         except (regex.error, RecursionError) as exc:
-            raise InvalidRequestError(msg("err_qa_expect_bad_regex", where=where, pattern=pattern,
+            raise InvalidRequestError(tr("{where}: regex {pattern!r} is not a valid pattern ({detail}).",
+                                         where=where, pattern=pattern,
                                           detail=str(exc))) from None
         return pattern
     if key == "max_tokens":
@@ -64,22 +72,26 @@ def parse_check(key: str, value: object, where: str) -> object:
         if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9:
             number = int(value.strip())
         if isinstance(number, bool) or not isinstance(number, numbers.Integral) or not 1 <= number <= 10**9:
-            raise InvalidRequestError(msg("err_qa_expect_max_tokens", where=where, got=value))
+            raise InvalidRequestError(tr("{where}: max_tokens must be a whole number of at least 1, got {got!r}.",
+                                         where=where, got=value))
         return int(number)
     if key == "image_size":
         try:
             return parse_size(value).label
         except InvalidRequestError as exc:
-            where = msg("err_qa_where_key", where=where, field="image_size")
-            raise InvalidRequestError(msg("err_qa_where_detail", where=where, detail=exc)) from None
-    raise InvalidRequestError(msg("err_qa_expect_unknown", where=where, field=key, allowed=", ".join(CHECKS)))
+            where = tr("{where}: {field}", where=where, field="image_size")
+            raise InvalidRequestError(tr("{where}: {detail}", where=where, detail=exc)) from None
+    raise InvalidRequestError(tr("{where}: unknown expectation {field!r}; allowed: {allowed}.",
+                                 where=where, field=key, allowed=", ".join(CHECKS)))
 
 
 def _text(key: str, value: object, where: str, limit: int = MAX_EXPECT_TEXT_CHARS) -> str:
     if not isinstance(value, str) or not value:
-        raise InvalidRequestError(msg("err_qa_expect_not_text", where=where, field=key, got=value))
+        raise InvalidRequestError(tr("{where}: {field} must be non-empty text, got {got!r}.",
+                                     where=where, field=key, got=value))
     if len(value) > limit:
-        raise InvalidRequestError(msg("err_qa_expect_too_long", where=where, field=key, chars=len(value), most=limit))
+        raise InvalidRequestError(tr("{where}: {field} is {chars} characters; at most {most} are allowed.",
+                                     where=where, field=key, chars=len(value), most=limit))
     return value
 
 
@@ -97,23 +109,23 @@ def judge(expect: dict, cell, lang: str = "en") -> tuple[str | None, str]:
     if not checks:
         return None, ""
     if cell.status == "failed":
-        return FAIL, _in(lang, "qa_view_judge_cell_failed", error=cell.error)
+        return FAIL, _in(lang, "the cell failed: {error}", error=cell.error)
     if cell.status != "done":
-        return None, _in(lang, "qa_view_judge_not_judged", status=word("status", cell.status))
+        return None, _in(lang, "not judged: the cell is {status}", status=word("status", cell.status))
     problems = [p.text(lang) for key, value in checks.items() if (p := _check(key, value, cell))]
     if problems:
         return FAIL, "; ".join(problems)
-    return PASS, _in(lang, "qa_view_judge_all_hold", checks=", ".join(checks))
+    return PASS, _in(lang, "all of {checks} hold", checks=", ".join(checks))
 
 
 def word(family: str, value: str) -> str:
     """A status ("done"), kind ("chat") or verdict ("pass") as a Message the page can translate; else as it is."""
-    key = f"qa_view_{family}_{value}" if family else f"qa_view_{value}"
-    return msg(key) if isinstance(value, str) and key in MESSAGES else value
+    template = WORDS.get(family, {}).get(value) if isinstance(value, str) else None
+    return value if template is None else tr(template, ctx="qa")
 
 
 def _in(lang: str, key: str, **params) -> str:
-    return msg(key, **params).text(lang)
+    return tr(key, **params).text(lang)
 
 
 def _check(key: str, value: object, cell) -> Message | None:
@@ -121,31 +133,32 @@ def _check(key: str, value: object, cell) -> Message | None:
     text = cell.text or ""
     if key == "contains":
         missing = [t for t in _as_list(value) if t not in text]
-        return msg("qa_view_judge_missing", texts=", ".join(map(repr, missing))) if missing else None
+        return tr("does not contain {texts}", texts=", ".join(map(repr, missing))) if missing else None
     if key == "not_contains":
         found = [t for t in _as_list(value) if t in text]
-        return msg("qa_view_judge_found", texts=", ".join(map(repr, found))) if found else None
+        return tr("contains {texts}", texts=", ".join(map(repr, found))) if found else None
     if key == "starts_with":
-        return None if text.lstrip().startswith(value) else msg("qa_view_judge_start", text=value)
+        return None if text.lstrip().startswith(value) else tr("does not start with {text!r}", text=value)
     if key == "regex":
         try:
             hit = regex.search(value, text, timeout=REGEX_TIMEOUT_S)
         except TimeoutError:
-            return msg("qa_view_judge_regex_slow", pattern=value, seconds=REGEX_TIMEOUT_S)
+            return tr("regex {pattern!r} took over {seconds} s (too complex): simplify it",
+                      pattern=value, seconds=REGEX_TIMEOUT_S)
         except (regex.error, RecursionError) as exc:
-            return msg("qa_view_judge_regex_bad", pattern=value, detail=str(exc))
-        return None if hit else msg("qa_view_judge_no_match", pattern=value)
+            return tr("regex {pattern!r} is not usable ({detail})", pattern=value, detail=str(exc))
+        return None if hit else tr("no match for regex {pattern!r}", pattern=value)
     if key == "max_tokens":
         tokens = (cell.stats or {}).get("new_tokens")
         if not isinstance(tokens, int):
-            return msg("qa_view_judge_tokens_unknown")
-        return None if tokens <= value else msg("qa_view_judge_too_many_tokens", tokens=tokens, most=value)
+            return tr("the number of new tokens is unknown")
+        return None if tokens <= value else tr("{tokens} new tokens > max_tokens {most}", tokens=tokens, most=value)
     if key == "image_size":
         size = _image_size(cell)
         if size is None:
-            return msg("qa_view_judge_no_image")
-        return None if size == value else msg("qa_view_judge_wrong_size", size=size, expected=value)
-    return msg("qa_view_judge_unknown", field=key)
+            return tr("no image to measure")
+        return None if size == value else tr("image is {size}, expected {expected}", size=size, expected=value)
+    return tr("unknown expectation {field!r}", field=key)
 
 
 def _as_list(value: object) -> list[str]:

@@ -11,7 +11,7 @@ import statistics
 
 from PIL import Image
 
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 
 from .expect import judge, verdict, word
 from .images import decode_png
@@ -34,7 +34,7 @@ def grid_cell(run: QARun, row: int, column: int) -> int | None:
 
 
 def _in(lang: str, key: str, **params) -> str:
-    return msg(key, **params).text(lang)
+    return tr(key, **params).text(lang)
 
 
 def _word(lang: str, family: str, value) -> str:
@@ -49,9 +49,9 @@ def results_table(run: QARun, running: bool = False, lang: str = "en") -> tuple[
     ``running``: whether a set is running now; pending cells read "… pending" then, "not run" after.
     """
     both = run.kind == "both"
-    columns = [_in(lang, "qa_view_column", variant=v, kind=_word(lang, "kind", k)) if both else v
+    columns = [_in(lang, "{variant} · {kind}", variant=v, kind=_word(lang, "kind", k)) if both else v
                for v, k in grid_columns(run)]
-    headers = ["#", _in(lang, "qa_view_h_prompt"), *columns]
+    headers = ["#", _in(lang, "prompt"), *columns]
     width = len(grid_columns(run))
     rows = []
     for p, row in enumerate(run.rows):
@@ -75,32 +75,33 @@ def cell_summary(cell: Cell, running: bool = False, lang: str = "en", reason: st
     ``reason``: why the automatic verdict failed, in ``lang`` (default: the stored English one).
     """
     icon = {"pass": "✅", "fail": "❌"}.get(cell.mark)
-    mark = _in(lang, "qa_view_mark", icon=icon, verdict=_word(lang, "", cell.mark)) if icon else ""
+    mark = _in(lang, "{icon} {verdict}", icon=icon, verdict=_word(lang, "", cell.mark)) if icon else ""
     head = " · ".join(x for x in (mark, cell.comment) if x)
     if cell.auto:
         auto = _word(lang, "", cell.auto)
-        why = (_in(lang, "qa_view_auto_reason", verdict=auto, reason=cell.auto_reason if reason is None else reason)
-               if cell.auto == "fail" else _in(lang, "qa_view_auto", verdict=auto))
+        why = (_in(lang, "auto {verdict}: {reason}",
+                   verdict=auto, reason=cell.auto_reason if reason is None else reason)
+               if cell.auto == "fail" else _in(lang, "auto {verdict}", verdict=auto))
         head = " · ".join(x for x in (head, why) if x)
     if cell.status == RUNNING or (cell.status == PENDING and running):
         body = f"… {_word(lang, 'status', cell.status)}"
     elif cell.status == PENDING:
-        body = _in(lang, "qa_view_not_run")
+        body = _in(lang, "— not run (Run set resumes)")
     elif cell.status == FAILED:
-        body = _in(lang, "qa_view_failed", error=cell.error)
+        body = _in(lang, "⚠ failed: {error}", error=cell.error)
     elif cell.kind == "chat":
         text = (cell.text or "")[:PREVIEW_CHARS] + ("…" if len(cell.text or "") > PREVIEW_CHARS else "")
         stats = cell.stats or {}
-        seed = _in(lang, "qa_view_greedy") if cell.settings.get("greedy") else _in(lang, "qa_view_seed",
+        seed = _in(lang, "greedy") if cell.settings.get("greedy") else _in(lang, "seed {seed}",
                                                                                   seed=cell.settings["seed"])
-        speed = _in(lang, "qa_view_chat_speed", tokens=stats.get("new_tokens"),
+        speed = _in(lang, " · {tokens} tok · {rate} tok/s", tokens=stats.get("new_tokens"),
                     rate=fmt_stat(stats.get("tokens_per_s"), ".1f")) if stats else ""
         body = f"{text}\n[{seed}{speed}{compiled_flag(cell, lang)}]"
     else:
         s = cell.settings
-        body = _in(lang, "qa_view_image_body", size=s["size"], seed=s["seed"], steps=s["steps"])
+        body = _in(lang, "🖼 {size} · seed {seed} · {steps} steps", size=s["size"], seed=s["seed"], steps=s["steps"])
         if cell.stats:
-            body += _in(lang, "qa_view_seconds", seconds=fmt_stat(cell.stats.get("seconds"), ".1f"))
+            body += _in(lang, " · {seconds} s", seconds=fmt_stat(cell.stats.get("seconds"), ".1f"))
             body += compiled_flag(cell, lang)
     if cell.status == STOPPED:
         body = f"⏹ {_word(lang, 'status', STOPPED)}\n{body}"
@@ -110,7 +111,7 @@ def cell_summary(cell: Cell, running: bool = False, lang: str = "en", reason: st
 def compiled_flag(cell: Cell, lang: str = "en") -> str:
     """" · ⚠ compiled N" when graphs compiled while the cell ran (none may after warm-up), else ""."""
     n = compiled(cell)
-    return _in(lang, "qa_view_compiled_n", count=n) if n else ""
+    return _in(lang, " · ⚠ compiled {count}", count=n) if n else ""
 
 
 def compiled(cell: Cell) -> int:
@@ -138,7 +139,9 @@ def speed(cell: Cell) -> dict:
 
 
 _SPEED = ("cell", "prompt", "variant", "kind", "status", "verdict", "ttft", "rate", "tokens", "image", "graphs", "flag")
-SPEED_HEADERS = [msg(f"qa_view_sh_{k}") for k in _SPEED]  # English (str); speed_headers(lang) for the page
+# English (str); speed_headers(lang) for the page
+SPEED_HEADERS = [tr("cell"), tr("prompt #"), tr("variant"), tr("kind"), tr("status"), tr("verdict"), tr("TTFT s"),
+                 tr("tok/s"), tr("new tokens"), tr("image s"), tr("graphs compiled"), tr("flag")]
 SPEED_TYPES = ["number", "number", "str", "str", "str", "str", "number", "number", "number", "number", "number",
                "str"]
 
@@ -156,7 +159,7 @@ def speed_rows(run: QARun, lang: str = "en") -> list[list]:
                      _word(lang, "status", cell.status), _word(lang, "", verdict(cell)) if verdict(cell) else "",
                      _round(sp.get("ttft_s")), _round(sp.get("tokens_per_s")), sp.get("new_tokens"),
                      _round(sp.get("image_s")), sp.get("compiled_graphs"),
-                     _in(lang, "qa_view_compiled") if compiled(cell) else ""])
+                     _in(lang, "⚠ compiled") if compiled(cell) else ""])
     return rows
 
 
@@ -164,8 +167,9 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-SUMMARY_HEADERS = [msg("qa_view_sh_variant"), *(msg(f"qa_view_su_{k}") for k in (
-    "cells", "passed", "failed", "unmarked", "errors", "ttft", "rate", "tokens", "image", "compiled"))]
+SUMMARY_HEADERS = [tr("variant"), tr("cells"), tr("passed"), tr("failed", ctx="qa"), tr("unmarked"), tr("errors"),
+                   tr("median TTFT s"), tr("median tok/s"), tr("median new tokens"), tr("median image s"),
+                   tr("cells that compiled")]
 
 
 def summary_headers(lang: str = "en") -> list[str]:
@@ -194,7 +198,8 @@ def _median(values: list) -> float | None:
 
 def summary_line(run: QARun, lang: str = "en") -> str:
     """Per variant, one line: ``cold: 3 passed · 1 failed · 1 unmarked``."""
-    return " | ".join(_in(lang, "qa_view_summary_line", name=row[0], passed=row[2], failed=row[3], unmarked=row[4])
+    return " | ".join(_in(lang, "{name}: {passed} passed · {failed} failed · {unmarked} unmarked",
+                          name=row[0], passed=row[2], failed=row[3], unmarked=row[4])
                       for row in variant_summary(run))
 
 
@@ -205,7 +210,8 @@ def gallery_items(run: QARun, lang: str = "en") -> list[tuple[Image.Image, str]]
         image = cell_image(cell)
         if image is not None:
             mark = f" · {_word(lang, '', verdict(cell))}" if verdict(cell) else ""
-            items.append((image, _in(lang, "qa_view_caption", number=i + 1, prompt=cell.prompt_index + 1,
+            items.append((image, _in(lang, "cell {number} · #{prompt} · {variant} · {size} · seed {seed}{verdict}",
+                                     number=i + 1, prompt=cell.prompt_index + 1,
                                      variant=cell.variant, size=f"{image.size[0]}x{image.size[1]}",
                                      seed=cell.settings["seed"], verdict=mark)))
     return items

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from neuron_backend.errors import InvalidRequestError, UnsupportedSizeError
 from neuron_backend.image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
-from neuron_backend.messages import msg
+from neuron_backend.messages import tr
 from neuron_backend.settings import Settings
 from neuron_backend.shapes import parse_size
 
@@ -71,7 +71,8 @@ class Variant:
 
 
 def allowed_columns() -> str:
-    return msg("err_qa_allowed_columns", settings=", ".join(SETTINGS), checks=", ".join(CHECKS))
+    return tr("prompt (required), {settings}; expectations: {checks}",
+              settings=", ".join(SETTINGS), checks=", ".join(CHECKS))
 
 
 def shown(value: object, limit: int = 40) -> str:
@@ -79,7 +80,7 @@ def shown(value: object, limit: int = 40) -> str:
     try:
         text = repr(value)
     except ValueError:  # an int too long to print (Python's 4,300-digit limit)
-        return msg("err_qa_number_too_long")
+        return tr("a number that is far too long")
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -88,7 +89,8 @@ def check_text(value: str, what: str) -> str:  # what: a Message naming the text
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidRequestError(msg("err_qa_lone_surrogate", what=what)) from None
+        raise InvalidRequestError(tr("{what} contains a character that is not valid text (a lone surrogate); remove "
+                                     "it.", what=what)) from None
     return value
 
 
@@ -97,19 +99,22 @@ def parse_prompt_set(text: str | None = None, file: str | Path | None = None, *,
     """Prompts pasted one per line, or read from a .jsonl/.csv (``prompt`` column plus settings) or .txt file."""
     has_text = bool(text and text.strip())
     if has_text and file:
-        raise InvalidRequestError(msg("err_qa_text_and_file"))
+        raise InvalidRequestError(tr("Give either pasted prompts or a file, not both: clear one of them."))
     if file:
         rows = _read_file(Path(file), settings)
     else:
-        rows = [PromptRow(check_text(line.strip(), msg("err_qa_what_prompt"))) for line in (text or "").splitlines()
+        rows = [PromptRow(check_text(line.strip(), tr("A prompt"))) for line in (text or "").splitlines()
                 if line.strip()]
     if not rows:
-        raise InvalidRequestError(msg("err_qa_empty_set"))
+        raise InvalidRequestError(tr("The prompt set is empty: paste one prompt per line, or upload a .jsonl or a "
+                                     ".csv file with a 'prompt' column."))
     if len(rows) > max_prompts:
-        raise InvalidRequestError(msg("err_qa_too_many_prompts", count=len(rows), most=max_prompts))
+        raise InvalidRequestError(tr("The prompt set has {count} prompts; at most {most} are allowed in one run. "
+                                     "Split it into smaller sets.", count=len(rows), most=max_prompts))
     for number, row in enumerate(rows, 1):
         if len(row.prompt) > settings.max_prompt_chars:
-            raise InvalidRequestError(msg("err_qa_prompt_too_long", number=number, chars=len(row.prompt),
+            raise InvalidRequestError(tr("Prompt {number} is {chars} characters; at most {most} are allowed.",
+                                         number=number, chars=len(row.prompt),
                                           most=settings.max_prompt_chars))
     return rows
 
@@ -121,23 +126,26 @@ def read_bounded_text(path: Path, max_bytes: int, too_big: str, unreadable: str)
     """
     try:
         if path.stat().st_size > max_bytes:
-            raise InvalidRequestError(msg("err_qa_file_too_big", name=path.name, mb=max_bytes // 1_000_000,
+            raise InvalidRequestError(tr("{name} is larger than {mb} MB{hint}",
+                                         name=path.name, mb=max_bytes // 1_000_000,
                                           hint=too_big))
         return path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(msg("err_qa_file_unreadable", name=path.name, detail=str(exc),
+        raise InvalidRequestError(tr("Could not read {name} ({detail}); {hint}", name=path.name, detail=str(exc),
                                       hint=unreadable)) from None
 
 
 def _read_file(path: Path, settings: Settings) -> list[PromptRow]:
     kind = FILE_KINDS.get(path.suffix.lower())
     if kind is None:
-        raise InvalidRequestError(msg("err_qa_file_type", name=path.name))
-    text = read_bounded_text(path, MAX_FILE_BYTES, msg("err_qa_hint_smaller_set"), msg("err_qa_hint_utf8"))
+        raise InvalidRequestError(tr("{name}: unsupported file type; upload a .jsonl, .csv or .txt file.",
+                                     name=path.name))
+    text = read_bounded_text(path, MAX_FILE_BYTES, tr("; upload a smaller prompt set."),
+                             tr("upload a UTF-8 text file."))
     if kind == "lines":
         return [PromptRow(line.strip()) for line in text.splitlines() if line.strip()]
     records = _jsonl_records(path.name, text) if kind == "jsonl" else _csv_records(path.name, text)
-    return [_row_from_record(msg("err_qa_in_file", name=path.name, where=where), record, settings)
+    return [_row_from_record(tr("{name} {where}", name=path.name, where=where), record, settings)
             for where, record in records]
 
 
@@ -146,10 +154,12 @@ def _jsonl_records(name: str, text: str) -> list[tuple[str, dict]]:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        where = msg("err_qa_line", number=number)
-        record = load_json_line(line, msg("err_qa_in_file", name=name, where=where), msg("err_qa_hint_object_line"))
+        where = tr("line {number}", number=number)
+        record = load_json_line(line, tr("{name} {where}", name=name, where=where),
+                                tr("each line must be an object like {{\"prompt\": \"...\"}}"))
         if not isinstance(record, dict):
-            raise InvalidRequestError(msg("err_qa_not_object", where=msg("err_qa_in_file", name=name, where=where)))
+            raise InvalidRequestError(tr("{where} must be a JSON object like {{\"prompt\": \"...\"}}.",
+                                         where=tr("{name} {where}", name=name, where=where)))
         records.append((where, {str(k).strip().lower(): v for k, v in record.items() if v is not None}))
     return records
 
@@ -159,9 +169,10 @@ def load_json_line(line: str, where: str, hint: str) -> object:
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InvalidRequestError(msg("err_qa_bad_json", where=where, detail=exc.msg, hint=hint)) from None
+        raise InvalidRequestError(tr("{where} is not valid JSON ({detail}); {hint}.",
+                                     where=where, detail=exc.msg, hint=hint)) from None
     except RecursionError:
-        raise InvalidRequestError(msg("err_qa_json_too_deep", where=where, hint=hint)) from None
+        raise InvalidRequestError(tr("{where} is nested too deeply to read; {hint}.", where=where, hint=hint)) from None
 
 
 def _csv_records(name: str, text: str) -> list[tuple[str, dict]]:
@@ -170,73 +181,81 @@ def _csv_records(name: str, text: str) -> list[tuple[str, dict]]:
         header = [str(h).strip().lower() for h in reader.fieldnames or []]
         twice = sorted({h for h in header if header.count(h) > 1})
         if twice:
-            raise InvalidRequestError(msg("err_qa_csv_header_twice", name=name, names=", ".join(map(repr, twice))))
+            raise InvalidRequestError(tr("{name}: the header names {names} more than once; give each column once.",
+                                         name=name, names=", ".join(map(repr, twice))))
         _check_columns(name, header)
         records = []
         for row in reader:
             if None in row:
-                where = msg("err_qa_in_file", name=name, where=msg("err_qa_row", number=reader.line_num))
-                raise InvalidRequestError(msg("err_qa_csv_extra_values", where=where))
+                where = tr("{name} {where}", name=name, where=tr("row {number}", number=reader.line_num))
+                raise InvalidRequestError(tr("{where} has more values than the header has columns; quote values that "
+                                             "contain commas.", where=where))
             values = {h: v for h, v in zip(header, row.values(), strict=True) if v is not None and v.strip()}
-            records.append((msg("err_qa_row", number=reader.line_num), values))
+            records.append((tr("row {number}", number=reader.line_num), values))
     except csv.Error as exc:
-        raise InvalidRequestError(msg("err_qa_csv_unreadable", name=name, detail=str(exc))) from None
+        raise InvalidRequestError(tr("Could not read {name} as CSV ({detail}).", name=name, detail=str(exc))) from None
     return records
 
 
 def _check_columns(name: str, columns: list[str], need_prompt: bool = True) -> None:
     unknown = [c for c in columns if c != "prompt" and c not in SETTINGS and c not in CHECKS]
     if unknown:
-        raise InvalidRequestError(msg("err_qa_unknown_columns", name=name, columns=", ".join(map(repr, unknown)),
+        raise InvalidRequestError(tr("{name}: unknown column(s) {columns}; allowed: {allowed}.",
+                                     name=name, columns=", ".join(map(repr, unknown)),
                                       allowed=allowed_columns()))
     if need_prompt and "prompt" not in columns:
-        raise InvalidRequestError(msg("err_qa_no_prompt_column", name=name, allowed=allowed_columns()))
+        raise InvalidRequestError(tr("{name} has no 'prompt' column; allowed: {allowed}.",
+                                     name=name, allowed=allowed_columns()))
 
 
 def _row_from_record(where: str, record: dict, settings: Settings) -> PromptRow:
     _check_columns(where, list(record), need_prompt=False)
     prompt = record.pop("prompt", None)
     if not isinstance(prompt, str) or not prompt.strip():
-        raise InvalidRequestError(msg("err_qa_prompt_empty", where=where))
-    check_text(prompt, msg("err_qa_where_the_prompt", where=where))
+        raise InvalidRequestError(tr("{where}: the prompt must be non-empty text.", where=where))
+    check_text(prompt, tr("{where}: the prompt", where=where))
     values = {key: coerce_setting(key, value, settings, where) for key, value in record.items() if key in SETTINGS}
     expect = {key: parse_check(key, value, where) for key, value in record.items() if key in CHECKS}
     for text in (v for value in expect.values() for v in (value if isinstance(value, list) else [value])):
         if isinstance(text, str):
-            check_text(text, msg("err_qa_where_an_expectation", where=where))
+            check_text(text, tr("{where}: an expectation", where=where))
     return PromptRow(prompt.strip(), values, expect)
 
 
 def coerce_setting(key: str, value: object, settings: Settings, where: str) -> object:
     """Turn a JSON or text value into the setting's type and check its range against ``settings``."""
     if key not in SETTINGS:
-        raise InvalidRequestError(msg("err_qa_unknown_setting", where=where, field=key, allowed=", ".join(SETTINGS)))
+        raise InvalidRequestError(tr("{where}: unknown setting {field!r}; allowed: {allowed}.",
+                                     where=where, field=key, allowed=", ".join(SETTINGS)))
     kind = SETTINGS[key][1]
     text = value.strip() if isinstance(value, str) else None
     if text == "" and kind != "text":
-        raise InvalidRequestError(msg("err_qa_no_value", where=where, field=key))
+        raise InvalidRequestError(tr("{where}: {field} has no value.", where=where, field=key))
     if kind == "size":
         try:
             size = parse_size(value)
         except InvalidRequestError as exc:
-            raise InvalidRequestError(msg("err_qa_where_detail", where=where, detail=exc)) from None
+            raise InvalidRequestError(tr("{where}: {detail}", where=where, detail=exc)) from None
         if size not in settings.sizes:
             allowed = ", ".join(s.label for s in settings.sizes)
-            raise UnsupportedSizeError(msg("err_qa_size_not_precompiled", where=where, size=size.label,
+            raise UnsupportedSizeError(tr("{where}: size {size} is not one of this server's precompiled sizes; "
+                                          "allowed: {allowed}.", where=where, size=size.label,
                                            allowed=allowed))
         return size.label
     if kind == "text":
         if not isinstance(value, str):
-            raise InvalidRequestError(msg("err_qa_not_text", where=where, field=key, got=shown(value)))
-        return check_text(_CONTROL.sub("", value), msg("err_qa_where_key", where=where, field=key))
+            raise InvalidRequestError(tr("{where}: {field} must be text, got {got}.",
+                                         where=where, field=key, got=shown(value)))
+        return check_text(_CONTROL.sub("", value), tr("{where}: {field}", where=where, field=key))
     if kind == "bool":
         return _as_bool(key, value, text, where)
     number = _as_number(key, value, text, kind, where)
     low, high = _range(key, settings)
     if not low <= number <= high or (key in ("temperature", "top_p") and number <= 0):
-        allowed = (msg("err_qa_range_positive", high=high) if key in ("temperature", "top_p")
-                   else msg("err_qa_range_between", low=low, high=high))
-        raise InvalidRequestError(msg("err_qa_out_of_range", where=where, field=key, allowed=allowed, got=shown(value)))
+        allowed = (tr("above 0 and at most {high:g}", high=high) if key in ("temperature", "top_p")
+                   else tr("from {low} to {high}", low=low, high=high))
+        raise InvalidRequestError(tr("{where}: {field} must be {allowed}, got {got}.",
+                                     where=where, field=key, allowed=allowed, got=shown(value)))
     return number
 
 
@@ -245,7 +264,8 @@ def _as_bool(key: str, value: object, text: str | None, where: str) -> bool:
         return value
     if text is not None and text.lower() in _TRUE + _FALSE:
         return text.lower() in _TRUE
-    raise InvalidRequestError(msg("err_qa_not_bool", where=where, field=key, got=shown(value)))
+    raise InvalidRequestError(tr("{where}: {field} must be true or false, got {got}.",
+                                 where=where, field=key, got=shown(value)))
 
 
 def _as_number(key: str, value: object, text: str | None, kind: str, where: str) -> int | float:
@@ -260,8 +280,9 @@ def _as_number(key: str, value: object, text: str | None, kind: str, where: str)
             return int(value)
         return float(value)
     except (ValueError, OverflowError):
-        wanted = "err_qa_not_whole" if kind == "int" else "err_qa_not_number"
-        raise InvalidRequestError(msg(wanted, where=where, field=key, got=shown(value))) from None
+        wanted = "{where}: {field} must be a whole number, got {got}." if kind == "int" else \
+            "{where}: {field} must be a number, got {got}."
+        raise InvalidRequestError(tr(wanted, where=where, field=key, got=shown(value))) from None
 
 
 def _range(key: str, settings: Settings) -> tuple[float, float]:
@@ -288,7 +309,8 @@ def parse_variants(spec: str | list | dict | None, *, settings: Settings,
         raw = []
         for i, item in enumerate(spec, 1):
             if not isinstance(item, Mapping):
-                raise InvalidRequestError(msg("err_qa_variant_object", where=msg("err_qa_where_variant_number",
+                raise InvalidRequestError(tr("{where} must be a JSON object like {{\"name\": \"cold\", "
+                                             "\"temperature\": 0.2}}.", where=tr("Variant {number}",
                                                                                  number=i)))
             raw.append((str(item.get("name") or f"v{i}"),
                         {str(k).lower(): v for k, v in item.items() if k != "name" and v is not None}))
@@ -297,20 +319,24 @@ def parse_variants(spec: str | list | dict | None, *, settings: Settings,
     if not raw:
         return [Variant("default")]
     if len(raw) > max_variants:
-        raise InvalidRequestError(msg("err_qa_too_many_variants", count=len(raw), most=max_variants))
+        raise InvalidRequestError(tr("{count} variants given; at most {most} run side by side.",
+                                     count=len(raw), most=max_variants))
     variants = []
     for name, values in raw:
-        name = check_text(_CONTROL.sub("", name).strip(), msg("err_qa_what_variant_name"))
+        name = check_text(_CONTROL.sub("", name).strip(), tr("A variant name"))
         if not name or len(name) > MAX_NAME_CHARS:
-            raise InvalidRequestError(msg("err_qa_variant_name_length", name=name, most=MAX_NAME_CHARS))
+            raise InvalidRequestError(tr("Variant name {name!r} must be 1 to {most} characters.",
+                                         name=name, most=MAX_NAME_CHARS))
         if any(v.name == name for v in variants):
-            raise InvalidRequestError(msg("err_qa_variant_twice", name=name))
-        where = msg("err_qa_where_variant", name=name)
+            raise InvalidRequestError(tr("Two variants are named {name!r}; give each a different name.", name=name))
+        where = tr("variant {name!r}", name=name)
         variants.append(Variant(name, {k: coerce_setting(str(k), v, settings, where) for k, v in values.items()}))
     return variants
 
 
-VARIANT_FORMS = msg("err_qa_variant_forms")
+VARIANT_FORMS = tr("Variants must be text (one 'name: key=value, ...' per line), or JSON: one object ({{\"name\": "
+                   "\"cold\", \"temperature\": 0.2}}), a list of such objects, one object per line, or an object of "
+                   "name -> settings ({{\"cold\": {{\"temperature\": 0.2}}}}).")
 
 
 def _variants_json(text: str) -> object:
@@ -318,18 +344,20 @@ def _variants_json(text: str) -> object:
     try:
         return json.loads(text)
     except RecursionError:
-        raise InvalidRequestError(msg("err_qa_variants_too_deep")) from None
+        raise InvalidRequestError(tr("The variants are nested too deeply to read as JSON.")) from None
     except json.JSONDecodeError as whole:
         lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
         if len(lines) < 2:
-            raise InvalidRequestError(msg("err_qa_variants_bad_json", number=whole.lineno, detail=whole.msg,
+            raise InvalidRequestError(tr("Variants line {number} is not valid JSON ({detail}). {forms}",
+                                         number=whole.lineno, detail=whole.msg,
                                           forms=VARIANT_FORMS)) from None
     items = []
     for number, line in lines:
-        where = msg("err_qa_where_variants_line", number=number)
-        item = load_json_line(line, where, msg("err_qa_hint_one_object"))
+        where = tr("Variants line {number}", number=number)
+        item = load_json_line(line, where, tr("give one JSON object per line"))
         if not isinstance(item, Mapping):
-            raise InvalidRequestError(msg("err_qa_variant_object", where=where))
+            raise InvalidRequestError(tr("{where} must be a JSON object like {{\"name\": \"cold\", \"temperature\": "
+                                         "0.2}}.", where=where))
         items.append({"name": f"v{len(items) + 1}", **item})
     return items
 
@@ -351,7 +379,9 @@ def _variants_from_text(text: str) -> list[tuple[str, dict]]:
         while pos < len(body):
             pair = _PAIR.match(body, pos)
             if pair is None or pair.end() == pos:
-                raise InvalidRequestError(msg("err_qa_variant_line_syntax", number=number, near=body[pos:pos + 30]))
+                raise InvalidRequestError(tr("Variant line {number} is not 'name: key=value, key=value' near "
+                                             "{near!r}; quote values with "
+                                             "commas: key=\"a, b\".", number=number, near=body[pos:pos + 30]))
             values[pair["key"].lower()] = _unquote(number, pair["value"])
             pos = pair.end()
         raw.append((match["name"] or body or f"v{number}", values))
@@ -364,4 +394,5 @@ def _unquote(number: int, value: str) -> str:
     try:
         return json.loads(value)
     except json.JSONDecodeError:
-        raise InvalidRequestError(msg("err_qa_variant_bad_quote", number=number, value=value)) from None
+        raise InvalidRequestError(tr("Variant line {number}: {value} is not a valid quoted string.",
+                                     number=number, value=value)) from None

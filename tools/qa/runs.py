@@ -39,7 +39,7 @@ from neuron_backend.chat.text import SAMPLING_DEFAULTS, ChatRequest
 from neuron_backend.errors import InvalidRequestError, ShowcaseError
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.image.png_info import png_metadata
-from neuron_backend.messages import Message, msg
+from neuron_backend.messages import Message, tr
 from neuron_backend.settings import Settings
 
 from .expect import judge, word
@@ -139,15 +139,18 @@ def build_run(settings: Settings, rows: list[PromptRow], variants: list[Variant]
     settings. Greedy chat cells keep the seed in their settings; the engine ignores it.
     """
     if kind not in KINDS:
-        raise InvalidRequestError(msg("err_qa_unknown_kind", kind=kind))
+        raise InvalidRequestError(tr("Unknown kind {kind!r}; choose chat, image or both.", kind=kind))
     for engine in KINDS[kind]:
         if not getattr(settings, engine):
-            raise InvalidRequestError(msg("err_qa_engine_disabled", engine=word("kind", engine), flag=engine,
+            raise InvalidRequestError(tr("The {engine} engine is disabled on this server (--no-{flag}); choose "
+                                         "{other}.", engine=word("kind", engine), flag=engine,
                                           other=word("kind", "image" if engine == "chat" else "chat")))
     for variant in variants:
         stray = [k for k in variant.settings if SETTINGS[k][0] not in (*KINDS[kind], "both")]
         if stray:
-            raise InvalidRequestError(msg("err_qa_stray_settings", name=variant.name, keys=", ".join(stray),
+            raise InvalidRequestError(tr("Variant {name!r}: {keys} only apply to {applies} cells, but this run is "
+                                         "{kind} only; choose 'both' or "
+                                         "remove them.", name=variant.name, keys=", ".join(stray),
                                           applies=word("kind", SETTINGS[stray[0]][0]), kind=word("kind", kind)))
     cells = [Cell(p, variant.name, engine, _cell_settings(settings, engine, row, variant, run_seed, p))
              for p, row in enumerate(rows) for variant in variants for engine in KINDS[kind]]
@@ -319,16 +322,18 @@ def set_mark(run: QARun, index: int, mark: str | None, comment: str | None = Non
     cell = run.cells[_check_index(run, index)]
     mark = (mark or "").strip().lower() or None
     if mark not in (None, *MARKS):
-        raise InvalidRequestError(msg("err_qa_unknown_mark", mark=mark))
+        raise InvalidRequestError(tr("Unknown mark {mark!r}; use pass, fail or nothing.", mark=mark))
     if comment is not None:
         if not isinstance(comment, str) or len(comment) > MAX_COMMENT_CHARS:
-            raise InvalidRequestError(msg("err_qa_comment_too_long", most=MAX_COMMENT_CHARS))
-        cell.comment = check_text(comment.strip(), msg("err_qa_what_comment"))
+            raise InvalidRequestError(tr("A comment must be text of at most {most} characters.",
+                                         most=MAX_COMMENT_CHARS))
+        cell.comment = check_text(comment.strip(), tr("The comment"))
     cell.mark = mark
     return cell
 
 
 def _check_index(run: QARun, index: object) -> int:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(run.cells):
-        raise InvalidRequestError(msg("err_qa_no_such_cell", index=index, last=len(run.cells) - 1))
+        raise InvalidRequestError(tr("Cell {index!r} does not exist; this run has cells 0 to {last}.",
+                                     index=index, last=len(run.cells) - 1))
     return index

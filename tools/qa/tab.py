@@ -19,12 +19,9 @@ from tools.qa import runs as qa
 from tools.qa.export_csv import export_csv
 from tools.qa.html_report import export_html
 from ui import ExtraTab
-from ui.i18n import lang, register, say, t
+from ui.i18n import lang, say, t
 
 from . import views as v
-from .words import WORDS
-
-register(WORDS)  # the bench's page words join the page's one table
 
 VARIANTS_HINT = "cold: temperature=0.2, seed=1\nhot: temperature=1.2, seed=1"
 FORM_RESET = (0, "unmarked", "")  # cell #, mark, comment: cleared by every new run
@@ -38,11 +35,12 @@ def _file_path(upload) -> str | None:
 
 def _done_line(run) -> str:
     done = sum(c.status == "done" for c in run.cells)
-    return say("qa_line_done", done=done, total=len(run.cells), summary=qa_grid.summary_line(run, lang()))
+    return say("{done}/{total} cells done · {summary}",
+               done=done, total=len(run.cells), summary=qa_grid.summary_line(run, lang()))
 
 
 def _eta(p) -> str:
-    return say("qa_progress_eta", seconds=f"{p.eta_s:.0f}") if p.eta_s is not None else ""
+    return say(" · ~{seconds} s left", seconds=f"{p.eta_s:.0f}") if p.eta_s is not None else ""
 
 
 def build_qa_tab(backend: Backend) -> None:
@@ -55,31 +53,33 @@ def build_qa_tab(backend: Backend) -> None:
     compared_state = gr.State(None)  # the run the current one was compared with
     with gr.Row():
         with gr.Column():
-            prompts = gr.Textbox(label=t("qa_prompts"), lines=5, elem_id="qa-prompts")
-            upload = gr.File(label=t("qa_upload"),
+            prompts = gr.Textbox(label=t("Prompts (one per line)"), lines=5, elem_id="qa-prompts")
+            upload = gr.File(label=t("…or a .jsonl / .csv / .txt file with a 'prompt' column (and expectations)"),
                              file_types=[".jsonl", ".csv", ".txt"], elem_id="qa-upload")
         with gr.Column():
-            kind = gr.Radio([(t(f"qa_kind_{k}"), k) for k in kinds], value=kinds[0], label=t("qa_engine"),
+            kind = gr.Radio([(t(k, ctx="qa"), k) for k in kinds], value=kinds[0], label=t("Engine"),
                             elem_id="qa-kind")
-            variants = gr.Textbox(label=t("qa_variants"), lines=4,
+            variants = gr.Textbox(label=t("Variants (name: key=value, …; one per line, or JSON)"), lines=4,
                                   placeholder=VARIANTS_HINT, elem_id="qa-variants")
-            run_seed = gr.Number(label=t("qa_run_seed"), value=0, precision=0)
+            run_seed = gr.Number(label=t("Run seed (fixes every cell's seed)"), value=0, precision=0)
             with gr.Row():
-                run_btn = gr.Button(t("qa_run"), variant="primary", elem_id="qa-run")
-                stop_btn = gr.Button(t("qa_stop"), variant="stop", elem_id="qa-stop")
-    status = gr.Textbox(label=t("qa_status"), interactive=False, elem_id="qa-status")
-    summary = gr.Dataframe(label=t("qa_summary"), interactive=False, wrap=True, elem_id="qa-summary")
-    grid = gr.Dataframe(label=t("qa_grid"), interactive=False, wrap=True,
+                run_btn = gr.Button(t("Run set"), variant="primary", elem_id="qa-run")
+                stop_btn = gr.Button(t("Stop"), variant="stop", elem_id="qa-stop")
+    status = gr.Textbox(label=t("Status"), interactive=False, elem_id="qa-status")
+    summary = gr.Dataframe(label=t("Summary per variant (passed / failed: the reviewer's mark, else the automatic "
+                                   "verdict)"), interactive=False, wrap=True, elem_id="qa-summary")
+    grid = gr.Dataframe(label=t("Results (prompt × variant): click a cell to review it"), interactive=False, wrap=True,
                         line_breaks=True, max_height=900, elem_id="qa-grid")
-    gallery = gr.Gallery(label=t("qa_images"), columns=4, height="auto", object_fit="contain", elem_id="qa-gallery")
+    gallery = gr.Gallery(label=t("Images"), columns=4, height="auto", object_fit="contain", elem_id="qa-gallery")
     with gr.Row():
-        cell_index = gr.Number(label=t("qa_cell"), precision=0, value=0, elem_id="qa-cell")
-        mark = gr.Radio([(t(f"qa_mark_{m}"), m) for m in ("pass", "fail", "unmarked")], label=t("qa_mark"),
+        cell_index = gr.Number(label=t("Cell # (click the grid; 0 = none)"), precision=0, value=0, elem_id="qa-cell")
+        mark = gr.Radio([(t(m), m) for m in ("pass", "fail", "unmarked")], label=t("Mark"),
                         value="unmarked", elem_id="qa-mark")
-        comment = gr.Textbox(label=t("qa_comment"), elem_id="qa-comment")
-        save_mark_btn = gr.Button(t("qa_save_mark"), elem_id="qa-save-mark")
-        rerun_btn = gr.Button(t("qa_rerun"), elem_id="qa-rerun")
-    with gr.Accordion(t("qa_speed"), open=False, elem_id="qa-speed-box") as speed_box:
+        comment = gr.Textbox(label=t("Comment"), elem_id="qa-comment")
+        save_mark_btn = gr.Button(t("Save mark"), elem_id="qa-save-mark")
+        rerun_btn = gr.Button(t("Re-run cell"), elem_id="qa-rerun")
+    with gr.Accordion(t("Speed and cost per cell (sort from a column's ⋮ menu)"), open=False,
+                      elem_id="qa-speed-box") as speed_box:
         # Gradio's frontend does not translate a Dataframe's headers given at build time: opening the box before
         # any run writes them in the page's language; a run sends them with its rows (views()).
         speed = gr.Dataframe(headers=qa_grid.SPEED_HEADERS, datatype=qa_grid.SPEED_TYPES, interactive=False,
@@ -91,39 +91,40 @@ def build_qa_tab(backend: Backend) -> None:
         return gr.update(value={"headers": qa_grid.speed_headers(lang()), "data": []})
 
     speed_box.expand(open_speed_box, run_state, speed, queue=False, api_visibility="private")
-    with gr.Accordion(t("qa_ab"), open=False, elem_id="qa-ab-box"):
+    with gr.Accordion(t("Blind A/B: two variants, names hidden, sides shuffled"), open=False, elem_id="qa-ab-box"):
         with gr.Row():
-            ab_first = gr.Dropdown(label=t("qa_ab_first"), elem_id="qa-ab-first")
-            ab_second = gr.Dropdown(label=t("qa_ab_second"), elem_id="qa-ab-second")
-            ab_start_btn = gr.Button(t("qa_ab_start"), elem_id="qa-ab-start")
-        ab_heading = gr.Textbox(label=t("qa_ab_pair"), interactive=False, elem_id="qa-ab-heading")
+            ab_first = gr.Dropdown(label=t("Variant"), elem_id="qa-ab-first")
+            ab_second = gr.Dropdown(label=t("against"), elem_id="qa-ab-second")
+            ab_start_btn = gr.Button(t("Start blind review"), elem_id="qa-ab-start")
+        ab_heading = gr.Textbox(label=t("Pair"), interactive=False, elem_id="qa-ab-heading")
         with gr.Row():
             with gr.Column():
-                left_text = gr.Textbox(label=t("qa_left"), interactive=False, lines=6, elem_id="qa-ab-left")
-                left_image = gr.Image(label=t("qa_left"), visible=False, interactive=False, elem_id="qa-ab-left-image")
+                left_text = gr.Textbox(label=t("Left"), interactive=False, lines=6, elem_id="qa-ab-left")
+                left_image = gr.Image(label=t("Left"), visible=False, interactive=False, elem_id="qa-ab-left-image")
             with gr.Column():
-                right_text = gr.Textbox(label=t("qa_right"), interactive=False, lines=6, elem_id="qa-ab-right")
-                right_image = gr.Image(label=t("qa_right"), visible=False, interactive=False,
+                right_text = gr.Textbox(label=t("Right"), interactive=False, lines=6, elem_id="qa-ab-right")
+                right_image = gr.Image(label=t("Right"), visible=False, interactive=False,
                                        elem_id="qa-ab-right-image")
         with gr.Row():
-            pick_left = gr.Button(t("qa_pick_left"), elem_id="qa-ab-pick-left")
-            pick_tie = gr.Button(t("qa_pick_tie"), elem_id="qa-ab-pick-tie")
-            pick_right = gr.Button(t("qa_pick_right"), elem_id="qa-ab-pick-right")
-            ab_end_btn = gr.Button(t("qa_reveal"), elem_id="qa-ab-reveal")
-        ab_result = gr.Textbox(label=t("qa_result"), interactive=False, lines=4, elem_id="qa-ab-result")
+            pick_left = gr.Button(t("Left is better"), elem_id="qa-ab-pick-left")
+            pick_tie = gr.Button(t("Tie"), elem_id="qa-ab-pick-tie")
+            pick_right = gr.Button(t("Right is better"), elem_id="qa-ab-pick-right")
+            ab_end_btn = gr.Button(t("End and reveal"), elem_id="qa-ab-reveal")
+        ab_result = gr.Textbox(label=t("Result"), interactive=False, lines=4, elem_id="qa-ab-result")
     with gr.Row():
-        export_html_btn = gr.Button(t("qa_export_html"), elem_id="qa-export-html")
-        export_jsonl_btn = gr.Button(t("qa_export_jsonl"), elem_id="qa-export-jsonl")
-        export_csv_btn = gr.Button(t("qa_export_csv"), elem_id="qa-export-csv")
-        import_file = gr.File(label=t("qa_import"), file_types=[".jsonl"], elem_id="qa-import")
-        compare_btn = gr.Button(t("qa_compare"), elem_id="qa-compare")
-    export_file = gr.File(label=t("qa_export_file"), height=90, elem_id="qa-export-file")
-    only_changed = gr.Checkbox(label=t("qa_only_changed"), value=False, elem_id="qa-only-changed")
-    compare_grid = gr.Dataframe(label=t("qa_compare_grid"), interactive=False, wrap=True,
+        export_html_btn = gr.Button(t("Export HTML report"), elem_id="qa-export-html")
+        export_jsonl_btn = gr.Button(t("Export JSONL"), elem_id="qa-export-jsonl")
+        export_csv_btn = gr.Button(t("Export CSV"), elem_id="qa-export-csv")
+        import_file = gr.File(label=t("Import a JSONL run"), file_types=[".jsonl"], elem_id="qa-import")
+        compare_btn = gr.Button(t("Run it again and compare"), elem_id="qa-compare")
+    export_file = gr.File(label=t("Export"), height=90, elem_id="qa-export-file")
+    only_changed = gr.Checkbox(label=t("Show only what changed"), value=False, elem_id="qa-only-changed")
+    compare_grid = gr.Dataframe(label=t("What changed (after 'Run it again and compare')"), interactive=False,
+                                wrap=True,
                                 headers=["#", "Δ"], elem_id="qa-compare-grid")  # no words until a compare
-    diff_box = gr.Textbox(label=t("qa_diff"), lines=8, interactive=False,
+    diff_box = gr.Textbox(label=t("Text diffs of the changed chat cells (- old, + new)"), lines=8, interactive=False,
                           elem_id="qa-diff")
-    diff_gallery = gr.Gallery(label=t("qa_diff_gallery"), columns=2, height="auto",
+    diff_gallery = gr.Gallery(label=t("Changed images: old left, new right"), columns=2, height="auto",
                               object_fit="contain", elem_id="qa-diff-gallery")
 
     ab_views = [ab_heading, left_text, left_image, right_text, right_image, ab_result]
@@ -145,15 +146,16 @@ def build_qa_tab(backend: Backend) -> None:
         stop = stops[session] = threading.Event()
         try:
             for p in qa.run_cells(backend, run, stop):
-                progress((p.done, p.total), desc=say("qa_progress", done=p.done, total=p.total, eta=_eta(p)),
-                         unit=say("qa_progress_unit"))
-                line = say("qa_line_running", done=p.done, total=p.total, eta=_eta(p))
+                progress((p.done, p.total), desc=say("{done}/{total} cells{eta}",
+                                                     done=p.done, total=p.total, eta=_eta(p)),
+                         unit=say("cells", ctx="qa progress"))
+                line = say("{done}/{total} cells done{eta}", done=p.done, total=p.total, eta=_eta(p))
                 yield run, *v.views(run, running=True), line, *skip_tail
         except ShowcaseError as exc:
             v.refuse(exc)
         finally:
             stops.pop(session, None)
-        line = say("qa_line_stopped" if stop.is_set() else "qa_line_finished", line=_done_line(run))
+        line = say("Stopped: {line}" if stop.is_set() else "Finished: {line}", line=_done_line(run))
         yield run, *v.views(run), line, *FORM_RESET, *v.variant_choices(run), *v.ab_view(run)
 
     def press_stop(request: gr.Request):
@@ -173,9 +175,10 @@ def build_qa_tab(backend: Backend) -> None:
 
     def _picked(run, number) -> int:
         if run is None or not number or number < 1:
-            v.refuse(say("qa_refuse_pick_cell"))
+            v.refuse(say("Run a set (or import one) and pick a cell first."))
         if number > len(run.cells):
-            v.refuse(say("qa_refuse_no_cell", number=int(number), last=len(run.cells)))
+            v.refuse(say("Cell {number} does not exist; this run has cells 1 to {last}.",
+                         number=int(number), last=len(run.cells)))
         return int(number) - 1
 
     def press_save_mark(run, number, mark_value, comment_value):
@@ -192,12 +195,13 @@ def build_qa_tab(backend: Backend) -> None:
             cell = qa.rerun_cell(backend, run, index)
         except ShowcaseError as exc:
             v.refuse(exc)
-        return run, *v.views(run), say("qa_line_reran", number=index + 1, status=v.shown_word("status", cell.status),
+        return run, *v.views(run), say("Re-ran cell {number}: {status} · {line}",
+                                       number=index + 1, status=v.shown_word("status", cell.status),
                                        line=_done_line(run))
 
     def _export(run, text_of, suffix: str) -> str:
         if run is None:
-            v.refuse(say("qa_refuse_export"))
+            v.refuse(say("Nothing to export yet: run a set first."))
         return str(backend.exports.write(text_of(run), suffix, "qa-run"))
 
     def pick_import(upload_value):
@@ -207,12 +211,13 @@ def build_qa_tab(backend: Backend) -> None:
             run = qa_report.read_run(_file_path(upload_value), settings)
         except ShowcaseError as exc:
             v.refuse(exc)
-        return (run, None, *v.views(run), say("qa_line_imported", count=len(run.cells), line=_done_line(run)),
+        return (run, None, *v.views(run), say("Imported a run of {count} cells · {line}",
+                                              count=len(run.cells), line=_done_line(run)),
                 *FORM_RESET, *v.variant_choices(run), *v.ab_view(run))
 
     def press_compare(current, only, request: gr.Request, progress=gr.Progress()):
         if current is None:
-            v.refuse(say("qa_refuse_compare"))
+            v.refuse(say("Run a set or import a JSONL run first: the new run repeats its prompts, variants and seeds."))
         fresh = qa.new_run_like(current)
         final = None
         for final in _execute(fresh, request, progress):
@@ -221,7 +226,7 @@ def build_qa_tab(backend: Backend) -> None:
 
     def press_ab_start(run, first, second):
         if run is None:
-            v.refuse(say("qa_refuse_ab_run"))
+            v.refuse(say("Run a set (or import one) first."))
         try:
             qa_ab.start(run, first, second)
         except ShowcaseError as exc:
@@ -231,10 +236,10 @@ def build_qa_tab(backend: Backend) -> None:
     def press_pick(choice):
         def handler(run):
             if run is None or not run.ab:
-                v.refuse(say("qa_refuse_ab_start"))
+                v.refuse(say("Start a blind review first: choose two variants."))
             n = qa_ab.next_pair(run)
             if n is None:
-                v.refuse(say("qa_refuse_ab_done"))
+                v.refuse(say("Every pair is picked; start a new review to pick again."))
             qa_ab.pick(run, n, choice)
             return run, *v.ab_view(run)
 
@@ -242,7 +247,7 @@ def build_qa_tab(backend: Backend) -> None:
 
     def press_reveal(run):
         if run is None or not run.ab:
-            v.refuse(say("qa_refuse_ab_start"))
+            v.refuse(say("Start a blind review first: choose two variants."))
         qa_ab.reveal(run)
         return run, *v.ab_view(run)
 
@@ -273,4 +278,4 @@ def build_qa_tab(backend: Backend) -> None:
     ab_end_btn.click(press_reveal, run_state, [run_state, *ab_views], **private)
 
 
-TAB = ExtraTab("tab_qa", "qa-tab", build_qa_tab)  # app.py hands it to ui.serve
+TAB = ExtraTab("QA bench", "qa-tab", build_qa_tab)  # app.py hands it to ui.serve

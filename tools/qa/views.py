@@ -66,40 +66,44 @@ def ab_view(run) -> tuple:
     """The blind pair to pick next (no name, seed or setting of either side), or the revealed result."""
     blank = gr.update(value=None, visible=False)
     if run is None or not run.ab:
-        return say("qa_ab_idle"), blank, blank, blank, blank, ""
+        return say("Choose two variants and start a blind review."), blank, blank, blank, blank, ""
     review = run.ab
     n = qa_ab.next_pair(run)
     picked = sum(p["pick"] is not None for p in review["pairs"])
     total = len(review["pairs"])
     if review["revealed"] or n is None:
-        return say("qa_ab_done", picked=picked, total=total), blank, blank, blank, blank, ab_result(run)
+        return say("Done: {picked} of {total} pairs picked. Names revealed below.",
+                   picked=picked, total=total), blank, blank, blank, blank, ab_result(run)
     pair = review["pairs"][n]
     left, right = qa_ab.pair_cells(run, n)
-    heading = say("qa_ab_heading", number=n + 1, total=total, kind=shown_word("kind", pair["kind"]),
+    heading = say("Pair {number} of {total} · {kind} · prompt #{prompt}: {text}",
+                  number=n + 1, total=total, kind=shown_word("kind", pair["kind"]),
                   prompt=pair["prompt_index"] + 1, text=run.rows[pair["prompt_index"]].prompt)
-    return (heading, *_side(left), *_side(right), say("qa_ab_progress", picked=picked, total=total))
+    return (heading, *_side(left), *_side(right), say("{picked} of {total} picked; names stay hidden until every pair "
+                                                      "is picked.", picked=picked, total=total))
 
 
 def _side(cell) -> tuple:
     status = shown_word("status", cell.status)
     if cell.kind == "image":
         image = decode_png(cell.image_png) if cell.image_png else None
-        text = "" if image is not None else say("qa_ab_no_image", status=status)
+        text = "" if image is not None else say("(no image: {status})", status=status)
         return gr.update(value=text, visible=image is None), gr.update(value=image, visible=image is not None)
     text = cell.text if cell.status == "done" else f"({status}{': ' + localized(cell.error) if cell.error else ''})"
     if cell.reasoning:
-        text = say("qa_ab_reasoning", reasoning=cell.reasoning, answer=text)
+        text = say("[reasoning]\n{reasoning}\n[answer]\n{answer}", reasoning=cell.reasoning, answer=text)
     return gr.update(value=text, visible=True), gr.update(value=None, visible=False)
 
 
 def ab_result(run) -> str:
     """Tally and every pair's pick with the names, as plain text."""
     first, second = run.ab["variants"]
-    lines = [say("qa_ab_tally", first=first, second=second, tally=qa_ab.tally_line(run, lang()))]
+    lines = [say("{first} vs {second}: {tally}", first=first, second=second, tally=qa_ab.tally_line(run, lang()))]
     for p in qa_ab.per_row(run):
-        pick = say(f"qa_ab_pick_{p['pick']}") if p["pick"] else say("qa_ab_unpicked")
-        won = (say("qa_ab_pick_tie") if p["winner"] == "tie" else p["winner"]) or say("qa_ab_unpicked")
-        lines.append(say("qa_ab_row", prompt=p["prompt_index"] + 1, kind=shown_word("kind", p["kind"]),
+        pick = say(p["pick"]) if p["pick"] else say("unpicked")
+        won = (say("tie") if p["winner"] == "tie" else p["winner"]) or say("unpicked")
+        lines.append(say("#{prompt} {kind}: left {left}, right {right} -> {pick} ({won})",
+                         prompt=p["prompt_index"] + 1, kind=shown_word("kind", p["kind"]),
                          left=p["left"], right=p["right"], pick=pick, won=won))
     return "\n".join(lines)
 
@@ -112,7 +116,8 @@ def compare_view(old, new, only_changed: bool) -> tuple:
     changes = compare_runs(old, new)
     headers, rows = compare_table(changes, only_changed, language)
     changed = changed_only(old, new, changes, language)
-    diffs = "\n\n".join(f"{c.caption}\n{c.diff or say('qa_diff_same')}" for c in changed if c.image is None)
+    same = say("(same text; see what changed)")
+    diffs = "\n\n".join(f"{c.caption}\n{c.diff or same}" for c in changed if c.image is None)
     images = [(c.image, c.caption) for c in changed if c.image is not None]
-    label = say("qa_compare_label", changed=len(changed), total=len(changes))
+    label = say("What changed ({changed} of {total} cells changed)", changed=len(changed), total=len(changes))
     return gr.update(value={"headers": headers, "data": rows}, label=label), diffs, images
