@@ -23,14 +23,14 @@ SHOWN = {"label", "info", "placeholder", "examples_label"}
 # Components whose first positional argument is shown text (a button's value, a tab's or accordion's title).
 TITLED = {"Button", "UploadButton", "Accordion", "Tab", "Markdown"}
 # The files that build what the page shows (api.py's hidden components are named for API clients).
-PAGE_FILES = ["__init__.py", "status_panel.py", "header.py", "chat_tab.py", "chat_saved.py", "chat_view.py",
-              "chat_export.py", "image_tab.py", "../tools/qa/tab.py", "../tools/qa/views.py",
+PAGE_FILES = ["__init__.py", "status_panel.py", "chat_tab.py",
+              "image_tab.py", "../tools/qa/tab.py", "../tools/qa/views.py",
               "../tools/cache/panel.py"]
 # The calls whose first argument is an English template shown in the visitor's language.
 TRANSLATED = {"tr", "say", "t", "bilingual_html", "Message"}
 # Words translated from a variable (say(state), t(kind)): each must be in the catalog too.
 VARIABLE_WORDS = {
-    "task states and engine chips (ui/status_text.py, ui/header.py)": ["queued", "running", "ready", "failed",
+    "task states and engine chips (ui/status_panel.py)": ["queued", "running", "ready", "failed",
                                                                         "skipped", "warming up", "loading",
                                                                         "disabled", "Chat", "Image"],
     "task table columns (ui/status_panel.py TASK_COLUMNS)": ["task", "shape", "state", "seconds", "compile cache",

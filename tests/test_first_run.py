@@ -18,7 +18,7 @@ from neuron_backend.compile_counters import CompileCounter
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
-from ui.status_text import counters_lines, task_rows
+from ui.status_panel import counters_lines, task_rows
 
 
 @pytest.fixture

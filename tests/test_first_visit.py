@@ -26,9 +26,8 @@ from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.warmup import HIT_SUFFIX, READY, Step, Task, TimingHistory, WarmupRunner
 from ui.guards import LoginThrottle
-from ui.header import engine_chips, header_html
-from ui.presentation import markdown_literal, markdown_unliteral
-from ui.status_text import size_choice_label, task_rows
+from ui.presentation import markdown_literal, markdown_unliteral, size_choice_label
+from ui.status_panel import engine_chips, header_html, task_rows
 
 
 def _backend(root: Path, demo_models, *extra) -> Backend:
@@ -201,7 +200,7 @@ def test_chat_text_is_escaped_outside_code_and_round_trips(text):
 
 
 def test_chatbot_sends_escaped_text_and_hands_back_the_original():
-    from ui.chat_view import LiteralChatbot
+    from ui.chat_tab import LiteralChatbot
 
     bot = LiteralChatbot(render=False)
     sent = bot.postprocess([{"role": "user", "content": "List<String>  \n    indented"}])
@@ -213,7 +212,7 @@ def test_chatbot_sends_escaped_text_and_hands_back_the_original():
 def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
     """Closing the reply (Gradio's Stop) still yields the final stats, marked stopped."""
     from neuron_backend.chat.text import ChatRequest
-    from ui.chat_view import StoppedReplies
+    from ui.chat_tab import StoppedReplies
 
     backend = _backend(tmp_path, demo_models, "--no-image")
     replies = StoppedReplies(backend)
@@ -233,7 +232,7 @@ def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_run
     """With --chat-batch 2, Stop ends only that reply's row: it keeps its stats, the other user's reply goes on."""
     from neuron_backend.chat.batch import BatchRow, Sampling
     from neuron_backend.chat.text import ChatRequest
-    from ui.chat_view import StoppedReplies
+    from ui.chat_tab import StoppedReplies
 
     backend = _backend(tmp_path, demo_models, "--no-image", "--chat-batch", "2", "--max-new-tokens", "2000")
     replies = StoppedReplies(backend)

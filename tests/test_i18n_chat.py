@@ -107,7 +107,7 @@ def test_reply_bubbles_and_notices_in_the_page_language():
 
 
 def test_a_refusal_note_and_its_toast_in_the_page_language():
-    from ui.chat_view import chat_refusals
+    from ui.chat_tab import chat_refusals
 
     @chat_refusals(lambda: 2)
     def handler(message):
@@ -248,7 +248,7 @@ def test_feedback_errors_in_arabic(tmp_path):
 
 
 def test_a_conversation_file_refused_in_arabic(tmp_path):
-    from ui.chat_export import read_conversation
+    from ui.chat_tab import read_conversation
 
     limits = HistoryLimits(messages=4, chars=10, message_chars=10)
     big, broken = tmp_path / "big.json", tmp_path / "broken.json"
@@ -331,7 +331,7 @@ def test_an_arabic_page_chats_in_arabic(browser, app_url):  # noqa: F811 - the f
 
 
 def test_chat_refusals_pass_other_errors_through():
-    from ui.chat_view import chat_refusals
+    from ui.chat_tab import chat_refusals
 
     @chat_refusals(lambda: 0)
     def handler():

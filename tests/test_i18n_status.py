@@ -47,10 +47,21 @@ from neuron_backend.shapes import parse_size
 from neuron_backend.warmup import Step, Task, TimingHistory, WarmupRunner
 from tools.cache import bundle, manifest
 from ui import i18n
-from ui.header import engine_chips, header_html
 from ui.i18n import localized
-from ui.status_panel import details_markdown, task_headers, task_table
-from ui.status_text import LRI, PDI, counters_lines, ltr_runs, size_choice_label, status_bar_html, task_rows
+from ui.presentation import size_choice_label
+from ui.status_panel import (
+    LRI,
+    PDI,
+    counters_lines,
+    details_markdown,
+    engine_chips,
+    header_html,
+    ltr_runs,
+    status_bar_html,
+    task_headers,
+    task_rows,
+    task_table,
+)
 
 # Names that stay as they are in either language: products, models, libraries, the demo's labels.
 ALLOWED = ("Hugging Face", "AWS Trainium", "FLUX.2-klein", "Qwen3", "TorchNeuron", "torch.compile")

@@ -285,7 +285,7 @@ def test_saved_chats_keep_their_key_and_secret_across_restarts(tmp_path):
     import ui
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
-    from ui.chat_saved import SAVED_CHATS_KEY
+    from ui.chat_tab import SAVED_CHATS_KEY
 
     def saved_chats_state():
         settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path)], env={})

@@ -177,7 +177,7 @@ def test_auto_falls_back_loudly_when_the_real_load_fails(tmp_path, demo_models):
     assert status["ready"] and status["engines"]["chat"]["state"] == "ready"
     assert "FELL BACK" in status["banner"] and "chat" in status["fallbacks"]
     assert "demo" in status["models"]["chat"]
-    from ui.status_text import status_bar_html  # no Gradio import: plain text builders
+    from ui.status_panel import status_bar_html
 
     assert "fallback-alarm" in status_bar_html(status) and "model.safetensors: truncated" in status_bar_html(status)
     assert list(backend.stream_chat(__import__("neuron_backend.chat.engine", fromlist=["ChatRequest"])

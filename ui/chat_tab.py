@@ -1,19 +1,429 @@
-"""The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter and exports."""
+"""The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats, feedback
+and conversation files.
+
+Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats.
+
+Saved chats: ChatInterface's ``save_history`` keeps every conversation in the browser's
+localStorage (a ``gr.BrowserState``), listed in the panel beside the chat: "New chat" starts one,
+a click reopens one, the chatbot's 🗑 (clear) deletes the open one. Nothing is stored on the server,
+so no visitor sees another's chats. The storage key is fixed and the encryption secret is kept
+under the cache root, so saved chats also survive a server restart (Gradio's default secret is
+new at every start, which would silently empty every visitor's list).
+
+Feedback: the chatbot's thumbs mark a reply; the mark goes to ``neuron_backend.feedback`` with
+the reply's settings and stats (remembered per reply in the session when it finished, so only a
+reply this server produced in this session carries them), and a comment box appears for an
+optional comment on that mark. A session stores at most ``MAX_MARKS_PER_SESSION`` marks (counted in
+a ``gr.State``, which lives on the server: the page cannot reset it short of opening a new session).
+
+Conversation files: Export JSON / Markdown, and Load JSON (an export back into the chat). The JSON
+schema is ``neuron_backend.chat.history.export_document`` (docs/api.md, "Chat history and the export
+format"); the same file's ``messages`` are accepted as ``history`` by ``/chat``. Both files are English
+in either page language (keys, headings, stats; the model's name says "demo model" in English); the
+notices in them are the text the page showed. Errors of a loaded file come in the page's language.
+"""
 
 from __future__ import annotations
 
-import gradio as gr
+import hashlib
+import json
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from functools import wraps
+from pathlib import Path
 
-from neuron_backend.chat.history import NOTICE_PREFIX, REASONING_TITLE, trim_to_limits
+import gradio as gr
+from gradio.components.chatbot import TextMessage
+from gradio.context import LocalContext
+
+from neuron_backend.chat.history import (
+    NOTICE_PREFIX,
+    REASONING_TITLE,
+    HistoryLimits,
+    export_document,
+    load_document,
+    trim_to_limits,
+)
 from neuron_backend.chat.text import ChatRequest, reply_notices
+from neuron_backend.errors import InvalidRequestError, ShowcaseError
+from neuron_backend.feedback import FeedbackLog, session_budget_left
+from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
-from .chat_export import history_limits, wire_conversation_files
-from .chat_saved import keep_saved_chats, remember_reply, wire_feedback
-from .chat_view import LiteralChatbot, StoppedReplies, chat_refusals, current_session, session_of
-from .i18n import bilingual_html, localized, t
-from .presentation import chat_stats_text, context_meter_text
+from .api import shown, user_errors
+from .i18n import bilingual_html, localized, say, t
+from .presentation import (
+    chat_stats_text,
+    context_meter_text,
+    conversation_markdown,
+    markdown_literal,
+    markdown_unliteral,
+)
 
+# ----- how the tab shows things: text as typed, refusals, stopped replies -------------------------------
+MAX_SESSIONS = 1000  # stopped replies kept, one per browser session
+
+
+class LiteralChatbot(gr.Chatbot):
+    """A Chatbot that shows every message's text exactly as typed or generated: Markdown, no live HTML.
+
+    Gradio's Chatbot renders Markdown with raw HTML in it: its sanitizer deletes tags it does not
+    know (``List<String>`` shows as ``List``) and keeps others live (a styled ``<div>``, ``<a>``,
+    ``<details>``). Here each text leaves escaped (``markdown_literal``) and comes back unescaped, so
+    handlers, history and exports see the text itself. Gradio's own ``inspect.cleandoc`` of string
+    messages is skipped too: indentation stays. Drawn by the frontend's Chatbot (``is_template``).
+    """
+
+    is_template = True
+
+    def _postprocess_content(self, chat_message):
+        if isinstance(chat_message, str):
+            return TextMessage(text=markdown_literal(chat_message))
+        if isinstance(chat_message, dict) and chat_message.get("type") == "text":
+            return TextMessage(text=markdown_literal(str(chat_message.get("text", ""))))
+        return super()._postprocess_content(chat_message)
+
+    def _preprocess_content(self, chat_message):
+        content = super()._preprocess_content(chat_message)
+        if isinstance(chat_message, TextMessage):
+            content["text"] = markdown_unliteral(content["text"])
+        return content
+
+
+def refusal_note(message: str) -> list[gr.ChatMessage]:
+    """The reply slot of a refused message: a titled note (titled messages never go back to the model),
+    titled "⚠ Not answered" in the page's language; ``message`` as it is (the chatbot escapes it)."""
+    return [gr.ChatMessage(role="assistant", content=message,
+                           metadata={"title": say("⚠ Not answered"), "status": "done"})]
+
+
+def chat_refusals(extra_outputs: Callable[[], int]):
+    """For the ChatInterface handler: a refusal ends the reply with a note and one warning toast.
+
+    Raising gr.Error there leaves Gradio 6.31's ChatInterface stuck (message box disabled, Stop
+    showing) and paints an error on every output; ending normally lets it re-enable the box.
+    ``extra_outputs()``: how many ``additional_outputs`` the interface has (they are left as they are).
+    """
+
+    def decorate(fn):
+        @wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except ShowcaseError as exc:  # in the page's language; the toast is HTML (escaped), the note is not
+                gr.Warning(shown(exc))
+                yield (refusal_note(localized(exc)), *([gr.skip()] * extra_outputs()))
+
+        return wrapper
+
+    return decorate
+
+
+class StoppedReplies:
+    """Keeps the final update (with stats, marked stopped) of a reply the visitor stopped.
+
+    Gradio ends a handler on Stop by closing its generator, so the last update, the one with the
+    stats, never reaches the page. ``stream`` catches that close: it stops this reply within one
+    token, drains it to its final update and keeps it for ``stopped`` (the Stop button's own
+    listener), which waits up to ``wait_s`` for it. How it stops only this reply: on the
+    one-reply-at-a-time path the suspended reply holds the engine's job lock, so ``cancel`` stops
+    exactly it; with ``--chat-batch`` the reply's own ``stop`` event ends its row (the other users'
+    rows run on). Thread-safety: one entry per browser session, guarded by ``_lock``.
+    """
+
+    def __init__(self, backend: Backend, wait_s: float = 5.0):
+        self.backend, self.wait_s = backend, wait_s
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[threading.Event, list]] = {}
+
+    def _fresh(self, session: str) -> tuple[threading.Event, list]:
+        with self._lock:
+            self._kept.pop(session, None)
+            self._kept[session] = entry = (threading.Event(), [])
+            while len(self._kept) > MAX_SESSIONS:  # the oldest sessions go first
+                self._kept.pop(next(iter(self._kept)))
+            return entry
+
+    def stream(self, session: str, request) -> Iterator:
+        """``Backend.stream_chat(request)``, keeping the final update if the consumer stops early."""
+        done, kept = self._fresh(session)
+        stop = threading.Event()  # --chat-batch: this reply's own row stop (ChatEngine.stream)
+        stream = self.backend.stream_chat(request, stop)
+        finished = False
+        try:
+            for update in stream:  # noqa: UP028 - ``yield from`` would close ``stream`` when we are closed
+                yield update
+            finished = True
+        finally:
+            if not finished:
+                self._finish_stopped(stream, stop, kept)
+            done.set()
+
+    def _finish_stopped(self, stream, stop: threading.Event, kept: list) -> None:
+        if self.backend.settings.chat_batch > 1:
+            stop.set()
+        else:
+            self.backend.cancel("chat")
+        last = None
+        try:
+            for last in stream:  # noqa: B007 - within one token the engine ends with its stats
+                pass
+        except Exception:  # noqa: BLE001 - nothing to show then; the reply was stopped anyway
+            return
+        if last is not None and last.stats is not None:
+            kept.append(last)
+
+    def stopped(self, session: str):
+        """The stopped reply's final update, or None (no reply stopped, or the stats never came)."""
+        with self._lock:
+            entry = self._kept.get(session)
+        if entry is None:
+            return None
+        done, kept = entry
+        done.wait(self.wait_s)
+        with self._lock:  # shown once: a later Stop before the next reply starts finds nothing
+            if self._kept.get(session) is entry and done.is_set():
+                del self._kept[session]
+        return kept[-1] if kept else None
+
+
+def session_of(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "anonymous"
+
+
+def current_session() -> str:
+    """The browser session of the event being handled (ChatInterface passes its handler no gr.Request)."""
+    return session_of(LocalContext.request.get(None))
+
+
+# ----- saved chats and 👍/👎 feedback -----------------------------------------------------------------------
+SAVED_CHATS_KEY = "showcase-saved-chats"
+MAX_REMEMBERED_REPLIES = 64  # per session: replies whose settings a later mark can still find
+
+
+def _text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    if isinstance(content, dict):
+        return str(content.get("text", ""))
+    return "" if content is None else str(content)
+
+
+def reply_key(answer: str) -> str:
+    """The key of a reply's record in the session's reply records (the conversation files read them too)."""
+    return hashlib.sha1(answer.strip().encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def browser_secret(cache_dir: Path) -> str:
+    """The saved chats' encryption secret, made once and kept under the cache root (random if unwritable)."""
+    path = Path(cache_dir) / "browser-state-secret"
+    try:
+        text = path.read_text().strip()
+        if len(text) >= 16:
+            return text
+    except OSError:
+        pass
+    value = secrets.token_urlsafe(24)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(value)
+    except OSError:
+        pass  # a read-only cache root: chats then last until the next restart only
+    return value
+
+
+def keep_saved_chats(chat: gr.ChatInterface, cache_dir: Path) -> None:
+    """Fix the saved chats' storage key and secret (call right after building a ChatInterface with save_history)."""
+    chat.saved_conversations.storage_key = SAVED_CHATS_KEY
+    chat.saved_conversations.secret = browser_secret(cache_dir)
+
+
+def remember_reply(records: dict | None, request, update) -> dict:
+    """The session's reply records plus this finished reply's settings and stats, keyed by its answer."""
+    records = dict(records or {})
+    stats = vars(update.stats) if update.stats is not None else {}
+    records[reply_key(update.answer)] = {
+        "settings": {"system_prompt": request.system_prompt, "thinking": request.thinking,
+                     "greedy": request.greedy, "temperature": request.temperature, "top_p": request.top_p,
+                     "top_k": request.top_k, "max_new_tokens": request.max_new_tokens,
+                     "seed": stats.get("seed", request.seed)},
+        "stats": stats,
+    }
+    while len(records) > MAX_REMEMBERED_REPLIES:
+        records.pop(next(iter(records)))
+    return records
+
+
+def marked_reply(history: list[dict], index) -> tuple[str, str, int]:
+    """(prompt, reply, turn) of the reply at ``index``: a folded bubble (reasoning before the answer,
+    a notice after it) counts as its answer."""
+    index = index[0] if isinstance(index, (list, tuple)) else int(index)
+    messages = list(history or [])
+
+    def folded(i):
+        return messages[i].get("role") != "assistant" or bool((messages[i].get("metadata") or {}).get("title"))
+
+    forward = next((i for i in range(index, len(messages)) if not folded(i) or messages[i].get("role") == "user"),
+                   None)
+    if forward is None or messages[forward].get("role") == "user":  # a notice after the answer: look back
+        forward = next((i for i in range(index, -1, -1) if not folded(i)), index)
+    index = forward
+    reply = _text(messages[index].get("content"))
+    users = [i for i, m in enumerate(messages[:index]) if m.get("role") == "user"]
+    if not users:
+        return "", reply, 0
+    return _text(messages[users[-1]].get("content")), reply, len(users)
+
+
+def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> FeedbackLog:
+    """The like/dislike event of ``chatbot`` and the optional comment row under it."""
+    log = FeedbackLog.for_settings(backend.settings)
+    mark_id = gr.State(None)
+    stored = gr.State(0)  # marks this session has stored
+    with gr.Row(visible=False, elem_id="feedback-row") as row:
+        comment = gr.Textbox(label=t("Comment on your mark (optional)"), lines=1, scale=4, elem_id="feedback-comment",
+                             max_length=2000)
+        save = gr.Button(t("Save comment"), size="sm", scale=1, elem_id="feedback-save")
+
+    def mark_reply(history, remembered, count, evt: gr.LikeData):
+        rating = {True: "up", "Like": "up", False: "down", "Dislike": "down"}.get(evt.liked)
+        if rating is None:  # an unmark or another flag: nothing to store
+            return None, gr.update(visible=False), "", gr.skip()
+        try:
+            session_budget_left(count or 0)
+            prompt, reply, turn = marked_reply(history, evt.index)
+            record = (remembered or {}).get(reply_key(reply), {})
+            new_id = log.record(rating, prompt, reply, record.get("settings"), record.get("stats"), turn=turn)
+        except ShowcaseError as exc:
+            raise gr.Error(shown(exc)) from None
+        backend.metrics.feedback.labels(rating).inc()
+        gr.Info(say("Thanks: reply marked {mark}. Add a comment below if you like.",
+                    mark="👍" if rating == "up" else "👎"))
+        return new_id, gr.update(visible=True), "", (count or 0) + 1
+
+    def save_comment(current_id, text):
+        if current_id is None:
+            return gr.skip(), gr.update(visible=False)
+        try:
+            log.comment(current_id, text)
+        except ShowcaseError as exc:
+            raise gr.Error(shown(exc)) from None
+        gr.Info(say("Comment saved."))
+        return None, gr.update(visible=False)
+
+    chatbot.like(mark_reply, [chatbot, records, stored], [mark_id, row, comment, stored], api_visibility="private",
+                 queue=False)
+    for event in (save.click, comment.submit):
+        event(save_comment, [mark_id, comment], [mark_id, row], api_visibility="private", queue=False)
+    return log
+
+
+# ----- conversation files: Export JSON / Markdown, Load JSON ---------------------------------------------
+MAX_FILE_OVERHEAD = 1_000_000  # bytes a loaded file may hold beyond its history's character limit
+
+
+def history_limits(settings) -> HistoryLimits:
+    return HistoryLimits(settings.max_history_messages, settings.max_history_chars, settings.max_prompt_chars)
+
+
+def conversation_document(backend: Backend, history, system, think, temp, p, k, max_tokens, is_greedy, seed,
+                          records) -> dict:
+    """The export of what the Chat tab shows, with the controls' settings and each reply's stats."""
+    settings = backend.settings
+    model = settings.chat_model + (" (demo model, random weights)" if settings.demo else "")
+    whole = {"top_k": k, "max_new_tokens": max_tokens, "seed": seed}
+    controls = {"thinking": bool(think), "greedy": bool(is_greedy), "temperature": temp, "top_p": p,
+                **{key: None if value is None else int(value) for key, value in whole.items()}}
+    records = records or {}
+
+    def stats_of(answer: str):
+        return (records.get(reply_key(answer)) or {}).get("stats")
+
+    return export_document(history or [], model=model, system_prompt=system or None, settings=controls,
+                           stats_of=stats_of)
+
+
+def shown_messages(document: dict) -> list[dict]:
+    """Chatbot messages of a loaded conversation: reasoning folded above each answer (titled in the page's
+    language), notices below (as the file has them)."""
+    messages = []
+    for m in document["messages"]:
+        if m.get("reasoning"):
+            messages.append({"role": "assistant", "content": m["reasoning"],
+                             "metadata": {"title": localized(REASONING_TITLE), "status": "done"}})
+        messages.append({"role": m["role"], "content": m["content"]})
+        for notice in m.get("notices") or []:
+            title, _, detail = notice.partition(". ")
+            messages.append({"role": "assistant", "content": detail,
+                             "metadata": {"title": f"{NOTICE_PREFIX} {title}", "status": "done"}})
+    return messages
+
+
+def read_conversation(path: str, limits: HistoryLimits) -> dict:
+    """A conversation file, checked: size, JSON, the export schema and the history limits."""
+    limit = 4 * limits.chars + MAX_FILE_OVERHEAD  # JSON escapes can take several bytes per character
+    size = Path(path).stat().st_size
+    if size > limit:
+        raise InvalidRequestError(tr("The file is {size} bytes; a conversation file may be at most {limit} bytes.",
+                                     size=size, limit=limit))
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InvalidRequestError(tr("The file is not a JSON conversation export ({error}).",
+                                     error=type(exc).__name__)) from None
+    return load_document(data, limits)
+
+
+def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: list, reply_records: gr.State):
+    """Export JSON / Export Markdown / Load JSON under the chat. ``controls``: system prompt, thinking,
+    temperature, top_p, top_k, max new tokens, greedy, seed (in that order). Returns the load event
+    (its ``.success`` follows a conversation that was loaded)."""
+    limits = history_limits(backend.settings)
+    with gr.Row():
+        export_json_btn = gr.Button(t("Export JSON"), size="sm", elem_id="export-json")
+        export_md_btn = gr.Button(t("Export Markdown"), size="sm", elem_id="export-md")
+        load_btn = gr.UploadButton(t("Load JSON"), size="sm", file_types=[".json"], elem_id="load-json")
+    export_file = gr.File(label=t("Conversation export"), height=90, elem_id="export-file")
+
+    def export_json(history, *values):
+        document = conversation_document(backend, history, *values)
+        return str(backend.exports.write(json.dumps(document, ensure_ascii=False, indent=1), ".json", "conversation"))
+
+    def export_markdown(history, *values):
+        document = conversation_document(backend, history, *values)
+        return str(backend.exports.write(conversation_markdown(document), ".md", "conversation"))
+
+    @user_errors
+    def load_conversation(file, records):
+        document = read_conversation(file if isinstance(file, str) else file.name, limits)
+        settings = document["settings"]
+        records = dict(records or {})
+        for m in document["messages"]:
+            if m["role"] == "assistant" and m.get("stats"):
+                records[reply_key(m["content"])] = {"settings": settings, "stats": m["stats"]}
+        ranges = {"temperature": (0.05, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 100),
+                  "max_new_tokens": (1, backend.settings.max_new_tokens), "seed": (-1, 2**32 - 1)}
+        values = [document["system_prompt"] or ""]
+        for key in ("thinking", "temperature", "top_p", "top_k", "max_new_tokens", "greedy", "seed"):
+            value = settings.get(key)
+            if value is not None and key in ranges:  # the sliders' ranges
+                value = min(max(value, ranges[key][0]), ranges[key][1])
+            values.append(-1 if key == "seed" and value is None else gr.skip() if value is None else value)
+        return [shown_messages(document), *values, records]
+
+    inputs = [chat.chatbot, *controls, reply_records]
+    export_json_btn.click(export_json, inputs, export_file, api_visibility="private")
+    export_md_btn.click(export_markdown, inputs, export_file, api_visibility="private")
+    # chatbot_value: Gradio's way to set the chat from outside (it syncs ChatInterface's own state)
+    return load_btn.upload(load_conversation, [load_btn, reply_records],
+                           [chat.chatbot_value, *controls, reply_records], api_visibility="private")
+
+
+# ----- the tab ---------------------------------------------------------------------------------------------
 EXAMPLE_PROMPTS = [
     "Explain what a NeuronCore is in two sentences.",
     "Write a haiku about compilers.",
@@ -66,7 +476,7 @@ def build_chat_tab(backend: Backend) -> None:
     chat_seed = gr.Number(label=t("Seed (-1 = random)"), value=-1, minimum=-1, precision=0, render=False)
 
     limits = history_limits(settings)
-    stopped_replies = StoppedReplies(backend)  # a stopped reply keeps its stats line (chat_view.py)
+    stopped_replies = StoppedReplies(backend)  # a stopped reply keeps its stats line
 
     @chat_refusals(lambda: len(chat.additional_outputs))  # a refusal: a note, the other outputs kept
     def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed, remembered):
@@ -84,12 +494,12 @@ def build_chat_tab(backend: Backend) -> None:
         if update is not None:
             yield (reply_messages(update, request), chat_stats_text(update.stats),
                    context_meter_text(update.stats, settings.buckets, settings.context_length),
-                   remember_reply(remembered, request, update))  # for a later 👍/👎 (chat_saved.py)
+                   remember_reply(remembered, request, update))  # for a later 👍/👎
 
     # Text shows exactly as typed or generated, nothing live (LiteralChatbot escapes it for the renderer).
     chatbot = LiteralChatbot(label=t("Qwen3"), height=420, elem_id="chatbot", editable="user",
                              sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"])
-    reply_records = gr.State({})  # this session's finished replies: settings and stats (chat_saved.py)
+    reply_records = gr.State({})  # this session's finished replies: settings and stats
     chat = gr.ChatInterface(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
                                                          top_k, max_new, greedy, chat_seed, reply_records],
@@ -116,7 +526,7 @@ def build_chat_tab(backend: Backend) -> None:
 
     for event in (chatbot.undo, chatbot.clear):
         event(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
-    # Export JSON / Markdown and Load JSON (chat_export.py)
+    # Export JSON / Markdown and Load JSON
     loaded = wire_conversation_files(backend, chat, [system_prompt, thinking, temperature, top_p, top_k, max_new,
                                                      greedy, chat_seed], reply_records)
     # A loaded conversation replaces the chat: the last reply's stats and meter no longer describe it.

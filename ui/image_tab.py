@@ -23,8 +23,7 @@ from neuron_backend.runtime import Backend
 
 from .api import follow_async, refusals_as_toast
 from .i18n import localized, say, t
-from .presentation import python_snippet
-from .status_text import size_choice_label
+from .presentation import python_snippet, size_choice_label
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]

@@ -126,3 +126,25 @@ def python_snippet(url: str, params: dict, images: int = 1) -> str:
         + '    api_name="/generate_image",\n'
         ")\n"
     )
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return say("{n} s", n=f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}")
+    return say("{m} min {s} s", m=f"{seconds // 60:.0f}", s=f"{seconds % 60:02.0f}")
+
+
+def size_choice_label(size, state: dict | None) -> str:
+    """'1344x768 (7:4) · ready' for the size picker."""
+    state = state or {"state": "queued", "eta_s": None, "error": None}
+    key = {"ready": "ready", "failed": "failed",
+           "skipped": "unavailable"}.get(state["state"])
+    if key is not None:
+        text = say(key)
+    else:  # only the running task compiles; the others wait their turn
+        eta = state.get("eta_s")
+        text = say("compiling" if state["state"] == "running" else "queued")
+        text = say("{state}, ~{eta}", state=text, eta=fmt_seconds(eta)) if eta else text
+    return f"{size.label} ({size.aspect}) · {text}"

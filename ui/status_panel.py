@@ -1,7 +1,14 @@
-"""The warm-up status panel on top of every tab: banner and bar, the per-task table, the details."""
+"""The warm-up status panel on top of every tab: the header (title, engine chips, demo notice), the
+warm-up bar with its recompile alarm, the per-task table and the details; the timer that refreshes them.
+
+Text is built from ``Backend.status()`` in the page's language; technical runs (flags, paths, model ids)
+read left to right on an Arabic page (``ltr_runs``).
+"""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable, Sequence
 
 import gradio as gr
@@ -9,11 +16,208 @@ import gradio as gr
 from neuron_backend.engine import engine_name
 from neuron_backend.runtime import Backend
 
-from .header import header_html
-from .i18n import localized, say, t
+from .i18n import bilingual_html, lang, localized, say, t
 from .image_tab import ImageTab, size_choices
-from .status_text import counters_lines, ltr_runs, state_word, task_rows
+from .presentation import fmt_seconds
 
+STATE_ICONS = {"queued": "⏳", "running": "⚙️", "ready": "✅", "failed": "❌", "skipped": "⏭️"}
+
+
+# Left-to-right runs inside Arabic text: flags, paths, commands, model ids ("--models tiny", "/data/compile-cache",
+# "Qwen3-0.6B"). Drawn in a right-to-left paragraph, their leading or trailing "-", "/", "." and spaces resolve to
+# the paragraph's direction and the run reads jumbled ("(tiny --models)"); an isolate keeps each run in one piece.
+LRI, PDI = "\u2066", "\u2069"  # Unicode's left-to-right isolate (plain text: a Dataframe cell, Markdown)
+_PIECE = r"(?:[A-Za-z0-9_./:~@=+#%`\\'-]|\(\)|&(?:lt|gt|amp|quot|#\d+);|<[\w-]+>)+"
+_RUN = re.compile(rf"{_PIECE}(?: {_PIECE})*")
+_HTML_TAG = re.compile(r"(<[^>]*>)")
+
+
+def _isolate(match: re.Match, markup: bool) -> str:
+    run = match.group(0)
+    core = run.rstrip(".,:;'")
+    if not re.search(r"[A-Za-z]", core) or re.fullmatch(r"[A-Za-z0-9 ]+", core):
+        return run  # a number, plain words ("cpu", "Hugging Face"): no "-", "/", "." at an edge to misplace
+    tail = run[len(core):]
+    return (f'<bdi dir="ltr">{core}</bdi>' if markup else f"{LRI}{core}{PDI}") + tail
+
+
+def ltr_runs(text: str, markup: bool = False) -> str:
+    """``text`` with its Latin technical runs in left-to-right isolates, on an Arabic page only (English as it is).
+
+    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">`` (tags and entities left whole); otherwise
+    (a table cell, Markdown) between LRI and PDI.
+    """
+    if lang() != "ar" or not text:
+        return text
+    if not markup:
+        return _RUN.sub(lambda m: _isolate(m, False), text)
+    parts = _HTML_TAG.split(text)
+    return "".join(part if i % 2 else _RUN.sub(lambda m: _isolate(m, True), part) for i, part in enumerate(parts))
+
+
+
+def state_word(state: str) -> str:
+    """A task's state (queued, running, ready, failed, skipped) in the page's language."""
+    return say(state)  # a state the catalog does not know reads as it is
+
+
+def engine_title(name: str) -> str:
+    """"Chat", "Image" (the chips, the details), in the page's language."""
+    return say(name.title())
+
+
+def status_bar_html(status: dict) -> str:
+    """The compact warm-up bar on top of every tab: progress, ETA and the recompile alarm."""
+    pct = round(100 * status["progress"])
+    if status.get("warmup_done", status["ready"]):  # "ready" also needs every engine serving
+        failed = len(status["failed"])
+        state = say("Warm-up done in {elapsed}", elapsed=fmt_seconds(status["elapsed_s"])) + (
+            say(" · {n} failed", n=failed) if failed else "")
+    else:
+        eta = status["eta_s"]
+        running = next((localized(t["name"]) for t in status["tasks"] if t["state"] == "running"),
+                       say("starting"))
+        state = say("Warming up: {task} · {done}/{total} tasks",
+                    task=html.escape(running), done=status["done"], total=status["total"]) + (
+            say(" · about {eta} left", eta=fmt_seconds(eta)) if eta is not None else
+            say(" · ETA learned after the first start")
+        )
+    alarm = status["compiles_since_ready"]
+    alarm_html = (
+        f'<span class="recompile-alarm" style="color:#fff;background:#c62828;padding:1px 6px;border-radius:4px">'
+        f"{say('⚠ {n} graph compile(s) after warm-up', n=alarm)}</span>"
+        if alarm
+        else f'<span class="recompile-quiet">{say("no recompiles")}</span>'
+    )
+    # What runs where (the banner) and the demo notice sit in the page header (above) and the details.
+    return (
+        '<div id="warmup-bar">'
+        f'<div style="display:flex;gap:12px;align-items:center">'
+        f'<progress id="warmup-progress" value="{pct}" max="100" style="flex:1"></progress>'
+        f'<span id="warmup-state">{ltr_runs(state, True)}</span> {alarm_html}</div>'
+        f'{ltr_runs(fallback_html(status), True)}</div>'
+    )
+
+
+def fallback_html(status: dict) -> str:
+    """A loud line per engine whose real model failed under --models auto and gave way to its demo model."""
+    lines = [say("⚠ {engine}: the real model failed, so its demo model (random weights) runs instead: {reason}",
+                 engine=html.escape(localized(engine_name(name))),
+                 reason=html.escape(localized(reason))) for name, reason in (status.get("fallbacks") or {}).items()]
+    return "".join(
+        f'<div class="fallback-alarm" style="color:#fff;background:#b26a00;padding:2px 6px;border-radius:4px;'
+        f'margin-top:4px">{line}</div>' for line in lines)
+
+
+def task_rows(status: dict) -> list[list]:
+    """Rows for the per-task table: task, shape, state, seconds, cache hit, error."""
+    rows = []
+    for task in status["tasks"]:
+        seconds = task["seconds"]  # measured only; what a task is expected to take goes with its state
+        hit = {True: say("hit"), False: say("miss"), None: ""}[task["cache_hit"]]
+        if task.get("from_bundle"):  # the shape's graphs came with a --cache-bundle
+            hit = say("{hit} (bundle)", hit=hit) if hit else say("from bundle")
+        state = f"{STATE_ICONS.get(task['state'], '')} {state_word(task['state'])}"
+        if task["progress"] is not None and task["state"] == "running":
+            state += f" {task['progress']:.0%}"
+        if task.get("detail") and task["kind"] in ("weights", "load") and task["state"] in ("running", "ready"):
+            state += f" · {localized(task['detail'])}"  # download bytes/rate, the model folder, the memory estimate
+        if task.get("detail") and task["kind"] in ("compile", "bundle") and task["state"] == "ready":
+            # "eager fallback: <error>" (devices.compile_or_eager), the bundle's summary
+            state += f" · {localized(task['detail'])}"
+        if task["state"] in ("queued", "running") and task["expected_s"] is not None:
+            state += say(" (expected {eta})", eta=fmt_seconds(task["expected_s"]))
+        rows.append([ltr_runs(localized(task["name"])), task["shape"] or "", ltr_runs(state),
+                     "" if seconds is None else round(seconds, 1), hit, ltr_runs(localized(task["error"] or ""))])
+    return rows
+
+
+def counters_lines(counters: dict | None) -> list[str]:
+    """Details lines: which compile counter the alarm shows, memory per device, ops that ran on the CPU."""
+    if not counters:
+        return []
+    lines = [say("**Compile counter shown:** {counter}", counter=localized(counters["compile_counter"]))]
+    for device, mem in counters["memory"].items():
+        if "error" in mem:
+            lines.append(say("**Memory {device}:** unavailable ({error})",
+                             device=device, error=localized(mem["error"])))
+        else:
+            lines.append(say("**Memory {device}:** {used} GiB allocated of {total} GiB",
+                             device=device, used=f"{mem['allocated_bytes'] / 2**30:.2f}",
+                             total=f"{mem['total_bytes'] / 2**30:.1f}"))
+    ops = counters["cpu_fallback_ops"]
+    if ops is not None:
+        lines.append(say("**Ops that fell back to CPU:** {ops}",
+                         ops=", ".join(f"`{op}`" for op in ops) if ops else say("none")))
+    return lines
+
+
+# ----- the header: title, engine chips, demo notice, the bar ---------------------------------------------
+# both languages (ui/i18n.py); CSS shows the one of <html lang>
+TITLE = bilingual_html("Hugging Face models on AWS Trainium")
+SUMMARY = bilingual_html("Chat with Qwen3-0.6B and draw with FLUX.2-klein-4B, run natively on Trainium through "
+                         "PyTorch's neuron device: every shape is compiled once at start, so after warm-up no request "
+                         "waits for a compile.")
+# chip state -> (text colour, background)
+CHIP_COLOURS = {"ready": ("#1b5e20", "#e8f5e9"), "warming up": ("#8a5300", "#fff4e0"),
+                "loading": ("#8a5300", "#fff4e0"), "failed": ("#b71c1c", "#fdecea")}
+CHIP_STYLE = "padding:2px 10px;border-radius:999px;font-size:.9em;border:1px solid currentColor"
+NOTICE_STYLE = ("padding:8px 12px;margin-bottom:8px;border-radius:6px;color:#5d3a00;background:#fff3cd;"
+                "border-left:5px solid #e0a000")
+
+
+def _short_model(model_id: str, demo: bool, engine: str) -> str:
+    if demo:
+        return say("demo {family} (tiny)", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
+    if model_id != localized(model_id):  # a message: a demo model after a --models auto fallback
+        return localized(model_id)
+    return model_id.rstrip("/").split("/")[-1]
+
+
+def engine_chips(status: dict) -> list[tuple[str, str]]:
+    """(state, text) per enabled engine, e.g. ("ready", "Chat · Qwen3-0.6B · neuron:0 · ready")."""
+    chips = []
+    for name, model_id in status["models"].items():
+        engine = status["engines"].get(name, {"state": "loading"})
+        state = engine["state"]
+        if state == "disabled":
+            continue
+        if state == "ready" and any(t["engine"] == name and t["state"] in ("queued", "running")
+                                    for t in status["tasks"]):
+            state = "warming up"  # loaded and serving its warm shapes; others still compile
+        device = status["device"]["engines"].get(name, {}).get("device", "?")
+        words = say(state) if state in CHIP_COLOURS else state
+        parts = [engine_title(name), _short_model(model_id, status["demo"], name), device, words]
+        chips.append((state, " · ".join(parts)))
+    return chips
+
+
+def demo_notice_html(status: dict) -> str:
+    """The coloured notice shown while the demo models run (empty otherwise)."""
+    if not status["demo"]:
+        return ""
+    notice = say("<b>Demo models: replies and images are noise.</b> This server runs tiny stand-ins with random "
+                 "weights, built offline (why: {why}). Shapes, timings and code paths are the real ones; with the "
+                 "real weights cached, <code>--models "
+                 "full</code> gives real output.", why=html.escape(localized(status["models_reason"])))
+    return f'<div class="demo-notice" id="demo-notice" style="{NOTICE_STYLE}">{ltr_runs(notice, True)}</div>'
+
+
+def header_html(status: dict) -> str:
+    """Title, summary, engine chips, demo notice and the warm-up bar."""
+    chips = []
+    for state, text in engine_chips(status):
+        colour, background = CHIP_COLOURS.get(state, ("#444", "#f0f0f0"))
+        chips.append(f'<span class="chip" data-state="{html.escape(state)}" '
+                     f'style="{CHIP_STYLE};color:{colour};background:{background}">'
+                     f'{ltr_runs(html.escape(text), True)}</span>')
+    return (f'<div id="page-header"><h1 style="margin:0 0 2px 0;font-size:1.6em">{TITLE}</h1>'
+            f'<p class="summary" style="margin:0 0 8px 0;opacity:.85">{SUMMARY}</p>'
+            f'<div class="chips" id="engine-chips" style="display:flex;flex-wrap:wrap;gap:8px;margin-bottom:8px">'
+            f'{"".join(chips)}</div>{demo_notice_html(status)}{status_bar_html(status)}</div>')
+
+
+# ----- the panel: bar, task table, details; the refresh ---------------------------------------------------
 TASK_COLUMNS = ["task", "shape", "state", "seconds", "compile cache", "error"]  # English: the API's words
 # Fixed shares of the table's width. Without them Gradio 6.31 sizes each column by its longest cell: "state"
 # (a model folder, a memory estimate) took ~1200 px, the table ~1900 px, and the last columns were left 32 px,
