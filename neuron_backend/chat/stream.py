@@ -62,7 +62,8 @@ class GenerateThread:
         """``placement``: the thread selects its device for its whole life (``devices.on_device``)."""
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         target = self._serve if placement is None else devices.bound(placement, self._serve)
-        threading.Thread(target=target, args=(self._jobs,), name=self.IDLE_NAME, daemon=True).start()
+        self._thread = threading.Thread(target=target, args=(self._jobs,), name=self.IDLE_NAME, daemon=True)
+        self._thread.start()
 
     @staticmethod
     def _serve(jobs: queue.SimpleQueue) -> None:
@@ -73,8 +74,13 @@ class GenerateThread:
     def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 5.0) -> None:
+        """End the thread and wait for it (at most ``wait_s``): the engine's finalizer calls this, also at
+        interpreter exit, where a thread that ran torch and is still alive aborts the process
+        ("terminate called without an active exception", SIGABRT; seen once in a torchrun rank)."""
         self._jobs.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(wait_s)
 
 
 class Worker:
