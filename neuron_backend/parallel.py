@@ -141,10 +141,18 @@ def announcer(engine: str) -> Callable[[object], None]:
 
 
 def shutdown() -> None:
-    """Rank 0: release the followers; safe to call when not distributed."""
+    """Rank 0: release the followers, then close the groups; safe to call when not distributed."""
     if _sharded is not None and active(_sharded) and dist.get_rank() == 0:
         dist.broadcast_object_list([None], src=0, group=_control)
         log.info("followers released")
+    close()
+
+
+def close() -> None:
+    """Every rank, last: destroy the process groups. A gloo group left open when the interpreter
+    exits aborts the process ("terminate called without an active exception", SIGABRT)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _mirror_chat(engine, payload) -> None:

@@ -76,6 +76,7 @@ def run_follower(settings: Settings, placement: devices.Placement, folder: Path)
     engine = create_engine(settings, name, placement, settings.chat_model if name == "chat" else settings.image_model)
     engine.load(folder)
     served = parallel.follow(engine)
+    parallel.close()
     log.info("rank %d served %d %s generations and exits", settings.rank, served, name)
     return served
 

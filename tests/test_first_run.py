@@ -198,6 +198,7 @@ dist.broadcast, dist.broadcast_object_list = spy(dist.broadcast), spy(dist.broad
 parallel.stop_flag(True)
 parallel.announce("chat", ("a request of some length",))
 print("SEEN", seen)
+parallel.close()
 """
 
 
