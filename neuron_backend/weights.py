@@ -94,8 +94,12 @@ def component_kind(library: str, class_name: str) -> str:
 
 
 def pipeline_components(model_index: dict) -> dict[str, tuple[str, str]]:
-    """Component name -> (library, class) for every component model_index.json enables (diffusers' rule:
-    a ``[library, class]`` pair under a name without a leading underscore; ``[null, null]`` is disabled)."""
+    """Component name -> (library, class) for every component model_index.json enables.
+
+    diffusers' rule, written out: a ``[library, class]`` pair under a name without a leading underscore,
+    ``[null, null]`` disabled. Its own helpers import torch, and this runs in ``parse_settings``, before
+    the compile cache is configured (which must precede ``import torch``).
+    """
     return {name: (str(value[0]), str(value[1])) for name, value in model_index.items()
             if not name.startswith("_") and isinstance(value, list | tuple) and len(value) == 2
             and None not in value}

@@ -197,3 +197,18 @@ def test_a_xet_download_counts_each_byte_once():
                                      tqdm_class=weights._counting_bar(download._touch)) as progress:
         progress.update_progress(report)
     assert download.done_bytes == 600
+
+
+def test_a_partial_snapshot_with_its_listing_cached_still_names_what_is_missing(hf_cache, demo_models):
+    # `hf download` caches the repo's listing (trees/<commit>.json); huggingface_hub then calls the
+    # partial snapshot incomplete, and the missing files are still named, not "not cached".
+    from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
+
+    snapshot = add_to_cache(hf_cache, CHAT_REPO, demo_models.chat, only=CHAT_TOKENIZER_ONLY)
+    listing = {p.name: TreeCacheEntry(size=p.stat().st_size, blob_id="0" * 40) for p in demo_models.chat.iterdir()
+               if p.is_file() and not p.name.startswith(".")}
+    write_tree_cache(str(snapshot.parents[1]), snapshot.name, listing)
+    assert (snapshot.parents[1] / "trees").is_dir()
+    assert weights.missing_files(CHAT_REPO, "chat") == ["model.safetensors"]
+    ok, why = weights.weights_available(CHAT_REPO, 1.0, "chat")
+    assert not ok and "lacks 1 needed file(s)" in why
