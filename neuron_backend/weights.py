@@ -324,10 +324,11 @@ def weights_available(model: str, timeout: float, kind: str | None = None) -> tu
             return False, tr("local folder {folder} lacks {n} needed file(s): {files}",
                              folder=folder, n=len(missing), files=_listed(missing))
         return True, tr("local folder {folder}", folder=folder)
-    missing = missing_files(model, kind or "chat")
+    snapshot = cached_snapshot(model)
+    missing = _missing(snapshot, kind or "chat")
     if not missing:
         return True, tr("{model} is in the local Hugging Face cache", model=model)
-    where = tr("is not in the local Hugging Face cache") if cached_snapshot(model) is None else tr(
+    where = tr("is not in the local Hugging Face cache") if snapshot is None else tr(
         "lacks {n} needed file(s) in the local Hugging Face cache ({files})", n=len(missing), files=_listed(missing))
     ok, hub = _hub_reachable(model, timeout)
     if ok:
@@ -356,7 +357,8 @@ def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = No
                                             files=_listed(missing, 12)))
     else:
         kind = kind or "chat"
-        folder, missing = cached_snapshot(model), missing_files(model, kind)
+        folder = cached_snapshot(model)
+        missing = _missing(folder, kind)
         if folder is None or missing:
             import huggingface_hub
 
