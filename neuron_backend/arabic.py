@@ -67,7 +67,7 @@ ARABIC: dict[str, str] = {
     "demo {family} (tiny)": "{family} تجريبي (مصغّر)",
     "demo {family} (tiny, random weights)": "{family} تجريبي (مصغّر، بأوزان عشوائية)",
     "disabled": "معطَّل",
-    "Downloading {model} stalled: nothing arrived for {timeout} s ({amount}). Fetch it by hand with `{command}` and pass the folder with {flag}, or raise --download-stall-timeout.": "توقّف تنزيل {model}: لم يصل شيء منذ {timeout} ث ({amount}). نزِّله يدويًا بـ `{command}` ومرِّر المجلد عبر {flag}، أو ارفع --download-stall-timeout.",
+    "Downloading {model} stalled: nothing arrived for {timeout} s ({amount}). Fetch it by hand with `{command}` and pass the folder with {flag}, or raise --hub-timeout.": "توقّف تنزيل {model}: لم يصل شيء منذ {timeout} ث ({amount}). نزِّله يدويًا بـ `{command}` ومرِّر المجلد عبر {flag}، أو ارفع --hub-timeout.",
     "Drop a PNG (this app's or A1111-style) to fill the form": "أفلت ملف PNG (من هذا التطبيق أو بنمط A1111) لملء النموذج",
     "dynamo graphs and inductor's cache (CPU/CUDA stand-in for Neuron compiles)": "مخططات dynamo وذاكرة inductor المؤقتة (بديل CPU/CUDA عن ترجمات Neuron)",
     "eager fallback: {why}": "تنفيذ فوري بدلًا من المترجَم: {why}",

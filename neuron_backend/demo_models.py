@@ -322,9 +322,9 @@ def is_demo_model(path: str | Path) -> bool:
 
 def _is_complete(folder: Path, engine: str) -> bool:
     """True when `folder` was fully built by the current recipe and its files are still whole: a truncated
-    or garbled file fails ``model_files.verify_folder`` (headers and configs only: milliseconds), so the
+    or garbled file fails ``weights.verify_folder`` (headers and configs only: milliseconds), so the
     folder is rebuilt instead of failing to load on every start."""
-    from .model_files import verify_folder
+    from .weights import verify_folder
 
     try:
         marked = (folder / MARKER_NAME).read_text(encoding="utf-8").strip() == RECIPE_VERSION

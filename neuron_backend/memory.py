@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .messages import tr
-from .model_files import safetensors_header, weight_files
+from .weights import safetensors_header, weight_files
 
 GIB = 1024**3
 DECODE_FACTOR = 15

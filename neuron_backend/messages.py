@@ -87,3 +87,17 @@ def in_language(value, lang: str):
 def fields(template: str) -> set[str]:
     """The {names} a template fills (the catalog test checks both languages use the same ones)."""
     return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def said(exc: BaseException) -> str:
+    """An error's message: the Message it carries (translatable), else its text."""
+    return exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], Message) else str(exc)
+
+
+def joined(parts, key: str = "{a}, {b}") -> str:
+    """``parts`` joined by the separator message ``key`` (", " or "; "), each part kept translatable."""
+    parts = list(parts)
+    text = parts[0] if parts else ""
+    for part in parts[1:]:
+        text = tr(key, a=text, b=part)
+    return text

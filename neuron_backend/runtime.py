@@ -50,9 +50,9 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
 
         demo = ensure_demo_models(settings.cache_dir, engines=(engine,))  # a failed build spares the other
         return demo.chat if engine == "chat" else demo.image
-    from .model_sources import obtain
+    from .weights import obtain
 
-    # A download that receives nothing for this long is abandoned with what to do (model_sources.py).
+    # A download that receives nothing for this long is abandoned with what to do (weights.py).
     stall = max(30.0, 6 * settings.hub_timeout)
     return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress, engine,
                   hub_timeout=settings.hub_timeout, stall_timeout=stall, flag=f"--{engine}-model")

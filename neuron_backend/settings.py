@@ -394,8 +394,8 @@ def _resolve_models(requested, chat_model, image_model, raw, weights_available, 
         return "tiny", tr("asked for the demo models (--models tiny)")
     if requested == "full":
         return "full", tr("asked for the real models (--models full)")
-    if weights_available is None:  # every needed file cached, or the Hub reachable (model_sources.py)
-        from .model_sources import weights_available as probe  # local import: touches huggingface_hub
+    if weights_available is None:  # every needed file cached, or the Hub reachable (weights.py)
+        from .weights import weights_available as probe  # local import: touches huggingface_hub
 
         def weights_available(model, timeout, kind):
             return probe(model, timeout, kind)

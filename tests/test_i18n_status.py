@@ -33,18 +33,18 @@ from test_browser import (  # noqa: F401 - fixtures
     chromium,
 )
 
-from neuron_backend import model_sources
+from neuron_backend import weights
 from neuron_backend.compile_cache import configure_compile_cache
 from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.engine import ShapeRegistry
 from neuron_backend.errors import CacheBundleError, EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.memory import NotEnoughMemory, plan_image
 from neuron_backend.messages import Message, tr
-from neuron_backend.model_files import verify_folder
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import parse_size
 from neuron_backend.warmup import Step, Task, TimingHistory, WarmupRunner
+from neuron_backend.weights import verify_folder
 from tools.cache import bundle, manifest
 from ui import i18n
 from ui.i18n import localized
@@ -277,7 +277,7 @@ def _manifest(torch_version: str, context: int, engines=("chat", "image")) -> di
 
 
 def _model_errors(tmp_path, demo_models, monkeypatch):
-    """(name, error or message) from model_sources / model_files, offline, through their real code paths."""
+    """(name, error or message) from weights.py, offline, through their real code paths."""
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
@@ -293,13 +293,13 @@ def _model_errors(tmp_path, demo_models, monkeypatch):
     truncate(damaged / "model.safetensors")
     (damaged / "tokenizer.json").unlink()
     (damaged / "tokenizer.json").write_text("[1, 2]")  # JSON, not an object
-    out = [("no-config", _raised(lambda: model_sources.check_folder(empty))),
-           ("folder-lacks", _raised(lambda: model_sources.obtain(str(lacking), kind="chat"))),
-           ("damaged", _raised(lambda: model_sources.obtain(str(damaged), kind="chat", flag="--chat-model"))),
-           ("offline", _raised(lambda: model_sources.obtain("Qwen/Qwen3-0.6B", kind="chat"))),
-           ("auto-local", model_sources.weights_available(str(lacking), 1.0, "chat")[1]),
-           ("auto-hub", model_sources.weights_available("Qwen/Qwen3-0.6B", 1.0, "chat")[1])]
-    download = model_sources._Download("Qwen/Qwen3-0.6B", "chat", None, 1.0, 1.0, "--chat-model")
+    out = [("no-config", _raised(lambda: weights.check_folder(empty))),
+           ("folder-lacks", _raised(lambda: weights.obtain(str(lacking), kind="chat"))),
+           ("damaged", _raised(lambda: weights.obtain(str(damaged), kind="chat", flag="--chat-model"))),
+           ("offline", _raised(lambda: weights.obtain("Qwen/Qwen3-0.6B", kind="chat"))),
+           ("auto-local", weights.weights_available(str(lacking), 1.0, "chat")[1]),
+           ("auto-hub", weights.weights_available("Qwen/Qwen3-0.6B", 1.0, "chat")[1])]
+    download = weights._Download("Qwen/Qwen3-0.6B", "chat", None, 1.0, 1.0, "--chat-model")
     download.done_bytes, download.total_bytes, download.files = 12 * 10**6, 1_200 * 10**6, ["model.safetensors"]
     seen = []
     download.progress = lambda fraction, text: seen.append(text)
@@ -345,7 +345,7 @@ MODEL_CASES = ["no-config", "folder-lacks", "damaged", "offline", "auto-local", 
                "missing-file"]
 CACHE_CASES = ["cache-problem", "bundle-outside", "bundle-no-manifest", "bundle-bad-json", "bundle-disagree",
                "bundle-link", "bundle-nothing", "bundle-missing", "bundle-summary", "bundle-unpinned", "bundle-pin"]
-ENGLISH = {  # what logs, API clients, the CLI and tests/test_model_sources.py, test_cache_bundle.py read
+ENGLISH = {  # what logs, API clients, the CLI and tests/test_weights.py, test_cache_bundle.py read
     "no-config": "Model folder ", "folder-lacks": "lacks 2 needed file(s): tokenizer.json, model.safetensors. Copy",
     "damaged": "has damaged or missing files: tokenizer.json: expected a JSON object, found list; model.safetensors: "
                "truncated (",

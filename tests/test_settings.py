@@ -65,7 +65,7 @@ def test_auto_with_real_probe_offline_is_tiny(tmp_path):
 
 
 def test_local_folder_counts_as_available_only_when_complete(tmp_path, demo_models):
-    from neuron_backend.model_sources import weights_available
+    from neuron_backend.weights import weights_available
 
     assert weights_available(str(demo_models.chat), 1.0, "chat")[0]
     (tmp_path / "config.json").write_text("{}")  # a config alone: tokenizer and weights missing

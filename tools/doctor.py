@@ -247,13 +247,10 @@ def check_counters_and_memory(placements: dict) -> list[Check]:
 
 
 def _missing(model: str, kind: str) -> list[str]:
-    """Needed files of ``model`` missing locally: model_sources.missing_files, else a coarse look."""
-    from neuron_backend import model_sources
+    """Needed files of ``model`` missing locally (never touches the network)."""
+    from neuron_backend.weights import missing_files
 
-    finder = getattr(model_sources, "missing_files", None)
-    if finder is not None:
-        return finder(model, kind)
-    return [] if model_sources.in_local_cache(model) or model_sources.local_folder(model) else ["(everything)"]
+    return missing_files(model, kind)
 
 
 def check_models(settings: Settings) -> list[Check]:

@@ -1,6 +1,6 @@
 """Before and around ``Flux2KleinPipeline.from_pretrained``: check the files, the memory, the defaults.
 
-- every component folder is checked first (model_files.verify_folder): a missing folder, a
+- every component folder is checked first (weights.verify_folder): a missing folder, a
   truncated shard, an unreadable config is named with its file and cause, all at once;
 - the memory the pipeline needs is estimated from the files and compared with what the device
   has free (memory.py); with ``--dtype auto`` a float32 load that does not fit becomes bfloat16,
@@ -27,7 +27,7 @@ import torch
 
 from ..errors import EngineUnavailableError
 from ..memory import MemoryPlan, NotEnoughMemory, free_bytes, plan_image, vae_upcast
-from ..model_files import verify_folder
+from ..weights import verify_folder
 
 NON_DISTILLED_STEPS = 50  # Flux2KleinPipeline.__call__'s num_inference_steps default, documented for the base model
 

@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from neuron_backend.errors import CacheBundleError
-from neuron_backend.messages import tr
-from neuron_backend.model_files import joined
+from neuron_backend.messages import joined, tr
 
 from . import manifest as manifests
 

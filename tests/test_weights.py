@@ -12,10 +12,10 @@ import huggingface_hub
 import pytest
 from model_folders import FakeHub, SilentHub, add_to_cache, real_flux_layout, truncate
 
-from neuron_backend import model_sources
+from neuron_backend import weights
 from neuron_backend.errors import EngineUnavailableError
-from neuron_backend.model_files import missing_in_folder, verify_folder
 from neuron_backend.settings import parse_settings
+from neuron_backend.weights import missing_in_folder, verify_folder
 
 CHAT_REPO, IMAGE_REPO = "test-org/chat-model", "test-org/image-model"
 CHAT_TOKENIZER_ONLY = ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
@@ -48,9 +48,9 @@ def flux_folder(demo_models, tmp_path_factory):
 def test_tokenizer_and_config_alone_count_as_missing(hf_cache, demo_models):
     # What AutoTokenizer.from_pretrained leaves in the cache: no weights.
     add_to_cache(hf_cache, CHAT_REPO, demo_models.chat, only=CHAT_TOKENIZER_ONLY)
-    assert model_sources.missing_files(CHAT_REPO, "chat") == ["model.safetensors"]
-    assert model_sources.in_local_cache(CHAT_REPO) is None
-    ok, why = model_sources.weights_available(CHAT_REPO, 1.0, "chat")
+    assert weights.missing_files(CHAT_REPO, "chat") == ["model.safetensors"]
+    assert weights.in_local_cache(CHAT_REPO) is None
+    ok, why = weights.weights_available(CHAT_REPO, 1.0, "chat")
     assert not ok and "model.safetensors" in why and "HF_HUB_OFFLINE" in why
 
 
@@ -65,15 +65,15 @@ def test_auto_falls_back_naming_the_missing_files(hf_cache, demo_models):
 def test_full_offline_fails_with_the_list_and_what_to_do(hf_cache, demo_models):
     add_to_cache(hf_cache, CHAT_REPO, demo_models.chat, only=CHAT_TOKENIZER_ONLY)
     with pytest.raises(EngineUnavailableError) as err:
-        model_sources.obtain(CHAT_REPO, kind="chat")
+        weights.obtain(CHAT_REPO, kind="chat")
     assert "model.safetensors" in str(err.value) and f"hf download {CHAT_REPO}" in str(err.value)
 
 
 def test_sharded_index_needs_every_shard(hf_cache, flux_folder):
     snapshot = add_to_cache(hf_cache, IMAGE_REPO, flux_folder)
-    assert model_sources.missing_files(IMAGE_REPO, "image") == []
+    assert weights.missing_files(IMAGE_REPO, "image") == []
     (snapshot / "text_encoder" / "model-00002-of-00002.safetensors").unlink()
-    assert model_sources.missing_files(IMAGE_REPO, "image") == ["text_encoder/model-00002-of-00002.safetensors"]
+    assert weights.missing_files(IMAGE_REPO, "image") == ["text_encoder/model-00002-of-00002.safetensors"]
 
 
 def test_pipeline_cache_filled_like_diffusers_counts_as_present(hf_cache, flux_folder):
@@ -81,9 +81,9 @@ def test_pipeline_cache_filled_like_diffusers_counts_as_present(hf_cache, flux_f
     components = [str(p.relative_to(flux_folder)) for p in flux_folder.rglob("*")
                   if p.is_file() and "/" in str(p.relative_to(flux_folder))]
     add_to_cache(hf_cache, IMAGE_REPO, flux_folder, only=["model_index.json", *components])
-    assert model_sources.missing_files(IMAGE_REPO, "image") == []
-    assert model_sources.weights_available(IMAGE_REPO, 1.0, "image")[0]
-    assert model_sources.obtain(IMAGE_REPO, kind="image").name == "0123456789abcdef0123456789abcdef01234567"
+    assert weights.missing_files(IMAGE_REPO, "image") == []
+    assert weights.weights_available(IMAGE_REPO, 1.0, "image")[0]
+    assert weights.obtain(IMAGE_REPO, kind="image").name == "0123456789abcdef0123456789abcdef01234567"
 
 
 def test_a_missing_component_folder_is_named(tmp_path, flux_folder):
@@ -124,8 +124,8 @@ def test_missing_files_are_fetched_from_the_hub_and_only_those(hf_cache, demo_mo
     seen = []
     with FakeHub({CHAT_REPO: repo_files}) as hub:
         online(monkeypatch, hub.url)
-        assert model_sources.weights_available(CHAT_REPO, 5.0, "chat")[0]
-        folder = model_sources.obtain(CHAT_REPO, lambda f, text: seen.append((f, text)), kind="chat",
+        assert weights.weights_available(CHAT_REPO, 5.0, "chat")[0]
+        folder = weights.obtain(CHAT_REPO, lambda f, text: seen.append((f, text)), kind="chat",
                                       hub_timeout=5.0, stall_timeout=30.0)
     assert missing_in_folder(folder, "chat") == []
     assert sorted(hub.downloads()) == ["chat_template.jinja", "model.safetensors"]  # no README, nothing twice
@@ -135,7 +135,7 @@ def test_missing_files_are_fetched_from_the_hub_and_only_those(hf_cache, demo_mo
 def test_pipeline_download_skips_root_files(hf_cache, flux_folder, monkeypatch):
     with FakeHub({IMAGE_REPO: flux_folder}) as hub:
         online(monkeypatch, hub.url)
-        folder = model_sources.obtain(IMAGE_REPO, kind="image", hub_timeout=5.0)
+        folder = weights.obtain(IMAGE_REPO, kind="image", hub_timeout=5.0)
     fetched = set(hub.downloads())
     assert "flux-2-klein-4b.safetensors" not in fetched and "README.md" not in fetched
     assert "teaser.png" not in fetched
@@ -148,16 +148,16 @@ def test_an_interrupted_download_resumes(hf_cache, demo_models, monkeypatch):
     # The connection drops halfway through the weights: the next request asks only for the rest.
     # (huggingface_hub 2.4 resumes within one download; a partial file of an earlier run is discarded.)
     add_to_cache(hf_cache, CHAT_REPO, demo_models.chat, only=CHAT_TOKENIZER_ONLY)
-    weights = (demo_models.chat / "model.safetensors").read_bytes()
+    data = (demo_models.chat / "model.safetensors").read_bytes()
     monkeypatch.setattr(huggingface_hub.constants, "DOWNLOAD_CHUNK_SIZE", 16 * 1024)  # 10 MB: the file is 0.4
     with FakeHub({CHAT_REPO: demo_models.chat}, cut_once=("model.safetensors",)) as hub:
         online(monkeypatch, hub.url)
-        folder = model_sources.obtain(CHAT_REPO, kind="chat", hub_timeout=5.0)
+        folder = weights.obtain(CHAT_REPO, kind="chat", hub_timeout=5.0)
     ranges = [r for method, path, r in hub.requests if method == "GET" and path.endswith("/model.safetensors")]
     assert len(ranges) == 2 and ranges[0] is None
     resumed_at = int(ranges[1].removeprefix("bytes=").removesuffix("-"))
-    assert len(weights) // 4 < resumed_at <= len(weights) // 2
-    assert (folder / "model.safetensors").read_bytes() == weights
+    assert len(data) // 4 < resumed_at <= len(data) // 2
+    assert (folder / "model.safetensors").read_bytes() == data
 
 
 def test_a_stalled_hub_ends_with_what_to_do(hf_cache, demo_models, monkeypatch):
@@ -165,11 +165,11 @@ def test_a_stalled_hub_ends_with_what_to_do(hf_cache, demo_models, monkeypatch):
     with SilentHub() as hub:
         online(monkeypatch, hub.url)
         start = time.monotonic()
-        ok, why = model_sources.weights_available(CHAT_REPO, 0.5, "chat")
+        ok, why = weights.weights_available(CHAT_REPO, 0.5, "chat")
         assert not ok and "model.safetensors" in why and time.monotonic() - start < 5
         start = time.monotonic()
         with pytest.raises(EngineUnavailableError) as err:
-            model_sources.obtain(CHAT_REPO, kind="chat", hub_timeout=30.0, stall_timeout=1.0, flag="--chat-model")
+            weights.obtain(CHAT_REPO, kind="chat", hub_timeout=30.0, stall_timeout=1.0, flag="--chat-model")
         assert time.monotonic() - start < 10
     message = str(err.value)
     assert "stalled" in message and f"hf download {CHAT_REPO}" in message and "--chat-model" in message
@@ -179,5 +179,36 @@ def test_a_truncated_cached_shard_is_named_before_loading(hf_cache, demo_models)
     snapshot = add_to_cache(hf_cache, CHAT_REPO, demo_models.chat)
     truncate(snapshot / "model.safetensors")  # the blob behind the link, as an interrupted copy leaves it
     with pytest.raises(EngineUnavailableError) as err:
-        model_sources.obtain(CHAT_REPO, kind="chat")
+        weights.obtain(CHAT_REPO, kind="chat")
     assert "model.safetensors: truncated" in str(err.value) and "--chat-model" in str(err.value)
+
+
+def test_a_xet_download_counts_each_byte_once():
+    # huggingface_hub reports a xet download's bytes twice: as written to disk and as received.
+    import logging
+    from types import SimpleNamespace
+
+    from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
+
+    download = weights._Download(CHAT_REPO, "chat", None, 1.0, 1.0, "--chat-model")
+    report = SimpleNamespace(total_bytes=1000, total_bytes_completed=600, total_transfer_bytes_completed=500,
+                             total_bytes_completion_rate=1e6, total_transfer_bytes_completion_rate=1e6)
+    with XetDownloadProgressReporter(reconstruction_desc="model.safetensors", total=1000, log_level=logging.WARNING,
+                                     tqdm_class=weights._counting_bar(download._touch)) as progress:
+        progress.update_progress(report)
+    assert download.done_bytes == 600
+
+
+def test_a_partial_snapshot_with_its_listing_cached_still_names_what_is_missing(hf_cache, demo_models):
+    # `hf download` caches the repo's listing (trees/<commit>.json); huggingface_hub then calls the
+    # partial snapshot incomplete, and the missing files are still named, not "not cached".
+    from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
+
+    snapshot = add_to_cache(hf_cache, CHAT_REPO, demo_models.chat, only=CHAT_TOKENIZER_ONLY)
+    listing = {p.name: TreeCacheEntry(size=p.stat().st_size, blob_id="0" * 40) for p in demo_models.chat.iterdir()
+               if p.is_file() and not p.name.startswith(".")}
+    write_tree_cache(str(snapshot.parents[1]), snapshot.name, listing)
+    assert (snapshot.parents[1] / "trees").is_dir()
+    assert weights.missing_files(CHAT_REPO, "chat") == ["model.safetensors"]
+    ok, why = weights.weights_available(CHAT_REPO, 1.0, "chat")
+    assert not ok and "lacks 1 needed file(s)" in why
