@@ -67,7 +67,7 @@ def test_chat_takes_the_chat_tabs_export_and_says_what_is_wrong(served):
     refusals say what is allowed; the final update names a cut at the token limit; deltas join to the answer."""
     from gradio_client.exceptions import AppError
 
-    from neuron_backend.chat.history import export_document
+    from neuron_backend.chat.text import export_document
 
     shown = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
              {"role": "assistant", "content": "weighing", "metadata": {"title": "💭 Reasoning", "status": "done"}},
@@ -184,7 +184,7 @@ def test_reasoning_is_folded_apart_and_not_fed_back():
     history = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
                {"role": "assistant", "content": "weighing options", "metadata": {"title": "💭 Reasoning"}},
                {"role": "assistant", "content": "The answer."}]
-    from neuron_backend.chat.history import HistoryLimits, normalize_history
+    from neuron_backend.chat.text import HistoryLimits, normalize_history
 
     assert normalize_history(history, HistoryLimits()) == ({"role": "user", "content": "hi"},
                                                           {"role": "assistant", "content": "The answer."})

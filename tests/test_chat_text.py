@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from neuron_backend.chat.history import (
+from neuron_backend.chat.prompt import PromptBuilder
+from neuron_backend.chat.text import (
+    ChatRequest,
+    ChatStats,
+    ChatUpdate,
     HistoryLimits,
     export_document,
     load_document,
     normalize_history,
+    normalize_request,
+    reply_notices,
     trim_to_limits,
 )
-from neuron_backend.chat.prompt import PromptBuilder
-from neuron_backend.chat.text import ChatRequest, ChatStats, ChatUpdate, normalize_request, reply_notices
 from neuron_backend.devices import HostDevices, resolve_placements
 from neuron_backend.errors import InvalidRequestError
 

@@ -17,8 +17,18 @@ from i18n_check import english_phrases, has_arabic
 from test_browser import REPLY_TIMEOUT_MS, _shot, _wait_ready, app_url, browser, chromium  # noqa: F401 - fixtures
 from test_browser_i18n import _open
 
-from neuron_backend.chat.history import REASONING_TITLES, HistoryLimits, export_document, load_document
-from neuron_backend.chat.text import ChatRequest, ChatStats, ChatUpdate, _whole, normalize_request, reply_notices
+from neuron_backend.chat.text import (
+    REASONING_TITLES,
+    ChatRequest,
+    ChatStats,
+    ChatUpdate,
+    HistoryLimits,
+    _whole,
+    export_document,
+    load_document,
+    normalize_request,
+    reply_notices,
+)
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.feedback import FeedbackLog
 from neuron_backend.messages import Message

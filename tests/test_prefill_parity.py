@@ -114,6 +114,7 @@ def test_the_window_follows_the_cache_when_a_full_prompt_has_no_mask(qwen3_2_lay
     assert seen == [512] * 8 + [1024] * 8 + [2048] * (NEW_TOKENS - 1)
 
 
+@pytest.mark.slow
 def test_eager_and_chunked_prefill_give_plain_generates_tokens(qwen3_2_layers, references, tmp_path):
     chat = engine(qwen3_2_layers, tmp_path)
     for length, (ids, reference) in references.items():
@@ -142,6 +143,7 @@ def test_compiled_prefill_gives_plain_generates_tokens(qwen3_2_layers, reference
         torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_a_batch_of_full_rows_gives_plain_generates_tokens(qwen3_2_layers, tmp_path):
     """--chat-batch 2 with both rows filling bucket 1024 exactly (no padding anywhere, so no mask), in
     64-token chunks; and one full row beside a padding row."""

@@ -17,7 +17,7 @@ optional comment on that mark. A session stores at most ``MAX_MARKS_PER_SESSION`
 a ``gr.State``, which lives on the server: the page cannot reset it short of opening a new session).
 
 Conversation files: Export JSON / Markdown, and Load JSON (an export back into the chat). The JSON
-schema is ``neuron_backend.chat.history.export_document`` (docs/api.md, "Chat history and the export
+schema is ``neuron_backend.chat.text.export_document`` (docs/api.md, "Chat history and the export
 format"); the same file's ``messages`` are accepted as ``history`` by ``/chat``. Both files are English
 in either page language (keys, headings, stats; the model's name says "demo model" in English); the
 notices in them are the text the page showed. Errors of a loaded file come in the page's language.
@@ -37,15 +37,16 @@ import gradio as gr
 from gradio.components.chatbot import TextMessage
 from gradio.context import LocalContext
 
-from neuron_backend.chat.history import (
+from neuron_backend.chat.text import (
     NOTICE_PREFIX,
     REASONING_TITLE,
+    ChatRequest,
     HistoryLimits,
     export_document,
     load_document,
+    reply_notices,
     trim_to_limits,
 )
-from neuron_backend.chat.text import ChatRequest, reply_notices
 from neuron_backend.errors import InvalidRequestError, ShowcaseError
 from neuron_backend.feedback import FeedbackLog, session_budget_left
 from neuron_backend.messages import tr
@@ -480,7 +481,7 @@ def build_chat_tab(backend: Backend) -> None:
 
     @chat_refusals(lambda: len(chat.additional_outputs))  # a refusal: a note, the other outputs kept
     def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed, remembered):
-        # The chatbot's messages go as they are: the engine's history normaliser (chat/history.py)
+        # The chatbot's messages go as they are: the engine's history normaliser (chat/text.py)
         # reads text parts and drops the folded bubbles; the oldest turns beyond the limits stay home.
         request = ChatRequest(
             message=message, history=trim_to_limits(history or [], limits),

@@ -49,7 +49,7 @@ def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> 
 
 
 def conversation_markdown(document: dict) -> str:
-    """An exported conversation (``chat.history.export_document``) as Markdown that reads as a
+    """An exported conversation (``chat.text.export_document``) as Markdown that reads as a
     conversation: who said what, each reply's reasoning as a quote, its notices and stats under it.
 
     The file is English in either page language, like the JSON export (its notices are the text the
