@@ -1,0 +1,140 @@
+"""The QA bench in headless Chromium: a readable grid at 1280 px and a blind A/B review.
+
+Runs on the session's app process (tests/browser/conftest.py); screenshots go to
+test-artifacts/screenshots/qa-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from support.browser import (
+    REPLY_TIMEOUT_MS,
+    _open_accordion,
+    _shot,
+    _wait_ready,
+)
+
+pytestmark = pytest.mark.browser
+
+PROMPTS = ["Write a haiku about <b>bold</b> weather and the sea at dawn, please", "Name a colour.",
+           "Count to three."]
+VARIANTS = "cold: max_new_tokens=24, temperature=0.3, seed=1\nhot: max_new_tokens=24, temperature=1.5, seed=1"
+
+
+def _value(pg, selector: str) -> str:
+    return pg.evaluate(f"() => document.querySelector('{selector} textarea').value")
+
+
+def _wait_value(pg, selector: str, prefix: str) -> None:
+    pg.wait_for_function(f"(p) => (document.querySelector('{selector} textarea') || {{}}).value?.startsWith(p)",
+                           arg=prefix, timeout=REPLY_TIMEOUT_MS)
+
+
+def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page):  # noqa: F811 - the fixture
+    _wait_ready(page)
+    page.get_by_role("tab", name="QA bench").click()
+    page.locator("#qa-prompts textarea").fill("\n".join(PROMPTS))
+    page.locator("#qa-variants textarea").fill(VARIANTS)
+    page.locator("#qa-run").click()
+    _wait_value(page, "#qa-status", "Finished: 6/6 cells done")
+    # At 1280 px both variants sit beside the prompt, no sideways scrolling, text wrapped.
+    box = page.evaluate("""() => {
+      const grid = document.querySelector('#qa-grid');
+      const cells = [...grid.querySelectorAll('table th')].filter(th => th.offsetParent !== null);
+      const r = grid.getBoundingClientRect();
+      return {gridRight: r.right, gridWidth: r.width, widths: cells.map(c => c.getBoundingClientRect().width),
+              rights: cells.map(c => c.getBoundingClientRect().right), scroll: document.documentElement.scrollWidth};
+    }""")
+    assert box["scroll"] <= 1280 and len(box["rights"]) >= 4, box
+    assert max(box["rights"]) <= box["gridRight"] + 1, box  # the last variant column is on screen
+    assert box["widths"][1] >= 150, box  # the prompt column is readable
+    _shot(page, "qa-grid-1280")
+
+    _open_accordion(page, "Blind A/B")
+    page.locator("#qa-ab-start").click()
+    _wait_value(page, "#qa-ab-heading", "Pair 1 of 3")
+    seen = []
+    for choice in ("left", "tie", "right"):
+        heading = _value(page, "#qa-ab-heading")
+        left, right, result = _value(page, "#qa-ab-left"), _value(page, "#qa-ab-right"), _value(page, "#qa-ab-result")
+        for text in (heading, left, right, result):
+            assert "cold" not in text and "hot" not in text, text  # no name before the end
+        assert "seed" not in left + right
+        seen.append(heading)
+        if choice == "left":
+            _shot(page, "qa-ab-blind")
+        page.locator(f"#qa-ab-pick-{choice}").click()
+        if choice != "right":
+            _wait_value(page, "#qa-ab-heading", f"Pair {len(seen) + 1} of 3")
+    assert "&lt;b&gt;" not in seen[0] and "<b>bold</b>" in seen[0]  # the prompt shows as typed
+    _wait_value(page, "#qa-ab-heading", "Done: 3 of 3 pairs picked")
+    result = _value(page, "#qa-ab-result")
+    assert result.startswith("cold vs hot: ") and "tie 1 · unpicked 0" in result
+    lines = result.splitlines()[1:]
+    assert [line.split(" -> ")[1].split(" ")[0] for line in lines] == ["left", "tie", "right"]
+    winners = [line.rsplit("(", 1)[1].rstrip(")") for line in lines]
+    assert winners[1] == "tie" and {winners[0], winners[2]} <= {"cold", "hot"}
+    _shot(page, "qa-ab-revealed")
+
+    page.locator("#qa-export-jsonl").click()
+    page.wait_for_function("() => (document.querySelector('#qa-export-file a.download-link') || {}).download"
+                           "?.endsWith('.jsonl')")
+    with page.expect_download() as download:
+        page.locator("#qa-export-file a.download-link").click()
+    head = json.loads(Path(download.value.path()).read_text(encoding="utf-8").splitlines()[0])
+    picks = [p[p["pick"]] if p["pick"] != "tie" else "tie" for p in head["ab"]["pairs"]]
+    assert picks == winners and head["ab"]["revealed"] is True
+    page.get_by_role("tab", name="Chat").click()
+
+
+def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa: F811 - the fixture
+    _wait_ready(page)
+    page.get_by_role("tab", name="QA bench").click()
+    page.locator("#qa-prompts textarea").fill("a red fox\na blue boat")
+    # A variant key (lowercased) echoed in the error toast stays text: no image element, no script.
+    page.locator("#qa-variants textarea").fill('{"name": "x", "<img src=x onerror=window.__qapwned=1>": 1}')
+    page.locator("#qa-run").click()
+    toast = page.locator(".toast-body", has_text="unknown setting").first
+    toast.wait_for(timeout=REPLY_TIMEOUT_MS)
+    assert "<img src=x onerror=window.__qapwned=1>" in toast.inner_text()
+    assert toast.locator("img").count() == 0 and page.evaluate("window.__qapwned") is None
+    page.evaluate("document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())")
+
+    page.locator("#qa-kind").get_by_text("both", exact=True).click()
+    page.locator("#qa-variants textarea").fill("small: size=64x64, steps=1, max_new_tokens=4, greedy=true\n"
+                                               "wide: size=96x64, steps=1, max_new_tokens=4, seed=7")
+    page.locator("#qa-run").click()
+    _wait_value(page, "#qa-status", "Finished: 8/8 cells done")
+    # Whole thumbnails (object-fit contain), each with its caption (cell, size, seed) visible.
+    page.wait_for_function("() => document.querySelectorAll('#qa-gallery .thumbnail-item').length === 4")
+    fits = page.locator("#qa-gallery .thumbnail-item img").evaluate_all(
+        "imgs => imgs.map(i => getComputedStyle(i).objectFit)")
+    assert set(fits) == {"contain"}, fits
+    labels = [item.locator(".caption-label") for item in page.locator("#qa-gallery .thumbnail-item").all()]
+    assert all(label.is_visible() for label in labels)
+    texts = [label.inner_text() for label in labels]
+    assert texts[1].startswith("cell 4 · #1 · wide · 96x64 · seed 7"), texts
+    _shot(page, "qa-gallery")
+    # The status line follows a re-run cell; Cell # is 1-based; a new run clears the form.
+    page.locator("#qa-grid").get_by_text(re.compile(r"\[seed 7")).filter(visible=True).first.click()
+    page.wait_for_function("() => document.querySelector('#qa-cell input').value === '3'")
+    page.locator("#qa-comment textarea").fill("old note")
+    page.locator("#qa-rerun").click()
+    _wait_value(page, "#qa-status", "Re-ran cell 3: done · 8/8 cells done")
+
+    page.locator("#qa-compare").click()
+    _wait_value(page, "#qa-status", "Finished: 8/8 cells done")
+    grid = page.locator("#qa-compare-grid")
+    grid.get_by_text("What changed (0 of 8 cells changed)").first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    assert grid.get_by_text("same", exact=True).filter(visible=True).count() == 8  # fixed seeds: same output
+    assert page.locator("#qa-cell input").input_value() == "0" and _value(page, "#qa-comment") == ""
+    page.locator("#qa-only-changed input").check()
+    page.wait_for_function("() => [...document.querySelectorAll('#qa-compare-grid td')]"
+                           ".filter(td => td.offsetParent !== null && td.innerText.trim() === 'same').length === 0")
+    assert _value(page, "#qa-diff") == ""
+    _shot(page, "qa-compare-only-changed")
+    page.get_by_role("tab", name="Chat").click()

@@ -1,0 +1,251 @@
+"""Tensor parallel under torchrun on CPU (gloo): same output as unsharded, stop in lockstep, followers exit.
+
+Chat runs as shipped. The image transformer runs diffusers' real TensorParallelConfig load and
+forward, but only after IMAGE_SCRIPT lifts the two guards that stop it on CPU (see parallel.py):
+the app itself refuses --tp-engine image on CPU (test_image_tp_is_refused_on_cpu).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import json, pathlib, sys, torch
+    torch.set_num_threads(1)
+    def report(data):  # a file per rank: ranks printing at once interleave on the shared stdout
+        pathlib.Path(sys.argv[3], f"rank{data['rank']}.json").write_text(json.dumps(data))
+    from neuron_backend import parallel
+    from neuron_backend.chat.text import ChatRequest
+    from neuron_backend.devices import resolve_placements
+    from neuron_backend.runtime import Backend, model_folder, run_follower
+    from neuron_backend.settings import parse_settings
+
+    tp = sys.argv[2]
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--no-image", "--tp", tp,
+                               "--chat-buckets", "32,64,128", "--context-length", "256",  # 3 warm-up generations
+                               "--cache-dir", sys.argv[1]])
+    placement = resolve_placements(settings)["chat"]
+    folder = model_folder(settings, "chat")  # before the group, as app.py does
+    parallel.init(settings, placement)
+    if settings.rank != 0:
+        served = run_follower(settings, placement, folder)
+        report({"rank": settings.rank, "served": served})
+        sys.exit(0)
+    backend = Backend(settings)
+    backend.runner.run()  # the warm-up generations run in lockstep too
+    replies = []
+    for request in (ChatRequest("hello there", greedy=True, max_new_tokens=12),
+                    ChatRequest("tell me a story", temperature=1.0, top_k=0, top_p=1.0, seed=7, max_new_tokens=16),
+                    ChatRequest("another", temperature=1.0, seed=123, max_new_tokens=10, history=(
+                        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "demo demo"}))):
+        replies.append(list(backend.stream_chat(request))[-1].answer)
+    stream = backend.stream_chat(ChatRequest("stop me", temperature=1.0, seed=9, max_new_tokens=60))
+    next(stream), next(stream)
+    stream.close()  # the user stops: every rank must stop at the same token
+    replies.append(list(backend.stream_chat(ChatRequest("after the stop", greedy=True, max_new_tokens=6)))[-1].answer)
+    status = backend.status()
+    parallel.shutdown()
+    report({"rank": 0, "replies": replies, "ready": status["ready"],
+            "failed": status["failed"], "label": backend.placements["chat"].label()})
+""")
+
+
+IMAGE_SCRIPT = textwrap.dedent("""
+    import hashlib, json, pathlib, sys, threading, torch
+    torch.set_num_threads(1)
+    def report(data):  # a file per rank: ranks printing at once interleave on the shared stdout
+        pathlib.Path(sys.argv[3], f"rank{data['rank']}.json").write_text(json.dumps(data))
+    from diffusers import Flux2Transformer2DModel, TensorParallelConfig
+    from diffusers.hooks import tensor_parallel as tp_hooks
+    from neuron_backend import parallel
+    from neuron_backend.chat.text import ChatRequest
+    from neuron_backend.devices import resolve_placements
+    from neuron_backend.image.engine import ImageEngine, ImageRequest
+    from neuron_backend.runtime import Backend, model_folder, run_follower
+    from neuron_backend.settings import parse_settings
+
+    tp = sys.argv[2]
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--tp", tp, "--tp-engine", "image",
+                               "--sizes", "64x64,96x64", "--cache-dir", sys.argv[1]])
+    placement = resolve_placements(settings)["image"]
+    folder = model_folder(settings, "image")  # before the group, as app.py does
+    try:
+        parallel.check_supported(settings, placement)
+        refusal = None
+    except Exception as exc:
+        refusal = str(exc)
+    # Lift the two CPU guards of diffusers 0.42.1 (parallel.py docstring); nothing else is changed.
+    tp_hooks._SUPPORTED_TP_DEVICES += ("cpu",)
+    cpu_count = torch.accelerator.device_count
+    torch.accelerator.device_count = lambda: 1
+    parallel.init(settings, placement)
+    unlifted = None
+    if settings.tp > 1:  # what diffusers does on CPU with only the device list lifted
+        torch.accelerator.device_count = cpu_count
+        try:
+            config = TensorParallelConfig(mesh=parallel.device_mesh(placement))
+            Flux2Transformer2DModel.from_pretrained(folder, subfolder="transformer", parallel_config=config)
+        except Exception as exc:
+            unlifted = f"{type(exc).__name__}: {exc}"
+        torch.accelerator.device_count = lambda: 1
+
+    def shard(pipe):
+        w = pipe.transformer.transformer_blocks[0].attn.to_q.weight
+        local = w.to_local() if hasattr(w, "to_local") else w
+        return {"local": list(local.shape), "global": list(w.shape), "placements": str(getattr(w, "placements", None))}
+
+    def digest(image):
+        return hashlib.sha256(image.tobytes()).hexdigest()[:16]
+
+    if settings.rank != 0:
+        runs, mirror = [], parallel._MIRRORS["image"]
+        def spy(engine, payload):  # records what the follower computed, then discards it as usual
+            run = mirror(engine, payload)
+            runs.append({"steps_done": run.steps_done, "stopped": run.stopped, "image": digest(run.image)})
+            return run
+        parallel._MIRRORS["image"] = spy
+        served = run_follower(settings, placement, folder)
+        report({"rank": settings.rank, "served": served, "runs": runs})
+        sys.exit(0)
+    backend = Backend(settings)
+    backend.runner.run()  # the warm-up generations (one per size) run in lockstep too
+    results = []
+    for request in (ImageRequest("a lighthouse", "64x64", steps=4, seed=7),
+                    ImageRequest("a red fox", "96x64", steps=3, seed=123)):
+        results.append(backend.generate_image(request))
+    stop = threading.Event()
+    def press_stop(step, total, elapsed):  # the user stops during step 2 of 6
+        if step == 2:
+            stop.set()
+    results.append(backend.generate_image(ImageRequest("stop me", "64x64", steps=6, seed=9), press_stop, stop))
+    results.append(backend.generate_image(ImageRequest("after the stop", "64x64", steps=2, seed=1)))
+    # The chat engine runs whole on rank 0: its per-token stop check must not broadcast.
+    chat = list(backend.stream_chat(ChatRequest("hello", greedy=True, max_new_tokens=8)))[-1].answer
+    status = backend.status()
+    engine = backend.engine("image")
+    parallel.shutdown()
+    report({"rank": 0, "ready": status["ready"], "failed": status["failed"], "refusal": refusal,
+            "unlifted": unlifted, "chat": chat, "label": backend.placements["image"].label(),
+            "shard": shard(engine._pipe), "paths": [str(r.path) for r in results],
+            "images": [digest(r.image) for r in results], "steps_done": [r.params["steps_done"] for r in results],
+            "stopped": [r.stopped for r in results]})
+""")
+
+
+def run(tmp_path, nproc: int, source: str = SCRIPT, timeout: int = 600) -> list[dict]:
+    script = tmp_path / "tp_script.py"
+    script.write_text(source)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    results = tmp_path / f"results-{nproc}"
+    results.mkdir()
+    args = [str(script), str(tmp_path / "cache"), str(nproc), str(results)]
+    if nproc == 1:
+        cmd = [sys.executable, *args]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone", *args]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # ranks out of step wait in a collective forever
+        # SIGTERM: torchrun then stops its ranks, which run in sessions of their own (a kill would orphan them).
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=60)
+        pytest.fail(f"{nproc} ranks still running after {timeout} s (out of step?): {stderr[-4000:]}")
+    assert proc.returncode == 0, (stdout[-2000:], stderr[-4000:])
+    return [json.loads((results / f"rank{rank}.json").read_text()) for rank in range(nproc)]
+
+
+@pytest.mark.slow
+def test_tensor_parallel_chat_matches_unsharded_and_followers_exit(tmp_path):
+    single = run(tmp_path, 1)[0]
+    leader, follower = run(tmp_path, 2)
+    assert leader["ready"] and not leader["failed"]
+    assert "tensor parallel ×2" in leader["label"]
+    assert leader["replies"] == single["replies"]  # greedy and seeded sampling alike
+    assert all(reply.strip() for reply in leader["replies"])
+    # 3 warm-up generations (one per bucket) + 3 replies + the stopped one + 1 after it
+    assert follower == {"rank": 1, "served": 8}
+
+
+def test_tp_flag_needs_torchrun():
+    from neuron_backend.errors import ConfigError
+    from neuron_backend.settings import parse_settings
+
+    with pytest.raises(ConfigError, match=r"--tp: --tp 2 needs 2 processes.*torchrun --nproc_per_node=2"):
+        parse_settings(["--models", "tiny", "--tp", "2"], env={})
+    s = parse_settings(["--models", "tiny", "--tp", "2"], env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
+    assert (s.tp, s.rank, s.local_rank, s.world_size) == (2, 1, 1, 2)
+    with pytest.raises(ConfigError, match="--no-chat"):
+        parse_settings(["--models", "tiny", "--tp", "2", "--no-chat"], env={"WORLD_SIZE": "2"})
+
+
+def test_tp_placement_on_neuron_uses_the_local_core(monkeypatch):
+    import types
+
+    import torch
+
+    from neuron_backend.devices import resolve_placements
+    from neuron_backend.settings import parse_settings
+
+    monkeypatch.setattr(torch, "neuron", types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2),
+                        raising=False)
+    s = parse_settings(["--models", "tiny", "--tp", "2"], env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
+    chat = resolve_placements(s)["chat"]
+    assert chat.device == "neuron:1" and chat.tp == 2 and chat.process_group_backend == "neuron"
+
+
+@pytest.mark.slow
+def test_tensor_parallel_image_matches_unsharded_and_stops_in_lockstep(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    single = run(tmp_path, 1, IMAGE_SCRIPT, timeout=300)[0]
+    leader, follower = run(tmp_path, 2, IMAGE_SCRIPT, timeout=300)  # about 10 s each here
+    assert leader["ready"] and not leader["failed"]
+    assert "tensor parallel ×2" in leader["label"]
+    assert leader["chat"] == single["chat"] and leader["chat"].strip()  # chat whole on rank 0, not mirrored
+    # Without the lifted guards the app refuses, and diffusers itself fails before reading a weight.
+    assert "--tp-engine chat" in leader["refusal"] and "on cpu" in leader["refusal"]
+    assert leader["unlifted"].startswith("ZeroDivisionError: integer modulo by zero")
+    # The transformer was loaded through TensorParallelConfig: each rank holds half of to_q's rows.
+    assert leader["shard"] == {"local": [16, 32], "global": [32, 32], "placements": "(Shard(dim=0),)"}
+    assert single["shard"]["local"] == [32, 32] and single["unlifted"] is None
+    # Same pixels as the unsharded pipeline, up to float rounding in the all-reduce (1 of 255).
+    for sharded, whole in zip(leader["paths"], single["paths"], strict=True):
+        a, b = (np.asarray(Image.open(p), dtype=np.int16) for p in (sharded, whole))
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1
+    assert leader["steps_done"] == single["steps_done"] == [4, 3, 2, 2]
+    assert leader["stopped"] == [False, False, True, False]
+    # The follower ran every call with rank 0: the 2 warm-ups, the same images, the same stop step.
+    assert follower["rank"] == 1 and follower["served"] == 6
+    assert [r["steps_done"] for r in follower["runs"]] == [1, 1, 4, 3, 2, 2]
+    assert [r["stopped"] for r in follower["runs"]] == [False, False, False, False, True, False]
+    assert [r["image"] for r in follower["runs"][2:]] == leader["images"]
+
+
+def test_image_tp_is_refused_on_cpu(tmp_path):
+    """diffusers 0.42.1 cannot shard on CPU: the app says so at start, before joining any process group."""
+    import torch.distributed as dist
+
+    from neuron_backend import parallel
+    from neuron_backend.devices import resolve_placements
+    from neuron_backend.errors import ConfigError
+    from neuron_backend.settings import parse_settings
+
+    s = parse_settings(["--models", "tiny", "--device", "cpu", "--tp", "2", "--tp-engine", "image",
+                        "--cache-dir", str(tmp_path)], env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
+    placements = resolve_placements(s)
+    assert placements["image"].tp == 2 and placements["chat"].tp == 1  # only the named engine is sharded
+    refused = r"--tp-engine: .*cannot shard the image transformer on cpu.*allowed: --tp-engine chat"
+    with pytest.raises(ConfigError, match=refused):
+        parallel.init(s, placements["image"])
+    assert not dist.is_initialized()

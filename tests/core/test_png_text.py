@@ -1,0 +1,154 @@
+"""Text from a dropped PNG is untrusted: its settings line is parsed in linear time, and is capped.
+
+The old infotext pattern backtracked quadratically on a long run of key characters without a ':'
+(a 32 KB line took 8.7 s, with the GIL held, so the whole server froze). The timing checks
+run the parsers in a child process with a timeout, so a parser that regressed cannot hang the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+from PIL import Image
+from PIL.PngImagePlugin import PngInfo
+from support.app import start_app
+
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.image.paste_back import parse_a1111, read_settings
+from neuron_backend.image.png_info import MAX_SETTINGS_CHARS, infotext, parse_infotext, settings_pairs
+
+ROOT = Path(__file__).resolve().parents[2]
+# The pattern the scanner replaces: its pairs are the reference on short lines.
+OLD_PAIR = re.compile(r'\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)')
+MB = 2**20
+
+# Settings lines that made the old pattern (or a naive replacement) slow: runs with no ':' after
+# them, openings that never close, escapes.
+SHAPES = {
+    "word characters": "a" * MB,
+    "spaces": " " * MB,
+    "parentheses": "(" * MB,
+    "key characters": "a b-c/(d)" * (MB // 9),
+    "unclosed quote": 'Seed: "' + "a" * MB,
+    "unclosed quote of escapes": 'Seed: "' + '\\"' * (MB // 2),
+    "unclosed quotes, many keys": 'a: "x, ' * (MB // 7),
+    "backslashes": "\\" * MB,
+}
+
+TIMER = """
+import json, sys, time
+from neuron_backend.image.paste_back import parse_a1111
+from neuron_backend.image.png_info import parse_infotext
+shapes = json.loads(sys.stdin.read())
+for cap in (16_000, None):  # just under the cap first, then the whole 1 MB line
+    for name, body in shapes.items():
+        line = "Steps: 4, " + body[:cap]
+        for parse in (parse_infotext, parse_a1111):
+            t0 = time.process_time()
+            try:
+                parse("a fox\\n" + line)
+            except Exception:  # a refusal is an answer too
+                pass
+            print(json.dumps([parse.__name__, name, len(line), time.process_time() - t0]), flush=True)
+"""
+
+
+def test_the_scanner_finds_what_the_old_pattern_found():
+    rng = random.Random(20240611)
+    pieces = ["a", "B", "_", "1", "é", "٣", " ", "\t", "\n", "\u00a0", "-", "/", "(", ")", ":", ",", '"', "\\",
+              "Steps", ": ", '", ', '\\"', "\\\\"]
+    for _ in range(20_000):
+        line = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 24)))
+        assert settings_pairs(line) == OLD_PAIR.findall(line), repr(line)
+    for line in ['Steps: 4, Sampler: "Euler, a", Prompt: "say \\"hi\\", then: go", Seed: 1',
+                 'Steps: 4, Note: "unclosed, Seed: 2', 'Steps: 4,, ,Seed:3 ,Size :64x64, (x): "a"b, CFG scale: 1']:
+        assert settings_pairs(line) == OLD_PAIR.findall(line)
+
+
+def test_quoted_values_round_trip_as_before():
+    params = {"prompt": "a fox", "steps": 4, "sampler": 'Euler "a", fast: yes', "seed": 42, "size": "64x64"}
+    parsed = parse_infotext(infotext(params))
+    assert (parsed["prompt"], parsed["Steps"], parsed["Sampler"], parsed["Seed"]) == (
+        "a fox", "4", 'Euler "a", fast: yes', "42")
+    a1111 = parse_a1111("a fox\nNegative prompt: blur\n" + r'Steps: 20, Sampler: "x, y", Bad: "no\, Seed: 1')
+    assert a1111 == {"prompt": "a fox", "negative_prompt": "blur", "Steps": "20", "Sampler": "x, y",
+                     "Bad": "no\\", "Seed": "1"}
+
+
+def test_adversarial_settings_lines_parse_in_linear_time():
+    """The scanner itself, uncapped: 4x the text costs about 4x the CPU time, not 16x, and 1 MB stays far
+    under the 2.3 CPU s the quadratic pattern needed for 16 KB. CPU seconds of this process
+    (process_time): the 1 MB shapes take 0.2-0.3 s here alone and up to 0.6 s late in the full suite."""
+    def cpu_seconds(text: str) -> float:
+        t0 = time.process_time()
+        settings_pairs(text)
+        return time.process_time() - t0
+
+    for name, body in SHAPES.items():
+        quarter, whole = cpu_seconds(body[: len(body) // 4]), cpu_seconds(body)
+        assert whole < 2.0 and whole < 8 * max(quarter, 0.01), (name, quarter, whole)
+    try:
+        out = subprocess.run([sys.executable, "-c", TIMER], input=json.dumps(SHAPES), capture_output=True,
+                             text=True, timeout=30, cwd=ROOT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"parsing took over 30 s; timings so far: {exc.stdout}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    timings = [json.loads(row) for row in out.stdout.splitlines()]
+    assert len(timings) == 2 * 2 * len(SHAPES)
+    slow = [row for row in timings if row[3] > 0.5]
+    assert not slow, slow
+
+
+def test_a_settings_line_over_the_cap_is_refused_or_left_unparsed(tmp_path, tiny_settings):
+    head = "Steps: 4, Size: 64x64, Seed: 1, Note: "
+    fits = head + "n" * (MAX_SETTINGS_CHARS - len(head))
+    assert len(fits) == MAX_SETTINGS_CHARS
+    assert parse_a1111("a fox\n" + fits)["Size"] == "64x64" and parse_infotext("a fox\n" + fits)["Seed"] == "1"
+    over = fits + "n"
+    with pytest.raises(InvalidRequestError, match=f"{len(over)} characters long; at most {MAX_SETTINGS_CHARS}"):
+        parse_a1111("a fox\n" + over)
+    assert parse_infotext("a fox\n" + over) == {"prompt": "a fox\n" + over}
+    info = PngInfo()
+    info.add_text("parameters", "a fox\nSteps: 4, " + "a" * MB)
+    Image.new("RGB", (8, 8)).save(tmp_path / "long.png", pnginfo=info)
+    with pytest.raises(InvalidRequestError, match=f"at most {MAX_SETTINGS_CHARS} characters are read"):
+        read_settings(tmp_path / "long.png", tiny_settings)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("untrusted-png"), warm=False)
+    assert url.startswith("http://127.0.0.1:")
+    yield url
+    demo.close()
+
+
+def test_a_hostile_png_leaves_the_server_answering(served, tmp_path):
+    client = Client(served, verbose=False)
+    for name, chars in (("under the cap", 16_000), ("over the cap", 64 * 1024)):
+        info = PngInfo()
+        info.add_text("parameters", "a fox\nSteps: 4, " + "a" * chars)
+        path = tmp_path / f"{chars}.png"
+        Image.new("RGB", (8, 8)).save(path, pnginfo=info)
+        last = started = time.monotonic()
+        longest_gap = 0.0  # the longest wait between two answers of /healthz
+        job = client.submit(handle_file(str(path)), api_name="/paste_png")
+        for _ in range(300):  # poll /healthz while the paste is handled
+            assert httpx.get(served + "healthz", timeout=30).status_code == 200
+            now = time.monotonic()
+            longest_gap, last = max(longest_gap, now - last), now
+            if job.done() or now - started > 30:
+                break
+            time.sleep(0.02)
+        values = job.result(timeout=5)
+        assert values[0] != "a fox"  # refused (no size, or a line over the cap): nothing filled in
+        assert longest_gap < 1.0, f"{name}: /healthz did not answer for {longest_gap:.1f} s while the PNG was parsed"

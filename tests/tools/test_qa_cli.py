@@ -1,0 +1,89 @@
+"""``python -m tools.qa run`` against the app on loopback (tiny models): exit status, exports, same cells."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gradio_client")
+from support.app import start_app  # noqa: E402
+
+from tools.qa import cli  # noqa: E402
+from tools.qa import runs as qa  # noqa: E402
+from tools.qa.report import import_jsonl, read_run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("qa-cli"))
+    yield backend, url
+    demo.close()
+
+
+def write_set(path: Path, rows: list[dict]) -> Path:
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_server_limits_come_from_status(served):
+    backend, url = served
+    settings = cli.server_settings(backend.status())
+    assert [s.label for s in settings.sizes] == ["64x64", "96x64"] and settings.max_new_tokens == 200
+    fallback = cli.server_settings({k: v for k, v in backend.status().items() if k != "limits"})
+    assert [s.label for s in fallback.sizes] == ["64x64", "96x64"]  # an app without "limits": its warm-up shapes
+
+
+def test_cli_passes_and_writes_the_same_cells_as_the_tab(served, tmp_path, capsys):
+    backend, url = served
+    set_file = write_set(tmp_path / "set.jsonl", [
+        {"prompt": "Say hello.", "max_tokens": 5, "not_contains": "\u2603"},
+        {"prompt": "a red fox", "image_size": "96x64"},
+    ])
+    out, csv_out, html_out = tmp_path / "run.jsonl", tmp_path / "run.csv", tmp_path / "run.html"
+    status = cli.main(["run", str(set_file), "--variants", "v: max_new_tokens=5, greedy=true, size=96x64, steps=1",
+                       "--kind", "both", "--url", url, "--out", str(out), "--csv", str(csv_out),
+                       "--html", str(html_out)])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    run = read_run(out, backend.settings)
+    assert [(c.kind, c.status, c.auto) for c in run.cells] == [("chat", "done", "pass"), ("image", "done", None),
+                                                               ("chat", "done", None), ("image", "done", "pass")]
+    assert "v: 2 passed · 0 failed · 2 unmarked" in printed
+    # The same cells run in-process give the same answer and the same image bytes.
+    local = qa.plan_run(backend.settings, prompts_file=set_file,
+                        variants="v: max_new_tokens=5, greedy=true, size=96x64, steps=1", kind="both")
+    qa.run_set(backend, local)
+    assert [c.text for c in local.cells] == [c.text for c in run.cells]
+    assert [c.image_png for c in local.cells] == [c.image_png for c in run.cells]
+    assert len(list(csv.DictReader(csv_out.open(encoding="utf-8")))) == 4 and "<h1>QA run" in html_out.read_text()
+
+
+def test_cli_exits_1_when_an_expectation_fails(served, tmp_path):
+    backend, url = served
+    set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "Say hello.", "contains": "\u2603 never said \u2603"},
+                                                  {"prompt": "Name a colour."}])
+    out = tmp_path / "run.jsonl"
+    done = subprocess.run([sys.executable, "-m", "tools.qa", "run", str(set_file), "--variants",
+                           "a: max_new_tokens=4, seed=1", "--variants", "b: max_new_tokens=4, seed=2", "--url", url,
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 failed an expectation (cells 1, 2)" in done.stdout and "0 failed to run" in done.stdout
+    run = import_jsonl(out.read_text(encoding="utf-8"))
+    assert [c.auto for c in run.cells] == ["fail", "fail", None, None]
+    assert "does not contain" in run.cells[0].auto_reason
+
+
+def test_cli_refuses_a_bad_set_before_running(served, tmp_path, capsys):
+    backend, url = served
+    set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "hi", "size": "1024x1024"}])
+    assert cli.main(["run", str(set_file), "--kind", "image", "--url", url, "--out", str(tmp_path / "o.jsonl")]) == 2
+    assert "size 1024x1024 is not one of this server's precompiled sizes" in capsys.readouterr().err
+    assert cli.main(["run", str(set_file), "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "o.jsonl")]) == 2
+    assert "Could not reach the app" in capsys.readouterr().err

@@ -1,0 +1,190 @@
+"""The Gradio app in-process on the tiny models, driven through its public API (gradio_client)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from PIL import Image
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client  # noqa: E402
+from support.app import start_app  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("app"))
+    yield backend, Client(url, verbose=False)
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """An app with --auth whose last image size has not warmed up yet."""
+    demo, backend, url = start_app(tmp_path_factory.mktemp("guarded"), "--auth", "ada:lovelace", warm=False)
+    yield backend, url
+    demo.close()
+
+
+def test_named_endpoints_only(served):
+    _, client = served
+    api = client.view_api(print_info=False, return_format="dict")
+    assert set(api["named_endpoints"]) == {"/chat", "/generate_image", "/status", "/paste_png"}
+    assert not api["unnamed_endpoints"]
+
+
+def test_status_json(served):
+    backend, client = served
+    status = client.predict(api_name="/status")
+    for key in ("tasks", "progress", "eta_s", "ready", "compiles_since_ready", "banner", "device", "models",
+                "engines", "cache_dir"):
+        assert key in status
+    assert status["ready"] and status["compiles_since_ready"] == 0
+    assert "demo models with random weights" in status["banner"] and "CPU" in status["banner"]
+    assert {t["state"] for t in status["tasks"]} == {"ready"}
+
+
+def test_chat_streams_with_history_and_controls(served):
+    _, client = served
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>x</think>hello"}]
+    job = client.submit(message="tell me more", history=history, system_prompt="Be brief.", thinking=False,
+                        temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=24, greedy=False, seed=5,
+                        api_name="/chat")
+    updates = list(job)
+    assert len(updates) > 1 and updates[-1]["done"]
+    final = updates[-1]
+    assert final["answer"].strip() and final["stats"]["new_tokens"] >= 1
+    assert final["stats"]["compiled_graphs"] == 0 and final["stats"]["bucket"] in (32, 64, 128)
+    assert final["answer"] in "".join(u["delta"] for u in updates)
+    again = client.predict(message="tell me more", history=history, system_prompt="Be brief.", top_k=20,
+                           max_new_tokens=24, seed=5, api_name="/chat")
+    assert again["answer"] == final["answer"]  # same seed, same reply
+
+
+def test_chat_takes_the_chat_tabs_export_and_says_what_is_wrong(served):
+    """/chat history: the Export JSON document's messages as they are (one normaliser for both sides);
+    refusals say what is allowed; the final update names a cut at the token limit; deltas join to the answer."""
+    from gradio_client.exceptions import AppError
+
+    from neuron_backend.chat.text import export_document
+
+    shown = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+             {"role": "assistant", "content": "weighing", "metadata": {"title": "💭 Reasoning", "status": "done"}},
+             {"role": "assistant", "content": "hello there"}]
+    document = export_document(shown, model="m", system_prompt=None, settings={})
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]
+    replies = [list(served[1].submit(message="more", history=h, greedy=True, max_new_tokens=3, api_name="/chat"))
+               for h in (document["messages"], shown, plain)]
+    finals = [r[-1] for r in replies]
+    assert finals[0]["stats"]["prompt_tokens"] == finals[1]["stats"]["prompt_tokens"] \
+        == finals[2]["stats"]["prompt_tokens"] and finals[0]["answer"] == finals[2]["answer"]
+    for updates in replies:
+        assert "".join(u["delta"] for u in updates) == updates[-1]["answer"]  # no stray leading space
+    if finals[0]["stats"]["finish_reason"] == "length":
+        assert finals[0]["notices"] and "limit of 3 new tokens" in finals[0]["notices"][0]
+    for bad, allowed in ((5, "The history must be a list of"), ([{"role": "user", "content": "x"}] * 201,
+                                                              "at most 200")):
+        with pytest.raises(AppError, match=allowed):
+            served[1].predict(message="x", history=bad, api_name="/chat")
+    with pytest.raises(AppError, match="from 0.01 to 2"):
+        served[1].predict(message="x", temperature=1e-300, api_name="/chat")
+
+
+def test_chat_cancel_frees_the_engine(served):
+    backend, client = served
+    # greedy: runs all 200 tokens (a sampled demo reply may end at once, before the cancel)
+    job = client.submit(message="go on", max_new_tokens=200, greedy=True, api_name="/chat")
+    deadline = time.time() + 30
+    while not job.outputs() and time.time() < deadline:  # wait until the reply is streaming
+        time.sleep(0.02)
+    assert job.outputs() and not job.outputs()[-1]["done"]
+    job.cancel()
+    deadline = time.time() + 5
+    while backend.engine("chat").busy and time.time() < deadline:
+        time.sleep(0.02)
+    assert not backend.engine("chat").busy
+    assert client.predict(message="next user", max_new_tokens=4, api_name="/chat")["done"]
+
+
+def test_generate_image_returns_png_with_parameters(served):
+    _, client = served
+    path, params = client.predict(prompt="a lighthouse", size="96x64", steps=2, seed=11, guidance=None,
+                                  api_name="/generate_image")
+    with Image.open(path) as image:
+        assert image.size == (96, 64) and image.format == "PNG"
+        assert "Seed: 11" in image.text["parameters"] and "a lighthouse" in image.text["parameters"]
+    assert params["seed"] == 11 and params["size"] == "96x64" and params["steps"] == 2
+
+
+def test_unsupported_size_refused_with_allowed_list(served):
+    _, client = served
+    with pytest.raises(Exception, match=r"64x64.*96x64") as info:
+        client.predict(prompt="x", size="512x512", steps=1, seed=1, guidance=None, api_name="/generate_image")
+    assert "512x512" in str(info.value)
+
+
+def test_wrong_password_rejected(guarded):
+    _, url = guarded
+    with pytest.raises(Exception):  # noqa: B017 - gradio_client raises a plain ValueError/AppError here
+        Client(url, auth=("ada", "wrong"), verbose=False)
+
+
+def test_not_ready_size_refused_with_eta(guarded):
+    backend, url = guarded
+    client = Client(url, auth=("ada", "lovelace"), verbose=False)
+    with pytest.raises(Exception, match=r"96x64 is still warming up.*about 30 s"):
+        client.predict(prompt="x", size="96x64", steps=1, seed=1, guidance=None, api_name="/generate_image")
+    path, _ = client.predict(prompt="x", size="64x64", steps=1, seed=1, guidance=None, api_name="/generate_image")
+    assert Image.open(path).size == (64, 64)
+    status = client.predict(api_name="/status")
+    assert not status["ready"] and status["done"] == status["total"] - 1
+
+
+
+def test_chat_batch_serves_concurrent_api_users_together(tmp_path):
+    """--chat-batch 3: users who wait together ride in one generate() (the app gives chat 3 slots)."""
+    demo, backend, url = start_app(tmp_path, "--chat-batch", "3", "--no-image", "--context-length", "1024",
+                                   "--max-new-tokens", "900")
+    engine = backend.engine("chat")
+    calls, generate = [], engine.model.generate
+
+    def counting_generate(*args, **kwargs):  # observe which generate() calls serve the users
+        calls.append(kwargs["input_ids"].shape[0])
+        return generate(*args, **kwargs)
+
+    engine.model.generate = counting_generate
+    try:
+        clients = [Client(url, verbose=False) for _ in range(3)]
+        # A long reply occupies the device; two users who arrive meanwhile wait for the next batch.
+        first = clients[0].submit(message="long", greedy=True, max_new_tokens=900, api_name="/chat")
+        deadline = time.time() + 30
+        while not engine.busy and time.time() < deadline:
+            time.sleep(0.01)
+        later = [c.submit(message=f"user {i}", greedy=True, max_new_tokens=8, api_name="/chat")
+                 for i, c in enumerate(clients[1:])]
+        finals = [job.result(timeout=300) for job in (first, *later)]
+        assert all(f["done"] and f["stats"]["batch_size"] == 3 for f in finals)
+        assert calls == [3, 3], calls  # the long reply's batch, then one batch for both later users
+    finally:
+        engine.model.generate = generate
+        demo.close()
+
+
+def test_reasoning_is_folded_apart_and_not_fed_back():
+    """The demo model never thinks (its vocabulary has no <think>), so the folding is checked here."""
+    from neuron_backend.chat.text import ChatUpdate
+    from ui import chat_tab
+
+    thinking = chat_tab.reply_messages(ChatUpdate("weighing options", "", "options", False, None, 0))
+    assert len(thinking) == 1 and thinking[0].metadata == {"title": "💭 Reasoning", "status": "pending"}
+    done = chat_tab.reply_messages(ChatUpdate("weighing options", "The answer.", "answer.", True, None, 0))
+    assert [m.content for m in done] == ["weighing options", "The answer."]
+    assert done[0].metadata["status"] == "done" and not done[1].metadata
+    history = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+               {"role": "assistant", "content": "weighing options", "metadata": {"title": "💭 Reasoning"}},
+               {"role": "assistant", "content": "The answer."}]
+    from neuron_backend.chat.text import HistoryLimits, normalize_history
+
+    assert normalize_history(history, HistoryLimits()) == ({"role": "user", "content": "hi"},
+                                                          {"role": "assistant", "content": "The answer."})

@@ -1,0 +1,311 @@
+"""The Chat tab in Arabic: what the page builds at run time (stats line, context meter,
+reply notices, refusal notes, toasts) and the chat backend's messages come in the page's language;
+English (API clients, logs, a page in English) is exactly what it was.
+
+Backend errors are triggered through the real code (request checks, history, prompt, engine,
+feedback, a loaded conversation file) and read with ``localized`` under ``speaking("ar")``.
+The browser test sends a message to the demo chat model from a page in Arabic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from support.i18n_check import english_phrases, has_arabic
+
+from neuron_backend.chat.text import (
+    REASONING_TITLES,
+    ChatRequest,
+    ChatStats,
+    ChatUpdate,
+    HistoryLimits,
+    _whole,
+    export_document,
+    load_document,
+    normalize_request,
+    reply_notices,
+)
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.feedback import FeedbackLog
+from neuron_backend.messages import Message
+from ui.i18n import localized, say, speaking
+from ui.presentation import chat_stats_text, context_meter_text, conversation_markdown
+
+# Names that stay Latin beside Arabic: the model's maker (the greedy advice quotes its card).
+ALLOWED = ("Qwen",)
+
+
+def _arabic(text: str, allowed: tuple[str, ...] = ALLOWED) -> str:
+    assert has_arabic(text), text
+    assert english_phrases(text, allowed) == [], (english_phrases(text, allowed), text)
+    return text
+
+
+def _stats(**changes) -> ChatStats:
+    values = dict(prompt_tokens=12, bucket=64, new_tokens=40, time_to_first_token_s=0.123, tokens_per_s=35.06,
+                  total_s=1.3, compiled_graphs=0, dropped_turns=0, context_length=256, max_new_tokens=40,
+                  stopped=False, finish_reason="eos", seed=7)
+    return ChatStats(**{**values, **changes})
+
+
+# ----- text the page builds -------------------------------------------------------------------------
+def test_stats_line_in_both_languages():
+    plain, busy = _stats(), _stats(compiled_graphs=1, stopped=True, finish_reason="length", seed=None)
+    assert chat_stats_text(plain) == "0.12 s to first token · 35.1 tokens/s · 40 new tokens · seed 7 · no compile"
+    assert chat_stats_text(vars(busy)) == ("0.12 s to first token · 35.1 tokens/s · 40 new tokens · ⚠ compiled a "
+                                           "graph · stopped · cut at the 40-token limit")
+    with speaking("ar"):
+        for stats in (plain, busy, vars(plain), _stats(time_to_first_token_s=None)):
+            text = _arabic(chat_stats_text(stats))
+            assert "35.1" in text or "?" in text
+        assert "البذرة 7" in chat_stats_text(plain) and "40" in chat_stats_text(busy)
+        assert chat_stats_text(None) == ""
+
+
+def test_context_meter_in_both_languages():
+    dropped = _stats(dropped_turns=3)
+    assert context_meter_text(None, (32, 64), 256) == "Context: prompt buckets 32, 64 tokens · cache 256 tokens"
+    assert context_meter_text(dropped, (32, 64), 256) == (
+        "Context: prompt 12/64 tokens (bucket) · 52/256 tokens of cache · ⚠ 3 oldest turn(s) dropped to fit the "
+        "64-token limit")
+    with speaking("ar"):
+        assert "32, 64" in _arabic(context_meter_text(None, (32, 64), 256))
+        text = _arabic(context_meter_text(dropped, (32, 64), 256))
+        assert "12/64" in text and "52/256" in text and "3" in text
+
+
+def test_the_idle_meter_carries_both_languages():
+    from types import SimpleNamespace
+
+    from ui.chat_tab import idle_meter
+
+    text = idle_meter(SimpleNamespace(buckets=(32, 64), context_length=256))
+    english, arabic = re.findall(r"<span[^>]*>([^<]*)</span>", text)
+    assert english == "Context: prompt buckets 32, 64 tokens · cache 256 tokens"
+    _arabic(arabic)
+    assert '<span class="i18n-ar" lang="ar">' in text  # ui/i18n.py CSS shows the one of <html lang>
+
+
+def test_reply_bubbles_and_notices_in_the_page_language():
+    from ui.chat_tab import reply_messages
+
+    cut = ChatUpdate("still weighing", "", "", True, _stats(finish_reason="length", max_new_tokens=8))
+    request = ChatRequest("q", thinking=True, greedy=True)
+    english = reply_messages(cut, request)
+    assert [m.metadata["title"] for m in english] == [
+        "💭 Reasoning", "⚠ Stopped at the limit of 8 new tokens, while still reasoning: no answer yet",
+        "⚠ Greedy decoding with thinking on"]
+    assert english[1].content.startswith("Raise max_new_tokens for a longer reply (reasoning often")
+    with speaking("ar"):
+        shown = reply_messages(cut, request)
+    assert shown[0].metadata["title"] in REASONING_TITLES and shown[0].content == "still weighing"
+    for bubble in shown[1:]:
+        _arabic(bubble.metadata["title"])
+        _arabic(bubble.content)
+    assert "8" in shown[1].metadata["title"] and "max_new_tokens" in shown[1].content
+    # /chat's notices (str) stay English whatever the page shows
+    notices = [str(n) for n in reply_notices(cut, request)]
+    assert notices[0] == ("Stopped at the limit of 8 new tokens, while still reasoning: no answer yet. Raise "
+                          "max_new_tokens for a longer reply (reasoning often takes many more tokens than the "
+                          "answer), or turn thinking off.")
+    with speaking("ar"):
+        assert [str(n) for n in reply_notices(cut, request)] == notices
+
+
+def test_a_refusal_note_and_its_toast_in_the_page_language():
+    from ui.chat_tab import chat_refusals
+
+    @chat_refusals(lambda: 2)
+    def handler(message):
+        yield from ()
+        normalize_request(ChatRequest(message), 10, 8)
+
+    for language, title in (("en", "⚠ Not answered"), ("ar", None)):
+        with speaking(language), pytest.warns(UserWarning) as toasts:  # gr.Warning outside an event warns
+            [(note, *rest)] = list(handler("x" * 11))
+        assert len(rest) == 2 and len(note) == 1  # the other outputs are left as they are
+        if title:
+            assert note[0].metadata["title"] == title
+            assert note[0].content == "The message is 11 characters; at most 10 are allowed."
+        else:
+            _arabic(note[0].metadata["title"])
+            assert "11" in _arabic(note[0].content) and "10" in note[0].content
+            assert any(has_arabic(str(t.message)) for t in toasts)
+
+
+def test_feedback_toasts_in_arabic():
+    with speaking("ar"):
+        assert "👍" in _arabic(say("Thanks: reply marked {mark}. Add a comment below if you like.", mark="👍"))
+        _arabic(say("Comment saved."))
+    thanks = say("Thanks: reply marked {mark}. Add a comment below if you like.", mark="👎")
+    assert thanks == "Thanks: reply marked 👎. Add a comment below if you like."
+
+
+def test_the_markdown_export_stays_english_on_an_arabic_page():
+    stats = vars(_stats(finish_reason="length"))
+    history = [{"role": "user", "content": "مرحبا"},
+               {"role": "assistant", "content": "أفكر", "metadata": {"title": "💭 الاستدلال"}},
+               {"role": "assistant", "content": "أهلًا"}]
+    with speaking("ar"):
+        document = export_document(history, model="demo", system_prompt=None, settings={}, stats_of=lambda a: stats)
+        markdown = conversation_markdown(document)
+    assert document["messages"][1]["reasoning"] == "أفكر"  # the Arabic reasoning bubble is known as one
+    assert "## Assistant\n\n> 💭 **Reasoning**\n>\n> أفكر" in markdown
+    assert "s to first token" in markdown and "cut at the 40-token limit" in markdown
+
+
+# ----- the backend's messages, through the code that raises them --------------------------------------
+def _request(**fields):
+    return lambda: normalize_request({"message": "hi", **fields}, 100, 64, history_limits=HistoryLimits(4, 50, 100))
+
+
+HISTORY_ITEM = {"role": "user", "content": "hello"}
+DOCUMENT = export_document([HISTORY_ITEM], model="m", system_prompt=None, settings={})
+
+REQUEST_ERRORS = {
+    "Chat request fields {fields} are not valid; allowed: {allowed} (message is required).":
+        lambda: normalize_request({"message": "hi", "nope": 1}, 100, 64),
+    "A chat request must be a ChatRequest or a dict of its fields.": lambda: normalize_request(["hi"], 100, 64),
+    "The message is empty: type something to send.": _request(message="   "),
+    "{name} must be true or false, got {value}.": _request(thinking="yes"),
+    "{name} must be a number from {low} to {high} (for the most likely token every time, use greedy), got {value}.":
+        _request(temperature=5),
+    "{name} must be a number above 0 and at most {high}, got {value}.": _request(top_p=0),
+    "{name} must be a whole number from {low} to {high}, got {value}.":
+        _request(seed=10**50),  # its value: "a whole number of about 51 digits"
+    "{name} must be a whole number of {low} or more, got {value}.":
+        lambda: _whole("count", -1, None, 0, None),  # a check with no upper bound
+    "{what} must be text, got {kind}.": _request(message=5),
+    "{what} is {length} characters; at most {limit} are allowed.": _request(system_prompt="x" * 101),
+    "{what} holds a lone surrogate ({char}) at character {at}, which is not valid Unicode; send UTF-8 text.":
+        _request(message="a\ud800b"),
+    "{where} has a part of type {kind}; only text parts are accepted.":
+        _request(history=[{"role": "user", "content": [{"type": "image", "url": "x"}]}]),
+    "{where} must be text or a list of text parts, got {kind}.": _request(history=[{"role": "user", "content": 5}]),
+    "The history must be {allowed}; got {kind}.": _request(history="hello"),
+    "The history has {count} messages; this server accepts at most {limit}. Send only the newest ones (old turns that "
+    "do not fit the prompt are dropped anyway).":
+        _request(history=[HISTORY_ITEM] * 5),
+    "History item {index} is not valid: it must be {allowed}.": _request(history=[{"role": "robot", "content": "x"}]),
+    "The history holds more than {limit} characters; this server accepts at most {limit}. Send only the newest "
+    "messages.":
+        _request(history=[{"role": "user", "content": "x" * 30}] * 2),
+    "This file is not a conversation exported by this app (its \"format\" must be {format}).":
+        lambda: load_document([1], HistoryLimits()),
+    "Conversation export version {version} is not supported; this app reads version {supported}.":
+        lambda: load_document({**DOCUMENT, "version": 9}, HistoryLimits()),
+}
+
+
+@pytest.mark.parametrize("key", sorted(REQUEST_ERRORS))
+def test_request_and_history_errors_in_arabic(key):
+    with pytest.raises(InvalidRequestError) as raised:
+        REQUEST_ERRORS[key]()
+    message = raised.value.args[0]
+    assert isinstance(message, Message) and message.template == key
+    assert str(raised.value) == message.text("en")  # English for logs and API clients
+    with speaking("ar"):
+        _arabic(localized(raised.value))
+    with speaking("en"):
+        assert localized(raised.value) == str(raised.value)
+
+
+def test_english_of_the_request_errors_is_unchanged():
+    expected = {
+        "{name} must be a number from {low} to {high} (for the most likely token every time, use greedy), got {value}.":
+            "temperature must be a number from 0.01 to 2 (for the most likely token every time, "
+                               "use greedy), got 5.",
+        "{name} must be a whole number from {low} to {high}, got {value}.":
+            "seed must be a whole number from 0 to 4294967295, got a whole number of about 51 "
+                                "digits.",
+        "{what} holds a lone surrogate ({char}) at character {at}, which is not valid Unicode; send UTF-8 text.":
+            "The message holds a lone surrogate ('\\ud800') at character 1, which is not valid "
+                              "Unicode; send UTF-8 text.",
+        "The history must be {allowed}; got {kind}.":
+            'The history must be a list of {"role": "user" or "assistant", "content": text or a '
+                                 'list of text parts}, oldest first (an exported conversation\'s "messages" work '
+                                 'as they are); got str.',
+        "{where} has a part of type {kind}; only text parts are accepted.":
+            "The content of history item 0 has a part of type 'image'; only text parts are "
+                              "accepted.",
+    }
+    for key, english in expected.items():
+        with pytest.raises(InvalidRequestError) as raised:
+            REQUEST_ERRORS[key]()
+        assert str(raised.value) == english
+
+
+def test_feedback_errors_in_arabic(tmp_path):
+    log = FeedbackLog(tmp_path, max_bytes=300)
+    attempts = {"Feedback rating {rating} is not one of {allowed}.": lambda: log.record("meh", "q", "a"),
+                "Only a reply to a user message can be marked.": lambda: log.record("up", " ", "a"),
+                "This mark is larger than the feedback file may grow ({limit} bytes, --feedback-max-bytes); it was "
+                "not stored.":
+                    lambda: log.record("up", "q", "a" * 400),
+                "The comment is {length} characters; at most {limit} are allowed.":
+                    lambda: log.comment("id", "x" * 2001)}
+    for key, attempt in attempts.items():
+        with pytest.raises(InvalidRequestError) as raised:
+            attempt()
+        assert raised.value.args[0].template == key
+        with speaking("ar"):
+            _arabic(localized(raised.value))
+    assert str(raised.value) == "The comment is 2001 characters; at most 2000 are allowed."
+
+
+def test_a_conversation_file_refused_in_arabic(tmp_path):
+    from ui.chat_tab import read_conversation
+
+    limits = HistoryLimits(messages=4, chars=10, message_chars=10)
+    big, broken = tmp_path / "big.json", tmp_path / "broken.json"
+    big.write_text(" " * 1_000_100)
+    broken.write_text("{not json")
+    for path, key in ((big, "The file is {size} bytes; a conversation file may be at most {limit} bytes."),
+                      (broken, "The file is not a JSON conversation export ({error}).")):
+        with pytest.raises(InvalidRequestError) as raised:
+            read_conversation(str(path), limits)
+        assert raised.value.args[0].template == key
+        with speaking("ar"):
+            _arabic(localized(raised.value), allowed=("JSON",))
+    (tmp_path / "ok.json").write_text(json.dumps(DOCUMENT))
+    assert read_conversation(str(tmp_path / "ok.json"), limits)["messages"][0]["content"] == "hello"
+
+
+def test_engine_errors_and_shape_labels_in_arabic(tiny_settings, demo_models):
+    from neuron_backend.chat.engine import ChatEngine
+    from neuron_backend.devices import HostDevices, resolve_placements
+    from neuron_backend.errors import EngineUnavailableError, PromptTooLongError
+
+    cpu_only = HostDevices(neuron_cores=0, cuda_devices=0)
+    engine = ChatEngine(tiny_settings, resolve_placements(tiny_settings, cpu_only)["chat"], "demo Qwen3")
+    with pytest.raises(EngineUnavailableError) as not_loaded:
+        engine.stream(ChatRequest("hi"))
+    engine.load(demo_models.chat)
+    with pytest.raises(PromptTooLongError) as too_long:
+        engine.stream(ChatRequest("the quiet river " * 60, system_prompt="be brief"))
+    with pytest.raises(InvalidRequestError) as unknown:
+        engine.warm_up("prefill-7")
+    assert "Shorten the message or the system prompt" in str(too_long.value)
+    info = engine.count_prompt_tokens({"message": "the quiet river " * 60})
+    with speaking("ar"):
+        for error in (not_loaded.value, too_long.value, unknown.value):
+            _arabic(localized(error))
+        _arabic(localized(info.problem))
+        labels = {key: _arabic(localized(label)) for key, label in engine.shape_labels.items()}
+    first = engine.shape_labels["prefill-32"]
+    assert first.startswith("prompt bucket 32 tokens, ") and "+ the decode graphs (cache 256 tokens" in first
+    assert "32" in labels["prefill-32"] and "256" in labels["prefill-32"]
+
+
+def test_chat_refusals_pass_other_errors_through():
+    from ui.chat_tab import chat_refusals
+
+    @chat_refusals(lambda: 0)
+    def handler():
+        yield from ()
+        raise RuntimeError("not a refusal")
+
+    with pytest.raises(RuntimeError):
+        list(handler())

@@ -1,0 +1,298 @@
+"""Probes, Prometheus metrics, MCP tools, saved chats and feedback, each with a real client on loopback.
+
+- HTTP probes and metrics scraped during warm-up (one size held back) and after it (``httpx``).
+- The ``mcp`` Python client on the streamable HTTP transport: lists the tools and calls each one,
+  with and without the ``--auth`` credentials.
+- Saved chats and 👍/👎 feedback in headless Chromium (skipped without the browser, like
+  tests/test_browser.py); the feedback file is then read by the QA bench's own parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+from support.app import SIZES, start_app
+
+from neuron_backend.feedback import FeedbackLog
+from tools.qa.inputs import parse_prompt_set
+
+AUTH = ("ada", "lovelace")
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def _metric(text: str, name: str, **labels) -> float | None:
+    """The value of one sample in Prometheus text format (None when absent)."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = r"^" + re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if labels else "") + r" (\S+)$"
+    match = re.search(pattern, text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+# ----- probes and metrics -----------------------------------------------------------------------
+def test_probes_and_metrics_during_and_after_warm_up(tmp_path):
+    demo, backend, url = start_app(tmp_path, warm=False)  # the last image size stays queued
+    try:
+        held = backend.runner._steps[-1]
+        assert httpx.get(url + "healthz").status_code == 200
+        during = httpx.get(url + "readyz")
+        assert during.status_code == 503
+        body = during.json()
+        assert body["ready"] is False and body["warming"] == [held.task.name] and body["failed"] == []
+        assert str(tmp_path) not in during.text  # no paths in the probe's body
+        metrics = httpx.get(url + "metrics")
+        assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+        assert _metric(metrics.text, "showcase_warmup_tasks", state="queued") == 1
+        assert _metric(metrics.text, "showcase_engine_state", engine="image", state="ready") == 1
+        assert _metric(metrics.text, "showcase_queue_depth") == 0
+
+        backend.runner._run_step(held)  # warm-up of the last size ends
+        after = httpx.get(url + "readyz")
+        assert after.status_code == 200 and after.json()["ready"] is True and after.json()["warming"] == []
+
+        from gradio_client import Client
+
+        client = Client(url, verbose=False)
+        client.predict(prompt="a lighthouse", size=SIZES.split(",")[0], steps=1, seed=3, guidance=None,
+                       api_name="/generate_image")
+        with pytest.raises(Exception, match="Allowed sizes"):
+            client.predict(prompt="a lighthouse", size="512x512", steps=1, seed=3, guidance=None,
+                           api_name="/generate_image")
+        update = list(client.submit(message="Hello", max_new_tokens=8, greedy=True, api_name="/chat"))[-1]
+        assert update is not None and update["done"]
+        text = httpx.get(url + "metrics").text
+        assert _metric(text, "showcase_requests_total", endpoint="image", outcome="ok") == 1
+        assert _metric(text, "showcase_requests_total", endpoint="image", outcome="rejected") == 1
+        assert _metric(text, "showcase_requests_total", endpoint="chat", outcome="ok") == 1
+        assert _metric(text, "showcase_image_seconds_count", size="64x64") == 1
+        assert _metric(text, "showcase_chat_time_to_first_token_seconds_count") == 1
+        assert _metric(text, "showcase_chat_new_tokens_total") == update["stats"]["new_tokens"]
+        assert _metric(text, "showcase_warmup_tasks", state="ready") == len(backend.runner.tasks)
+        assert _metric(text, "showcase_warmup_task_seconds", engine="image", kind="compile",
+                       shape=held.task.shape, state="ready") is not None
+        assert _metric(text, "showcase_compiles_since_ready") is not None
+        assert _metric(text, "showcase_requests_in_progress", endpoint="chat") == 0
+    finally:
+        demo.close()
+
+
+# ----- MCP and --auth ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mcp_app(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("mcp"), "--mcp", "--auth", ":".join(AUTH))
+    yield backend, url
+    demo.close()
+
+
+def _mcp_session(url: str, http: httpx.AsyncClient, calls):
+    """Open an MCP session on the streamable HTTP endpoint and run ``calls(session)``."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def run():
+        async with streamable_http_client(url + "gradio_api/mcp/", http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await calls(session)
+
+    return asyncio.run(asyncio.wait_for(run(), timeout=240))
+
+
+def test_mcp_lists_and_calls_every_tool(mcp_app):
+    backend, url = mcp_app
+
+    async def calls(session):
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        status = await session.call_tool("warmup_status", {})
+        image = await session.call_tool("generate_image", {"prompt": "a lighthouse", "size": "96x64", "steps": 1,
+                                                           "seed": 5})
+        chat = await session.call_tool("chat", {"message": "Hello", "max_new_tokens": 6, "greedy": True})
+        wrong = await session.call_tool("generate_image", {"prompt": "x", "size": "512x512"})
+        return tools, status, image, chat, wrong
+
+    http = httpx.AsyncClient(auth=httpx.BasicAuth(*AUTH), timeout=120)
+    tools, status, image, chat, wrong = _mcp_session(url, http, calls)
+    assert set(tools) == {"chat", "generate_image", "warmup_status"}
+    described = tools["generate_image"]
+    assert "64x64, 96x64" in described.description  # the allowed sizes, from the settings
+    assert described.inputSchema["properties"]["size"]["enum"] == ["64x64", "96x64"]
+    assert f"1 to {backend.settings.max_steps}" in described.inputSchema["properties"]["steps"]["description"]
+    assert "200" in tools["chat"].inputSchema["properties"]["max_new_tokens"]["description"]  # --max-new-tokens
+
+    assert not status.isError and "'ready': True" in status.content[0].text
+    assert not image.isError
+    png = next(c for c in image.content if c.type == "image")
+    assert png.mimeType == "image/png"
+    assert Image.open(io.BytesIO(base64.b64decode(png.data))).size == (96, 64)
+    assert any("'seed': 5" in c.text for c in image.content if c.type == "text")
+    assert not chat.isError and "'done': True" in chat.content[0].text
+    assert wrong.isError and "64x64" in wrong.content[0].text and "96x64" in wrong.content[0].text  # allowed sizes
+
+
+def test_auth_protects_mcp_and_metrics_but_not_probes(mcp_app):
+    _, url = mcp_app
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}}
+    headers = {"accept": "application/json, text/event-stream"}
+    for kwargs in ({}, {"auth": ("ada", "wrong")}):
+        refused = httpx.post(url + "gradio_api/mcp/", json=init, headers=headers, **kwargs)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
+        assert httpx.get(url + "metrics", **kwargs).status_code == 401
+        assert httpx.get(url + "gradio_api/mcp/schema", **kwargs).status_code == 401
+    assert httpx.post(url + "gradio_api/mcp/", json=init, headers=headers, auth=AUTH).status_code == 200
+    assert httpx.get(url + "healthz").status_code == 200
+    assert httpx.get(url + "readyz").status_code == 200
+    with httpx.Client() as browser_like:  # Gradio's login cookie works as well as HTTP Basic
+        assert browser_like.post(url + "login", data={"username": AUTH[0], "password": AUTH[1]}).status_code == 200
+        assert browser_like.get(url + "metrics").status_code == 200
+
+
+def test_mcp_off_by_default(tmp_path):
+    demo, _, url = start_app(tmp_path, warm=False)
+    try:
+        assert httpx.get(url + "gradio_api/mcp/schema").status_code == 404
+    finally:
+        demo.close()
+
+
+# ----- feedback file ----------------------------------------------------------------------------
+def test_feedback_file_is_bounded_and_is_a_qa_prompt_set(tmp_path, tiny_settings):
+    log = FeedbackLog(tmp_path / "feedback", max_bytes=4000)
+    first = log.record("up", "Say hi", "hi", {"temperature": 0.5, "seed": 7, "thinking": False, "top_k": 20,
+                                              "system_prompt": None}, {"new_tokens": 1}, turn=1)
+    log.record("down", "Count to 3", "1 2 4", {"greedy": True, "max_new_tokens": 16}, {"new_tokens": 5}, turn=2)
+    assert log.comment(first, "friendly")
+    assert [m["comment"] for m in log.marks()] == ["friendly", ""]
+    rows = parse_prompt_set(file=log.prompt_set, settings=tiny_settings)
+    assert [r.prompt for r in rows] == ["Count to 3", "Say hi"]  # disliked first
+    assert rows[0].settings == {"greedy": True, "max_new_tokens": 16}
+    assert rows[1].settings == {"temperature": 0.5, "seed": 7, "thinking": False, "top_k": 20}
+    for i in range(40):  # ~150 bytes a row: the file rotates, the two files stay bounded
+        log.record("down", f"prompt {i}", "x" * 50)
+    assert log.rotated.exists() and log.path.stat().st_size <= 4000 and log.rotated.stat().st_size <= 4000
+    assert len(parse_prompt_set(file=log.prompt_set, settings=tiny_settings)) == len(
+        {m["prompt"] for m in log.marks()})
+    with pytest.raises(Exception, match="rating"):
+        log.record("meh", "p", "r")
+
+
+# ----- saved chats and feedback in a browser ----------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"browser tests need Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+def _send(page, text: str, bots: int) -> None:
+    page.locator("#chat-tab textarea").first.fill(text)
+    page.locator("#chat-tab textarea").first.press("Enter")
+    page.wait_for_function("(n) => document.querySelectorAll('#chatbot .message-row.bot-row').length >= n "
+                           "&& !document.querySelector('#chat-tab button.stop-button:not([style*=none])')"
+                           " || false", arg=bots, timeout=60_000)
+
+
+def test_saved_chat_survives_reload_and_stays_in_its_browser(browser, tmp_path):
+    demo, backend, url = start_app(tmp_path)
+    try:
+        first = browser.new_context()
+        page = first.new_page()
+        page.goto(url)
+        _send(page, "Remember the lighthouse", 1)
+        saved = page.locator("#chat-tab .table-wrap, #chat-tab table").filter(has_text="Remember the lighthouse")
+        saved.first.wait_for(timeout=30_000)  # listed in the side panel
+        page.reload()
+        listed = page.get_by_text("Remember the lighthouse").first
+        listed.wait_for(timeout=30_000)  # survives the reload (the browser's localStorage)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "saved-chats.png"), full_page=True)
+        listed.click()  # reopen it
+        page.locator("#chatbot .message-row.user-row").filter(has_text="Remember the lighthouse").wait_for()
+
+        other = browser.new_context()  # another visitor: nothing of the first one's chats
+        stranger = other.new_page()
+        stranger.goto(url)
+        stranger.locator("#chatbot").wait_for()
+        stranger.get_by_role("button", name="New chat").wait_for()
+        assert stranger.get_by_text("Remember the lighthouse").count() == 0
+
+        page.locator("#chatbot button[aria-label='Clear']").first.click()  # deletes the open chat
+        page.wait_for_function("() => !document.body.innerText.includes('Remember the lighthouse')")
+        page.reload()
+        page.get_by_role("button", name="New chat").wait_for()
+        assert page.get_by_text("Remember the lighthouse").count() == 0
+        other.close()
+        first.close()
+    finally:
+        demo.close()
+
+
+def test_feedback_from_the_page_is_written_and_imported_by_the_qa_bench(browser, tmp_path):
+    demo, backend, url = start_app(tmp_path)
+    try:
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(url)
+        _send(page, "Tell me about compilers", 1)
+        page.locator("#chatbot .message-row.bot-row").last.hover()
+        page.locator("#chatbot button[aria-label='Dislike']").last.click()
+        page.locator("#feedback-comment textarea").fill("too short")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "feedback-comment.png"), full_page=True)
+        page.locator("#feedback-save").click()
+        page.locator("#feedback-row").wait_for(state="hidden")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "feedback.png"), full_page=True)
+        log = FeedbackLog(tmp_path / "feedback")
+        marks = log.marks()
+        assert len(marks) == 1
+        mark = marks[0]
+        assert mark["rating"] == "down" and mark["comment"] == "too short"
+        assert mark["prompt"] == "Tell me about compilers" and mark["turn"] == 1
+        assert mark["stats"]["new_tokens"] >= 1 and mark["settings"]["max_new_tokens"] == 200
+        rows = parse_prompt_set(file=log.prompt_set, settings=backend.settings)
+        assert [r.prompt for r in rows] == ["Tell me about compilers"]
+        assert rows[0].settings["max_new_tokens"] == 200 and rows[0].settings["top_k"] == 20
+        scraped = httpx.get(url + "metrics").text
+        assert _metric(scraped, "showcase_feedback_marks_total", rating="down") == 1
+        context.close()
+    finally:
+        demo.close()
+
+
+def test_feedback_rows_keep_only_qa_columns(tmp_path):
+    log = FeedbackLog(tmp_path)
+    log.record("up", "p", "r", {"temperature": 0.3, "not_a_setting": 1})
+    assert json.loads(log.prompt_set.read_text()) == {"prompt": "p", "temperature": 0.3}
+
+
+def test_saved_chats_keep_their_key_and_secret_across_restarts(tmp_path):
+    """Gradio's default BrowserState secret is new at every start: every visitor's saved chats would vanish."""
+    import ui
+    from neuron_backend.runtime import Backend
+    from neuron_backend.settings import parse_settings
+    from ui.chat_tab import SAVED_CHATS_KEY
+
+    def saved_chats_state():
+        settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path)], env={})
+        demo = ui.create_demo(Backend(settings))
+        states = [b for b in demo.blocks.values() if type(b).__name__ == "BrowserState"]
+        return [(s.storage_key, s.secret) for s in states]
+
+    first, second = saved_chats_state(), saved_chats_state()
+    assert first == second and [key for key, _ in first] == [SAVED_CHATS_KEY]
+    assert len(first[0][1]) >= 16

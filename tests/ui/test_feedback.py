@@ -1,0 +1,116 @@
+"""Feedback marks under abuse: a mark is bounded by what the app accepts and produces, a session stores
+a bounded number of marks, rotation never drops stored marks, and rows survive line separators in
+their text. The page's own like event is driven over HTTP on 127.0.0.1, as an anonymous client would."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from support.app import free_port
+
+import ui
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.feedback import MAX_CHARS_PER_TOKEN, MAX_MARKS_PER_SESSION, FeedbackLog
+from neuron_backend.runtime import Backend
+from neuron_backend.settings import parse_settings
+
+
+@pytest.fixture
+def served(tmp_path):
+    """The page on the tiny chat model (no warm-up: marks need no engine), and its like event's index."""
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
+                               "--port", str(free_port()), "--max-prompt-chars", "2000", "--max-new-tokens", "200",
+                               "--feedback-max-bytes", "10000"], env={})
+    backend = Backend(settings)
+    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
+    index = next(i for i, f in demo.fns.items() if getattr(f.fn, "__name__", "") == "mark_reply")
+    try:
+        yield url, index, FeedbackLog.for_settings(settings)
+    finally:
+        demo.close()
+
+
+def _mark(url: str, index: int, session: str, prompt: str, reply: str) -> httpx.Response:
+    """Press 👍 on ``reply`` (answering ``prompt``) in Gradio session ``session``, as the page does."""
+    history = [{"role": "user", "content": [{"type": "text", "text": prompt}]},
+               {"role": "assistant", "content": [{"type": "text", "text": reply}]}]
+    body = {"fn_index": index, "data": [history, None, None], "session_hash": session,
+            "event_data": {"index": [1], "value": reply, "liked": True}}
+    return httpx.post(url + "gradio_api/run/predict", json=body, timeout=30)
+
+
+def test_a_mark_larger_than_a_reply_of_this_app_is_refused(served):
+    url, index, log = served
+    huge = _mark(url, index, "s-huge", "x" * 2001, "short")  # --max-prompt-chars 2000
+    assert huge.status_code == 500 and "2000" in huge.json()["error"] and "--max-prompt-chars" in huge.json()["error"]
+    limit = 200 * MAX_CHARS_PER_TOKEN
+    long_reply = _mark(url, index, "s-huge", "q", "y" * (limit + 1))
+    assert long_reply.status_code == 500 and str(limit) in long_reply.json()["error"]
+    assert log.marks() == []
+    assert _mark(url, index, "s-huge", "x" * 2000, "y" * limit).status_code == 200  # at the bounds: stored
+    assert len(log.marks()) == 1
+
+
+def test_a_session_stores_a_bounded_number_of_marks(served):
+    url, index, log = served
+    codes = [_mark(url, index, "s-cap", f"q{i}", "a").status_code for i in range(MAX_MARKS_PER_SESSION)]
+    assert codes == [200] * MAX_MARKS_PER_SESSION
+    refused = _mark(url, index, "s-cap", "one more", "a")
+    assert refused.status_code == 500 and f"stored {MAX_MARKS_PER_SESSION} marks" in refused.json()["error"]
+    assert len(log.marks()) == MAX_MARKS_PER_SESSION
+    assert _mark(url, index, "s-other", "another visitor", "a").status_code == 200  # per session, not global
+
+
+def test_an_attacker_filling_its_budget_cannot_remove_other_sessions_marks(served):
+    url, index, log = served
+    assert _mark(url, index, "victim", "What is a NEFF?", "a compiled graph").status_code == 200
+    deadline, answers = time.monotonic() + 60, []
+    for n in range(120):  # fresh sessions, maximal marks, until the storage refuses them
+        assert time.monotonic() < deadline
+        answers.append(_mark(url, index, f"attacker-{n // MAX_MARKS_PER_SESSION}", "x" * 2000, "y" * 3000))
+        if [a.status_code for a in answers[-3:]] == [500] * 3:
+            break
+    codes = [a.status_code for a in answers]
+    assert 200 in codes and codes[-3:] == [500] * 3, codes
+    assert "storage is full" in answers[-1].json()["error"]
+    stored = log.marks()
+    assert stored[0]["prompt"] == "What is a NEFF?"  # still there, the oldest mark
+    assert all(m["stats"] == {} and m["settings"] == {} for m in stored)  # no reply of this server: no stats
+    assert sum(p.stat().st_size for p in log.files() if p.exists()) <= (log.rotations + 1) * log.max_bytes
+    rows = [json.loads(line) for line in log.prompt_set.read_text().split("\n") if line]
+    assert "What is a NEFF?" in [r["prompt"] for r in rows]
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_a_mark_with_a_line_separator_survives_later_comments_and_marks(tmp_path, separator):
+    log = FeedbackLog(tmp_path)
+    first = log.record("down", f"line one{separator}line two", f"reply{separator}text")
+    second = log.record("up", "plain", "reply")
+    assert log.comment(second, f"nice{separator}really")  # rewrites the file
+    assert log.comment(first, "kept")
+    assert [(m["prompt"], m["comment"]) for m in log.marks()] == [
+        (f"line one{separator}line two", "kept"), ("plain", f"nice{separator}really")]
+    assert len(log.path.read_text(encoding="utf-8").splitlines()) == 2  # one row per line for any reader
+    assert len(log.prompt_set.read_text(encoding="utf-8").splitlines()) == 2
+
+
+def test_rows_written_with_a_raw_separator_are_still_read(tmp_path):
+    """A row holding a raw U+2028 (as json.dumps(ensure_ascii=False) writes it) reads back whole."""
+    log = FeedbackLog(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    row = {"id": "abc", "rating": "up", "comment": "", "prompt": "a\u2028b", "reply": "r", "settings": {}}
+    log.path.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert [m["prompt"] for m in log.marks()] == ["a\u2028b"]
+    log.record("up", "next", "r")
+    assert [m["prompt"] for m in log.marks()] == ["a\u2028b", "next"]
+
+
+def test_the_log_refuses_oversize_marks_with_the_limit(tmp_path):
+    log = FeedbackLog(tmp_path, max_prompt_chars=10, max_reply_chars=20)
+    with pytest.raises(InvalidRequestError, match="at most 10"):
+        log.record("up", "p" * 11, "r")
+    with pytest.raises(InvalidRequestError, match="at most 20"):
+        log.record("up", "p", "r" * 21)

@@ -1,0 +1,154 @@
+"""An image cancelled right after submit runs nothing.
+
+gradio_client's ``job.cancel()`` in the first ~50 ms after ``submit()`` posts ``/gradio_api/cancel``
+with ``event_id: null`` (the join's answer has not been read yet); Gradio 6.31 answers 422 and
+the job ran all its steps (400 steps, 5.7 s here before the fix). ``ui.guards.EarlyCancels`` matches
+such a cancel to the job it meant; the API handlers drop it at their start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+from gradio_client import Client
+from support.app import start_app
+
+from ui.guards import EarlyCancels, Guards, LoginThrottle
+
+STEPS = 400  # ~5 s on the demo model: a job that runs whole is plain to see
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_cancel_without_an_id_takes_the_job_that_session_just_joined():
+    clock = Clock()
+    cancels = EarlyCancels(window_s=2.0, clock=clock)
+    cancels.joined("old", "s1", 7)
+    clock.now += 3.0  # "old" joined 3 s ago: outside the window, so it is not this cancel's job
+    cancels.joined("e1", "s1", 7)
+    cancels.joined("other-fn", "s1", 8)
+    cancels.joined("other-session", "s2", 7)
+    assert cancels.cancelled("s1", 7) == "e1"
+    assert cancels.take("e1") and not cancels.take("e1")  # asked once, at the handler's start
+    assert not any(cancels.take(e) for e in ("old", "other-fn", "other-session", None))
+
+
+def test_a_cancel_before_the_join_takes_the_next_join_within_the_window():
+    clock = Clock()
+    cancels = EarlyCancels(window_s=2.0, clock=clock)
+    assert cancels.cancelled("s1", 7) is None  # the client's join is still on its way
+    clock.now += 0.5
+    cancels.joined("e1", "s1", 7)
+    assert cancels.take("e1")
+    cancels.joined("e2", "s1", 7)  # the cancel was used up: the next job runs
+    assert not cancels.take("e2")
+    cancels.cancelled("s1", 7)  # e2 joined 0 s ago: taken
+    assert cancels.take("e2")
+    assert cancels.cancelled("s1", 7) is None
+    clock.now += 2.5  # a join after the window is a new job
+    cancels.joined("e3", "s1", 7)
+    assert not cancels.take("e3")
+
+
+def _post(guards: Guards, path: str, body: dict) -> list[dict]:
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": json.dumps(body).encode()}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "headers": [], "client": ("127.0.0.1", 1)}
+    asyncio.run(guards(scope, receive, send))
+    return sent
+
+
+def test_the_guard_fills_in_the_event_id_gradio_needs():
+    seen: list[dict] = []
+
+    async def gradio(scope, receive, send):  # stands in for Gradio's routes: echoes what it was sent
+        body = json.loads((await receive())["body"])
+        seen.append(body)
+        answer = json.dumps({"event_id": "e1"} if scope["path"].endswith("join") else {"success": True}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": answer})
+
+    guards = Guards(gradio, LoginThrottle(), lambda: (False, {}, ""), EarlyCancels())
+    _post(guards, "/gradio_api/queue/join", {"fn_index": 7, "session_hash": "s1", "data": []})
+    _post(guards, "/gradio_api/cancel", {"fn_index": 7, "session_hash": "s1", "event_id": None})
+    assert seen[-1] == {"fn_index": 7, "session_hash": "s1", "event_id": "e1"}  # Gradio drops it from its queue
+    assert guards.early_cancels.take("e1")  # and the handler drops it if it had started
+    _post(guards, "/gradio_api/cancel", {"fn_index": 7, "session_hash": "s1", "event_id": "e9"})
+    assert seen[-1]["event_id"] == "e9"  # a cancel that names its job passes as it came
+    _post(guards, "/gradio_api/cancel", {"fn_index": 7, "session_hash": "s2"})
+    assert seen[-1]["event_id"] == ""  # no job yet: a valid body (no 422), and the next join is taken
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("early-cancel"), "--no-chat", "--max-steps", str(STEPS))
+    calls = []
+    start_image = backend.start_image
+
+    def counting(request, preview=False):
+        calls.append(request)
+        return start_image(request, preview)
+
+    backend.start_image = counting  # what the handler starts, seen from the outside
+    fn_index = next(i for i, d in enumerate(demo.config["dependencies"]) if d.get("api_name") == "generate_image")
+    yield backend, url, fn_index, calls
+    demo.close()
+
+
+def _wait_free(engine, timeout: float) -> float:
+    started = time.monotonic()
+    time.sleep(0.05)
+    while engine.busy and time.monotonic() - started < timeout:
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def test_a_cancel_that_comes_before_the_join_runs_no_step(served):
+    backend, url, fn_index, calls = served
+    before = len(calls)
+    session = f"early-{time.monotonic_ns()}"
+    with httpx.Client(base_url=url, timeout=10) as http:
+        cancel = http.post("gradio_api/cancel", json={"fn_index": fn_index, "session_hash": session, "event_id": None})
+        assert cancel.status_code == 200, cancel.text  # Gradio alone answers 422 and forgets it
+        joined = http.post("gradio_api/queue/join", json={
+            "data": ["slow", "96x64", STEPS, 2, None, 1, False], "fn_index": fn_index, "session_hash": session,
+            "event_data": None, "trigger_id": None})
+        assert joined.status_code == 200, joined.text
+        with http.stream("GET", "gradio_api/queue/data", params={"session_hash": session}) as stream:
+            done = None
+            for count, line in enumerate(stream.iter_lines()):  # bounded: 200 lines, 10 s per read
+                if '"process_completed"' in line:
+                    done = json.loads(line.removeprefix("data:"))
+                    break
+                assert count < 200, "no process_completed message"
+    assert done["success"] is False and "Cancelled before it started" in json.dumps(done)
+    assert len(calls) == before  # the handler never started the image
+
+
+def test_gradio_client_cancel_right_after_submit_frees_the_engine_at_once(served):
+    backend, url, _, _ = served
+    client = Client(url, verbose=False)
+    engine = backend.engine("image")
+    for delay in (0.0, 0.01, 0.03):  # before the client knows its event id, and around the moment it learns it
+        job = client.submit(prompt="slow", size="96x64", steps=STEPS, seed=2, guidance=None,
+                            api_name="/generate_image")
+        time.sleep(delay)
+        job.cancel()
+        # A whole run takes ~5 s; stopped, the engine is free within a step or two.
+        assert _wait_free(engine, 15.0) < 2.0, f"cancel {delay} s after submit: the image ran on"
