@@ -46,7 +46,7 @@ def main() -> None:
     engine = ImageEngine(settings, resolve_placements(settings)["image"], "demo FLUX.2-klein (tiny)")
     engine.load(demo.image)
     size = max(settings.sizes, key=lambda s: s.width * s.height)
-    engine.warm_up(size.label)
+    engine.warm_up(size)
     pipe, steps = engine._pipe, settings.default_steps
     images: dict[str, object] = {}
 

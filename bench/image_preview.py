@@ -48,7 +48,7 @@ def main() -> None:
     engine = ImageEngine(settings, resolve_placements(settings)["image"], "demo FLUX.2-klein (tiny)")
     engine.load(demo.image)
     size = max(settings.sizes, key=lambda s: s.width * s.height)
-    engine.warm_up(size.label)
+    engine.warm_up(size)
     steps = args.steps or settings.default_steps
     request = ImageRequest(PROMPT, size.label, steps=steps, seed=SEED)
     images: dict[str, object] = {}

@@ -147,7 +147,7 @@ def main() -> None:
 
     warm_rows = []
     for name, (engine, warm) in sides.items():
-        per_bucket = ", ".join(f"{k.removeprefix('prefill-')}: {g} in {s:.0f} s" for k, s, g in warm)
+        per_bucket = ", ".join(f"{k.tokens}: {g} in {s:.0f} s" for k, s, g in warm)
         warm_rows.append([name, engine.prefill_chunk or "eager", sum(g for _, _, g in warm),
                           f"{sum(s for _, s, _ in warm):.0f}", per_bucket])
     ttft_rows = []

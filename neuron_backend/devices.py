@@ -44,6 +44,7 @@ from .compile_cache import CacheSetup, configure_compile_cache  # noqa: F401 - p
 from .compile_counters import CompileCounter, device_counters, use_neuron_counters  # noqa: F401 - this API
 from .errors import ConfigError, DeviceUnavailableError
 from .settings import Settings
+from .shapes import ShapeKey
 
 log = logging.getLogger("showcase.devices")
 
@@ -271,7 +272,7 @@ def falls_back_to_eager(placement: Placement) -> bool:
     return placement.compile and placement.kind == "neuron"
 
 
-def compile_or_eager(engine, key: str, attempt: Callable, *args):
+def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
     """``attempt(*args)``, warming up shape ``key``; on Neuron, when it fails, note the error in
     ``engine.shapes.eager[key]`` and run it once more. A second failure is raised.
 

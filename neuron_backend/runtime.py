@@ -6,6 +6,7 @@ the engines, so the UI can be served at once and show the progress.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -13,12 +14,12 @@ from pathlib import Path
 
 from . import devices
 from .chat import prefill
-from .engine import engine_name
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .messages import tr
 from .metrics import Metrics
 from .settings import Settings
+from .shapes import ShapeKey, engine_name, shape_keys
 from .warmup import (
     Step,
     Task,
@@ -34,13 +35,6 @@ from .warmup import (
 log = logging.getLogger("showcase")
 
 ENGINES = ("chat", "image")
-
-
-def shape_keys(settings: Settings, engine: str) -> list[str]:
-    """The static shapes of an engine, in warm-up order."""
-    if engine == "chat":
-        return [f"prefill-{b}" for b in settings.buckets]
-    return [s.label for s in settings.sizes]
 
 
 def model_folder(settings: Settings, engine: str, progress=None) -> Path:
@@ -168,11 +162,12 @@ class Backend:
             batch = self.settings.chat_batch if engine == "chat" else 1
             chunk = prefill.chunk_size(self.settings, p.compile) if engine == "chat" else 0
             for i, shape in enumerate(shape_keys(self.settings, engine)):
-                title = shape_title(engine, shape, i == 0, batch, chunk)
-                task = Task(tr("{engine} · {title}", engine=said, title=title), engine, "compile", shape)
-                timed = shape if batch == 1 else f"{shape}@batch{batch}"  # batch N warms up other graphs
+                title = shape_title(shape, i == 0, batch, chunk)
+                task = Task(tr("{engine} · {title}", engine=said, title=title), engine, "compile", shape.label)
+                timed = shape.label if batch == 1 else f"{shape.label}@batch{batch}"  # batch N warms up other graphs
                 timed += f"@chunk{chunk}" if chunk else ""  # compiled prefill chunks: other graphs, other times
-                (head if i == 0 else tail).append(Step(task, self._warm_up, key("compile", timed)))
+                run = functools.partial(self._warm_up, shape)  # the task carries the label, the step the key
+                (head if i == 0 else tail).append(Step(task, run, key("compile", timed)))
         return head + tail
 
     def start(self) -> threading.Thread:
@@ -228,9 +223,9 @@ class Backend:
         engine.shapes.gated = True  # from now on only warmed-up shapes serve requests
         return engine
 
-    def _warm_up(self, task: Task) -> None:
-        (engine := self.engine(task.engine)).warm_up(task.shape)
-        if why := engine.shapes.eager.get(task.shape):  # Neuron: its compile failed, so it serves eager
+    def _warm_up(self, shape: ShapeKey, task: Task) -> None:
+        (engine := self.engine(task.engine)).warm_up(shape)
+        if why := engine.shapes.eager.get(shape):  # Neuron: its compile failed, so it serves eager
             task.detail = tr("eager fallback: {why}", why=why)
 
     # ----- serving ------------------------------------------------------------------------------
@@ -247,7 +242,7 @@ class Backend:
             if task.engine == name and task.kind in ("weights", "load") and task.state in ("failed", "skipped"):
                 raise EngineUnavailableError(tr("The {engine} engine failed to load: {error}",
                                                 engine=engine_name(name), error=task.error))
-        eta = self.runner.eta_until(name, shape_keys(self.settings, name)[0])
+        eta = self.runner.eta_until(name, shape_keys(self.settings, name)[0].label)
         when = tr(" (expected in about {eta} s)", eta=f"{eta:.0f}") if eta is not None else ""
         raise EngineUnavailableError(tr("The {engine} engine is still loading{when}; try again shortly.",
                                         engine=engine_name(name), when=when))

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Protocol
 
 from .devices import CompileCounter
-from .engine import engine_name
 from .messages import Message, tr
+from .shapes import ImageSize, ShapeKey, engine_name
 
 log = logging.getLogger("showcase.warmup")
 
@@ -44,11 +44,11 @@ def joined(key: str, parts: list) -> str:
     return text
 
 
-def shape_title(engine: str, key: str, first: bool, batch: int = 1, chunk: int = 0) -> Message:
+def shape_title(key: ShapeKey, first: bool, batch: int = 1, chunk: int = 0) -> Message:
     """A warm-up task's title; ``chunk``: the compiled prefill chunk (0: eager prefill, chat/prefill.py)."""
-    if engine != "chat":
-        return tr("size {size}", size=key)
-    bucket = int(key.removeprefix("prefill-"))
+    if isinstance(key, ImageSize):
+        return tr("size {size}", size=key.label)
+    bucket = key.tokens
     title = tr("prompt bucket {bucket} tokens", bucket=bucket)
     title = tr("{title} × batch {batch}", title=title, batch=batch) if batch > 1 else title
     if chunk:
@@ -65,7 +65,7 @@ class Task:
     name: str
     engine: str  # "chat" | "image"
     kind: str  # "weights" | "load" | "compile"
-    shape: str | None = None
+    shape: str | None = None  # compile tasks: the label of the shape key ("prefill-64", "1024x1024")
     state: str = QUEUED
     started_at: float | None = None  # wall-clock epoch seconds
     seconds: float | None = None  # elapsed while running, final once ended
@@ -266,7 +266,7 @@ class WarmupRunner:
         return 0 if at_ready is None else CompileCounter.graphs() - at_ready
 
     def eta_until(self, engine: str, shape: str) -> float | None:
-        """Seconds until the task of ``shape`` is expected to end (None when unknown)."""
+        """Seconds until the task of shape label ``shape`` is expected to end (None when unknown)."""
         remaining = self._remaining_estimates()
         total = 0.0
         for task, estimate in remaining:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 
 import gradio as gr
 
-from neuron_backend.engine import engine_name
 from neuron_backend.runtime import Backend
+from neuron_backend.shapes import engine_name
 
 from .i18n import bilingual_html, lang, localized, say, t
 from .image_tab import ImageTab, size_choices

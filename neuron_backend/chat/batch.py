@@ -53,9 +53,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
 from ..devices import CompileCounter
-from ..engine import SerialJobs
 from ..errors import EngineUnavailableError
 from ..messages import tr
+from ..shapes import SerialJobs
 
 GATHER_S = 0.02  # how long the oldest waiting request waits for company before its batch starts
 POLL_S = 0.5  # a waiting consumer checks the scheduler thread is alive this often

@@ -36,10 +36,10 @@ from transformers import (
 from transformers.utils import is_accelerate_available
 
 from ..devices import CompileCounter, Placement, compile_or_eager, eager_generate_kwargs, on_device, synchronize
-from ..engine import SerialJobs, ShapeRegistry
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import tr
 from ..settings import Settings
+from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
 from . import prefill
 from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
 from .kv_windows import WindowedStaticCache, attach, declared, window_for
@@ -69,13 +69,13 @@ class ChatEngine:
     def __init__(self, settings: Settings, placement: Placement, model_id: str):
         self.settings, self.placement, self.model_id = settings, placement, model_id
         self.buckets = tuple(settings.buckets)
-        self.shapes = ShapeRegistry(self.name, [f"prefill-{b}" for b in self.buckets])
+        self.shapes = ShapeRegistry(self.name, shape_keys(settings, self.name))
         self.prefill_chunk = prefill.chunk_size(settings, placement.compile)  # 0: eager prefill (prefill.py)
         # labels are messages (English as str): the status panel can show them in the page's language
-        self.shape_labels = {f"prefill-{b}": tr("prompt bucket {bucket} tokens, {prefill}", bucket=b,
-                                                 prefill=prefill.label(b, self.prefill_chunk, self._windows()))
-                             for b in self.buckets}
-        first = f"prefill-{self.buckets[0]}"
+        self.shape_labels = {key: tr("prompt bucket {bucket} tokens, {prefill}", bucket=key.tokens,
+                                     prefill=prefill.label(key.tokens, self.prefill_chunk, self._windows()))
+                             for key in self.shapes.keys()}
+        first = PromptBucket(self.buckets[0])
         windows = ", ".join(str(w) for w in self._windows())
         self.shape_labels[first] = tr("{shape} + the decode graphs (cache {context} tokens, windows {windows})",
                                       shape=self.shape_labels[first],
@@ -135,16 +135,16 @@ class ChatEngine:
         self._prompts = PromptBuilder(tokenizer, self.buckets, self.settings.context_length)
         self._generate_thread()  # now, not in the first reply: it is a thread for the engine's lifetime
 
-    def warm_up(self, shape: str) -> None:
+    def warm_up(self, shape: PromptBucket) -> None:
         """Generate two tokens at this bucket (the first call also compiles the decode graph).
 
         Marks the shape ready, or failed (and re-raises) so requests for it are refused. On Neuron a
         bucket whose compile fails is warmed up and served eager (``disable_compile=True``).
         """
         if shape not in self.shape_labels:
-            raise InvalidRequestError(tr("Unknown chat shape {shape}; allowed: {allowed}.", shape=repr(shape),
-                                          allowed=", ".join(self.shape_labels)))
-        bucket = int(shape.removeprefix("prefill-"))
+            raise InvalidRequestError(tr("Unknown chat shape {shape}; allowed: {allowed}.", shape=repr(str(shape)),
+                                          allowed=", ".join(map(str, self.shape_labels))))
+        bucket = shape.tokens
         try:
             self._require_loaded()
             ids = self._prompts.encode(self._prompts.render(None, [], "Hello", thinking=False))[-bucket:]
@@ -190,7 +190,7 @@ class ChatEngine:
         request = self.validate(request)
         self._require_loaded()
         prompt = self._prepare(request)
-        key = f"prefill-{prompt.bucket}"
+        key = PromptBucket(prompt.bucket)
         self.shapes.require(key, self.shape_labels[key])
         if self.settings.chat_batch > 1:
             return self._run_batched(request, prompt, stop)
@@ -227,8 +227,8 @@ class ChatEngine:
     def describe(self) -> dict:
         """Plain data for the UI."""
         shapes = self.shapes.snapshot()
-        for key, state in shapes.items():
-            state["label"] = self.shape_labels[key]
+        for key in self.shapes.keys():
+            shapes[key.label]["label"] = self.shape_labels[key]
         return {
             "name": self.name, "model_id": self.model_id, "placement": self.placement.label(),
             "loaded": self.model is not None, "busy": self.busy, "buckets": list(self.buckets),
@@ -367,7 +367,7 @@ class ChatEngine:
 
     def _eager_if_fallen_back(self, kwargs: dict, bucket: int) -> dict:
         """generate() kwargs, uncompiled for a bucket whose compile failed on Neuron (devices.compile_or_eager)."""
-        return eager_generate_kwargs(kwargs) if f"prefill-{bucket}" in self.shapes.eager else kwargs
+        return eager_generate_kwargs(kwargs) if PromptBucket(bucket) in self.shapes.eager else kwargs
 
     def _warm_up_batch(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:
         """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""

@@ -19,7 +19,7 @@ Guidance on distilled models (FLUX.2-klein 4B/9B): they run without classifier-f
 A guidance value sent for one is ignored, not refused (a UI may keep its slider), and the
 result's params say so in ``guidance_note``; ``params["guidance"]`` is then None.
 
-Concurrency: one request or warm-up runs at a time (``engine.SerialJobs``); callers arriving
+Concurrency: one request or warm-up runs at a time (``shapes.SerialJobs``); callers arriving
 meanwhile wait in line, none is dropped. ``cancel()`` stops only the running one.
 Tensor parallel (``--tp-engine image``): the transformer is loaded sharded, each pipeline call is
 announced to the other ranks and the stop is decided by rank 0 at every step (parallel.py).
@@ -41,11 +41,10 @@ from PIL import Image
 
 from .. import parallel
 from ..devices import Placement, compile_or_eager, on_device, uncompiled
-from ..engine import SerialJobs, ShapeRegistry
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..messages import tr
 from ..settings import Settings
-from ..shapes import ImageSize, parse_size
+from ..shapes import ImageSize, SerialJobs, ShapeRegistry, parse_size, shape_keys
 from . import loading
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
 from .png_info import OutputFolder, read_png_parameters
@@ -101,7 +100,7 @@ class ImageEngine:
         self.settings = settings
         self.placement = placement
         self.model_id = model_id
-        self.shapes = ShapeRegistry(self.name, [size.label for size in settings.sizes])
+        self.shapes = ShapeRegistry(self.name, shape_keys(settings, self.name))
         self.outputs = OutputFolder(Path(settings.cache_dir) / "outputs", settings.max_saved_images)
         self.load_seconds: float | None = None
         self.memory_note: str | None = None  # what loading needs and what was free (memory.py)
@@ -172,24 +171,24 @@ class ImageEngine:
         """Whether the loaded model is step-distilled (no classifier-free guidance)."""
         return bool(self._loaded_pipe().config.get("is_distilled", False))
 
-    def warm_up(self, shape: str) -> None:
-        """Run size ``shape`` ("WxH") once with 1 step so it compiles; mark it ready or failed.
+    def warm_up(self, shape: ImageSize) -> None:
+        """Run size ``shape`` (one of ``settings.sizes``) once with 1 step so it compiles; mark it ready or failed.
 
         A failure marks only that size failed, with the reason, and is re-raised; the other sizes
         stay usable. Timing and graph count are kept in ``self.warmups[label]``.
         """
         pipe = self._loaded_pipe()
-        size = self._configured_size(shape)
+        size = self._served(shape)
         request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance())
         with self._jobs.job() as cancelled:
             try:  # on Neuron a size that fails to compile runs again, eager (devices.compile_or_eager)
-                run = compile_or_eager(self, size.label, self._run, pipe, request, 0, cancelled, None, None)
+                run = compile_or_eager(self, size, self._run, pipe, request, 0, cancelled, None, None)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                self.shapes.mark_failed(size.label, reason)
+                self.shapes.mark_failed(size, reason)
                 log.warning("image size %s failed to warm up: %s", size.label, reason)
                 raise
-        self.shapes.mark_ready(size.label)
+        self.shapes.mark_ready(size)
         self.warmups[size.label] = {"seconds": round(run.seconds, 3), "compiled_graphs": run.graphs}
 
     def cancel(self) -> bool:
@@ -245,8 +244,7 @@ class ImageEngine:
         """
         pipe = self._loaded_pipe()
         normal = self.validate(request)
-        label = normal.size.label
-        self.shapes.require(label)
+        self.shapes.require(normal.size)
         first = secrets.randbelow(SEED_MAX + 1) if normal.seed is None else normal.seed
         seeds = [(first + i) % (SEED_MAX + 1) for i in range(normal.count)]
         table = self.preview_table if preview is not None and self.settings.image_preview else None
@@ -256,7 +254,7 @@ class ImageEngine:
         with self._jobs.job(cancel) as cancelled:
             if cancelled.is_set():  # stopped while it waited for the engine
                 raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
-            self.shapes.require(label)  # its state may have changed while this request waited
+            self.shapes.require(normal.size)  # its state may have changed while this request waited
             tokens = prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
             for index, seed in enumerate(seeds):
                 if index and cancelled.is_set():
@@ -304,7 +302,7 @@ class ImageEngine:
             "device": self.placement.device,
             "dtype": self.placement.dtype_name,
             "mode": self._mode(),
-            "sizes": self.shapes.keys(),
+            "sizes": [size.label for size in self.shapes.keys()],
             "shapes": self.shapes.snapshot(),
             "steps": {"default": self.default_steps, "max": self.settings.max_steps},
             "memory": self.memory_note,
@@ -332,15 +330,23 @@ class ImageEngine:
         return pipe
 
     def _configured_size(self, value: object) -> ImageSize:
-        allowed = ", ".join(size.label for size in self.settings.sizes)
+        """The size a request names ("WxH", a pair or an ImageSize), if it is one of ``settings.sizes``."""
         try:
             size = parse_size(value)
         except InvalidRequestError as exc:
-            raise UnsupportedSizeError(tr("{error} Allowed sizes: {allowed}.", error=exc, allowed=allowed)) from None
+            raise UnsupportedSizeError(tr("{error} Allowed sizes: {allowed}.", error=exc,
+                                          allowed=self._allowed())) from None
+        return self._served(size)
+
+    def _served(self, size: ImageSize) -> ImageSize:
+        """``size`` if it is one of ``settings.sizes``; else UnsupportedSizeError naming the allowed ones."""
         if size not in self.settings.sizes:
             raise UnsupportedSizeError(tr("Image size {size} is not served here (each size is compiled ahead of "
-                                          "time). Allowed sizes: {allowed}.", size=size.label, allowed=allowed))
+                                          "time). Allowed sizes: {allowed}.", size=size.label, allowed=self._allowed()))
         return ImageSize(*size)
+
+    def _allowed(self) -> str:
+        return ", ".join(size.label for size in self.settings.sizes)
 
     def _default_guidance(self) -> float | None:
         return None if self.distilled else DEFAULT_GUIDANCE
@@ -356,7 +362,7 @@ class ImageEngine:
         """One pipeline call; the caller holds the job. ``request`` is validated and normalised."""
         if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
             self.on_generate((request, seed))
-        with on_device(self.placement), uncompiled(pipe.transformer, request.size.label in self.shapes.eager):
+        with on_device(self.placement), uncompiled(pipe.transformer, request.size in self.shapes.eager):
             return run_pipeline(pipe, request, seed, cancelled, self.placement, progress, preview, table,
                                 sharded=parallel.active(self.name), index=index)
 

@@ -12,6 +12,7 @@ import torch
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, ThinkSplitter, _Prompt, strip_reasoning
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.errors import InvalidRequestError, PromptTooLongError, ShapeNotReadyError
+from neuron_backend.shapes import PromptBucket
 
 CPU_ONLY = HostDevices(neuron_cores=0, cuda_devices=0)
 LONG = "the quiet river " * 20  # about 60 tokens of demo words
@@ -356,7 +357,7 @@ def test_gating_refuses_buckets_not_yet_warmed(engine):
     engine.shapes.gated = True
     with pytest.raises(ShapeNotReadyError, match="still warming up"):
         engine.stream(ChatRequest("hello"))
-    engine.warm_up("prefill-32")
+    engine.warm_up(PromptBucket(32))
     assert engine.reply(ChatRequest("hello", max_new_tokens=2)).done
     with pytest.raises(ShapeNotReadyError) as info:
         engine.stream(ChatRequest(LONG))

@@ -135,7 +135,7 @@ def test_unwritable_compile_cache_goes_to_a_temporary_folder_not_disabled(tmp_pa
 
 def test_backend_does_not_import_gradio():
     code = (
-        "import sys, neuron_backend, neuron_backend.settings, neuron_backend.devices, neuron_backend.engine;"
+        "import sys, neuron_backend, neuron_backend.settings, neuron_backend.devices, neuron_backend.shapes;"
         "import pkgutil, importlib;"
         "[importlib.import_module('neuron_backend.' + m.name) for m in pkgutil.iter_modules(neuron_backend.__path__)];"
         "print('gradio' in sys.modules)"

@@ -122,7 +122,7 @@ def test_validate_normalises(shared_engine):
 
 def test_warm_up_refuses_an_unconfigured_size(shared_engine):
     with pytest.raises(UnsupportedSizeError, match=ALLOWED):
-        shared_engine.warm_up("128x128")
+        shared_engine.warm_up(ImageSize(128, 128))
 
 
 def test_not_loaded_engine_is_unavailable(settings, demo_models):
@@ -284,9 +284,9 @@ def test_a_failing_size_is_isolated(engine, monkeypatch):
 
     monkeypatch.setattr(transformer, "forward", forward)
     engine.shapes.gated = True  # as the warm-up runner does: not-yet-ready sizes are refused
-    engine.warm_up("64x64")
+    engine.warm_up(ImageSize(64, 64))
     with pytest.raises(RuntimeError, match="simulated"):
-        engine.warm_up("96x64")
+        engine.warm_up(ImageSize(96, 64))
     assert engine.shapes.snapshot() == {
         "64x64": {"state": "ready", "reason": None},
         "96x64": {"state": "failed", "reason": "RuntimeError: simulated compiler crash"},
@@ -297,7 +297,7 @@ def test_a_failing_size_is_isolated(engine, monkeypatch):
     with pytest.raises(ShapeNotReadyError, match="64x96 is still warming up"):
         engine.generate(ImageRequest("fox", "64x96", steps=1))
     assert engine.generate(ImageRequest("fox", "64x64", steps=2, seed=1)).image.size == (64, 64)
-    engine.warm_up("64x96")
+    engine.warm_up(ImageSize(64, 96))
     assert engine.generate(ImageRequest("fox", "64x96", steps=1, seed=1)).image.size == (64, 96)
     assert set(engine.describe()["warmups"]) == {"64x64", "64x96"}
 
@@ -354,7 +354,7 @@ def test_compiled_sizes_never_recompile_after_warm_up(tiny_settings, demo_models
     assert engine.placement.compile and engine.placement.compile_backend == "inductor"
     engine.shapes.gated = True
     for size in warm:
-        engine.warm_up(size.label)
+        engine.warm_up(size)
     per_size = {label: info["compiled_graphs"] for label, info in engine.describe()["warmups"].items()}
     # one graph per size (whole transformer) or one per block class and size (repeated blocks)
     assert per_size == {size.label: 2 if repeated_blocks else 1 for size in warm}

@@ -313,7 +313,7 @@ def test_preview_and_several_images_compile_nothing_after_warm_up(tiny_settings,
     assert engine.placement.compile and engine.preview_table is not None
     engine.shapes.gated = True
     for size in SIZES:
-        engine.warm_up(size.label)
+        engine.warm_up(size)
     before, frames = CompileCounter.graphs(), []
     with torch.compiler.set_stance("fail_on_recompile"):
         for size in SIZES:

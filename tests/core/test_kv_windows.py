@@ -11,6 +11,7 @@ from neuron_backend.chat.kv_windows import WindowedStaticCache, declared, window
 from neuron_backend.devices import HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
 from neuron_backend.settings import parse_settings
+from neuron_backend.shapes import PromptBucket
 
 
 def make_engine(settings, folder) -> ChatEngine:
@@ -99,7 +100,7 @@ def test_windows_are_warmed_up_only_where_a_new_shape_compiles(windowed, demo_mo
     engine = make_engine(windowed, demo_models.chat)  # CPU, eager: nothing to compile
     assert not engine.placement.new_shapes_compile
     seen = record_windows(engine)
-    engine.warm_up("prefill-32")
+    engine.warm_up(PromptBucket(32))
     assert seen == [128, 128]  # one prefill and one decode step, no extra run per window
 
 

@@ -15,6 +15,7 @@ from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
 from neuron_backend.settings import parse_settings
+from neuron_backend.shapes import PromptBucket
 
 
 def make_engine(settings, folder) -> ChatEngine:
@@ -91,10 +92,10 @@ def test_chunks_only_where_the_forward_is_compiled(windowed, demo_models):
     off = windowed.replace(compile="on", prefill_chunk=0)
     unchunked = ChatEngine(off, resolve_placements(off, HostDevices(0, None, 0))["chat"], "demo")
     assert (eager.prefill_chunk, compiled.prefill_chunk, unchunked.prefill_chunk) == (0, 32, 0)
-    assert "eager prefill" in eager.shape_labels["prefill-128"]
-    assert "eager prefill" in unchunked.shape_labels["prefill-128"]
-    assert "4 chunks of 32 tokens over windows 64, 256" in compiled.shape_labels["prefill-128"]
-    assert "decode graphs" in compiled.shape_labels["prefill-32"]
+    assert "eager prefill" in eager.shape_labels[PromptBucket(128)]
+    assert "eager prefill" in unchunked.shape_labels[PromptBucket(128)]
+    assert "4 chunks of 32 tokens over windows 64, 256" in compiled.shape_labels[PromptBucket(128)]
+    assert "decode graphs" in compiled.shape_labels[PromptBucket(32)]
 
 
 # ----- windows under chunked prefill (eager: the same code path, no compile) --------------------------

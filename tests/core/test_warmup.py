@@ -14,6 +14,7 @@ import torch
 from neuron_backend.errors import EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from neuron_backend.shapes import ImageSize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,7 +83,7 @@ def test_failing_shape_is_isolated(tmp_path, monkeypatch):
     original = ImageEngine.warm_up
 
     def flaky(self, shape):
-        if shape == "96x64":
+        if shape == ImageSize(96, 64):
             self.shapes.mark_failed(shape, "simulated compiler crash")
             raise RuntimeError("simulated compiler crash")
         return original(self, shape)

@@ -30,6 +30,7 @@ from neuron_backend.chat.text import (
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.feedback import FeedbackLog
 from neuron_backend.messages import Message
+from neuron_backend.shapes import PromptBucket
 from ui.i18n import localized, say, speaking
 from ui.presentation import chat_stats_text, context_meter_text, conversation_markdown
 
@@ -286,7 +287,7 @@ def test_engine_errors_and_shape_labels_in_arabic(tiny_settings, demo_models):
     with pytest.raises(PromptTooLongError) as too_long:
         engine.stream(ChatRequest("the quiet river " * 60, system_prompt="be brief"))
     with pytest.raises(InvalidRequestError) as unknown:
-        engine.warm_up("prefill-7")
+        engine.warm_up(PromptBucket(7))
     assert "Shorten the message or the system prompt" in str(too_long.value)
     info = engine.count_prompt_tokens({"message": "the quiet river " * 60})
     with speaking("ar"):
@@ -294,9 +295,9 @@ def test_engine_errors_and_shape_labels_in_arabic(tiny_settings, demo_models):
             _arabic(localized(error))
         _arabic(localized(info.problem))
         labels = {key: _arabic(localized(label)) for key, label in engine.shape_labels.items()}
-    first = engine.shape_labels["prefill-32"]
+    first = engine.shape_labels[PromptBucket(32)]
     assert first.startswith("prompt bucket 32 tokens, ") and "+ the decode graphs (cache 256 tokens" in first
-    assert "32" in labels["prefill-32"] and "256" in labels["prefill-32"]
+    assert "32" in labels[PromptBucket(32)] and "256" in labels[PromptBucket(32)]
 
 
 def test_chat_refusals_pass_other_errors_through():

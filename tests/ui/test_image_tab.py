@@ -237,7 +237,7 @@ def test_engine_not_loaded_and_not_saved_read_arabic(engine, tmp_path):
 def test_ignored_guidance_note_reads_arabic_in_the_parameters_view(settings, demo_models):
     engine = ImageEngine(settings, resolve_placements(settings)["image"], "tiny/flux2-klein")
     engine.load(demo_models.image)  # the demo pipeline is distilled, like FLUX.2-klein
-    engine.shapes.mark_ready("64x64")
+    engine.shapes.mark_ready(ImageSize(64, 64))
     result = engine.generate(ImageRequest("a fox", "64x64", steps=1, seed=3, guidance=3.0))
     note = result.params["guidance_note"]
     assert note == "guidance 3.0 ignored: tiny/flux2-klein is step-distilled and runs without classifier-free guidance"

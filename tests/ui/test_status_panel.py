@@ -27,13 +27,12 @@ from support.model_folders import truncate
 from neuron_backend import weights
 from neuron_backend.compile_cache import configure_compile_cache
 from neuron_backend.demo_models import DEMO_DIR_NAME
-from neuron_backend.engine import ShapeRegistry
 from neuron_backend.errors import CacheBundleError, EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.memory import NotEnoughMemory, plan_image
 from neuron_backend.messages import Message, tr
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
-from neuron_backend.shapes import parse_size
+from neuron_backend.shapes import ImageSize, ShapeRegistry, parse_size
 from neuron_backend.warmup import Step, Task, TimingHistory, WarmupRunner
 from neuron_backend.weights import verify_folder
 from tools.cache import bundle, manifest
@@ -178,18 +177,18 @@ def _errors(tmp_path, demo_models):
             cold.engine(name)
         except EngineUnavailableError as exc:
             out.append((f"engine-{name}", exc))
-    registry = ShapeRegistry("image", ["64x64"])
+    registry = ShapeRegistry("image", [ImageSize(64, 64)])
     registry.gated = True
     try:
-        registry.require("64x64")
+        registry.require(ImageSize(64, 64))
     except ShapeNotReadyError as exc:
         out.append(("shape-warming", exc))
         for task in cold.runner.tasks:
             task.expected_s = 4.0
         out.append(("shape-eta", cold.explain_not_ready("chat", ShapeNotReadyError(exc.args[0], "prefill-32"))))
-    registry.mark_failed("64x64", "RuntimeError: out of memory")
+    registry.mark_failed(ImageSize(64, 64), "RuntimeError: out of memory")
     try:
-        registry.require("64x64")
+        registry.require(ImageSize(64, 64))
     except ShapeFailedError as exc:
         out.append(("shape-failed", exc))
     try:

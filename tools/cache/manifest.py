@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from neuron_backend.engine import engine_name
 from neuron_backend.messages import tr
+from neuron_backend.shapes import engine_name, shape_keys
 
 FORMAT = 1
 # Environment the Neuron compiler reads into its cache key (NOTES.md 1b): recorded, never set here.
@@ -107,12 +107,11 @@ def describe(settings, placements: Mapping, folders: Mapping[str, Path], models:
         if name == "chat":
             entry.update(library=f"transformers {libraries['transformers']}",
                          context_length=settings.context_length, cache_windows=list(settings.cache_windows),
-                         batch=settings.chat_batch, prefill_chunk=getattr(settings, "prefill_chunk", None),
-                         shapes=[f"prefill-{b}" for b in settings.buckets])
+                         batch=settings.chat_batch, prefill_chunk=getattr(settings, "prefill_chunk", None))
         else:
             entry.update(library=f"diffusers {libraries['diffusers']}",
-                         repeated_blocks=settings.compile_repeated_blocks,
-                         shapes=[s.label for s in settings.sizes])
+                         repeated_blocks=settings.compile_repeated_blocks)
+        entry["shapes"] = [key.label for key in shape_keys(settings, name)]
         engines[name] = entry
     return {"format": FORMAT, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "software": libraries, "device": device_keys(env), "engines": engines}

@@ -12,7 +12,7 @@ Every cell's settings and seed are fixed when the run is planned (defaults fille
 re-run alone, or the same set run again later, makes the same request and gets the same result.
 
 Sharing the engines: a run is a sequence of separate engine jobs, one cell each. The engines run
-one job at a time (``engine.SerialJobs``) and a request from another tab waits for the engine's
+one job at a time (``shapes.SerialJobs``) and a request from another tab waits for the engine's
 lock, so it runs between two cells rather than after the whole set. ``threading.Lock`` is not
 fair (the releasing thread may re-take it first), so the runner pauses briefly between cells to
 let a waiting request take the engine. The Gradio event that runs a set must therefore not share
