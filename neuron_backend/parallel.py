@@ -19,7 +19,7 @@ Lockstep protocol (collectives in the same order on every rank):
 - right before each generation of the sharded engine (warm-up included), rank 0 broadcasts a
   command tagged with the engine: ``("chat", (request, prompt, min_new_tokens, seed))`` or
   ``("image", (request, seed))``; each follower runs the same call and discards the output;
-- the stop decision is a broadcast from rank 0 once per token (chat, ``chat.stream.CancelCriteria``)
+- the stop decision is a broadcast from rank 0 once per token (chat, ``chat.engine.CancelCriteria``)
   or per denoising step (image, ``ImageEngine._run``), so a stop ends every rank at the same
   token or step;
 - when rank 0 shuts down it broadcasts ``None`` and the followers return.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from . import devices
-from .chat import prefill
+from .chat import static_cache
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .messages import tr
@@ -160,7 +160,7 @@ class Backend:
                                      engine=said, device=p.device), engine, "load"), self._load,
                              key("load")))
             batch = self.settings.chat_batch if engine == "chat" else 1
-            chunk = prefill.chunk_size(self.settings, p.compile) if engine == "chat" else 0
+            chunk = static_cache.chunk_size(self.settings, p.compile) if engine == "chat" else 0
             for i, shape in enumerate(shape_keys(self.settings, engine)):
                 title = shape_title(shape, i == 0, batch, chunk)
                 task = Task(tr("{engine} · {title}", engine=said, title=title), engine, "compile", shape.label)

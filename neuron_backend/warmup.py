@@ -45,7 +45,7 @@ def joined(key: str, parts: list) -> str:
 
 
 def shape_title(key: ShapeKey, first: bool, batch: int = 1, chunk: int = 0) -> Message:
-    """A warm-up task's title; ``chunk``: the compiled prefill chunk (0: eager prefill, chat/prefill.py)."""
+    """A warm-up task's title; ``chunk``: the compiled prefill chunk (0: eager prefill, chat/static_cache.py)."""
     if isinstance(key, ImageSize):
         return tr("size {size}", size=key.label)
     bucket = key.tokens

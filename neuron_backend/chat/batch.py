@@ -2,7 +2,7 @@
 
 Static shapes (one compiled graph per input shape) make the batch size part of every graph, so a batch is always
 exactly N rows: the eager prefill only sees ``[N, bucket]`` and the decode graphs are ``[N, 1]``
-(one per cache window, kv_windows.py) against the one static cache of ``context_length`` tokens.
+(one per cache window, static_cache.py) against the one static cache of ``context_length`` tokens.
 Rows are LEFT-padded to the batch's bucket (the largest bucket of its rows: the smallest that fits
 the longest prompt); an empty slot holds a padding row (all pad ids, attention only on its last
 token, so its logits stay finite and sampling never sees NaN) that is marked finished at once and
@@ -328,7 +328,7 @@ class BatchScheduler:
 
         Never raises: every row ends with its result or with the error (see ``follow``).
         Warm-up calls this directly with ``min_new_tokens=2`` so the decode graph runs, and a
-        ``window_floor`` to compile the decode graph of a larger cache window (kv_windows.py).
+        ``window_floor`` to compile the decode graph of a larger cache window (static_cache.py).
         """
         bucket = max(r.bucket for r in rows)
         slots: list[BatchRow | None] = [*rows, *[None] * (self.slots - len(rows))]

@@ -3,25 +3,30 @@
 Static shapes (one compiled graph per input shape): prompts are LEFT-padded to the smallest configured bucket, so
 the eager prefill only ever sees the bucket lengths; the KV cache is one static cache of exactly
 ``settings.context_length`` tokens, passed to every ``generate()``, attended through a few declared
-windows (``kv_windows.py``: a short conversation's decode reads only the first 512 of 4096 cache
+windows (``static_cache.py``: a short conversation's decode reads only the first 512 of 4096 cache
 positions), so decoding uses one graph per window, which ``generate()`` compiles itself when the
 placement asks for compiling. The first bucket's warm-up compiles every window's decode graph.
 
 Concurrency: one generation at a time (``SerialJobs``); other callers wait in line. Each reply runs
 ``generate()`` on the engine's one long-lived generate thread, feeding a streamer; that call always
 ends: on cancel, when the consumer closes the stream, and when ``generate()`` raises (re-raised to
-the consumer).
+the consumer). The pieces of that single path are at the end of this file: the cancel check
+``generate()`` reads after every token, the streamer that notes the first token's time, the
+engine's one generate thread, the worker that keeps a call's output or exception, and the loop
+that reads text until the call ends.
+
 With ``--chat-batch N`` > 1, requests go to ``batch.BatchScheduler`` instead: up to N replies
 share one ``generate()`` over a fixed batch of N rows (warm-up then uses batch N too).
 """
 
 from __future__ import annotations
 
+import queue
 import secrets
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,21 +36,23 @@ from transformers import (
     AutoTokenizer,
     CompileConfig,
     DistributedConfig,
+    StoppingCriteria,
     StoppingCriteriaList,
+    TextIteratorStreamer,
 )
 from transformers.utils import is_accelerate_available
 
+from .. import devices, parallel
 from ..devices import CompileCounter, Placement, compile_or_eager, eager_generate_kwargs, on_device, synchronize
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import tr
 from ..settings import Settings
 from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
-from . import prefill
+from . import static_cache
 from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
-from .kv_windows import WindowedStaticCache, attach, declared, window_for
 from .prompt import Prompt as _Prompt
 from .prompt import PromptBuilder
-from .stream import STREAM_POLL_S, CancelCriteria, GenerateThread, TimedStreamer, Worker, chunks
+from .static_cache import WindowedStaticCache, attach, declared, window_for
 from .text import (
     SAMPLING_DEFAULTS,
     ChatRequest,
@@ -60,6 +67,8 @@ from .text import (
 
 __all__ = ["ChatEngine", "ChatRequest", "ChatStats", "ChatUpdate", "PromptInfo", "ThinkSplitter", "strip_reasoning"]
 
+STREAM_POLL_S = 0.5  # streamer queue timeout: how often a waiting consumer checks the worker is alive
+
 
 class ChatEngine:
     """Chat with a causal LM on one placement. Safe to call from many request threads."""
@@ -70,10 +79,10 @@ class ChatEngine:
         self.settings, self.placement, self.model_id = settings, placement, model_id
         self.buckets = tuple(settings.buckets)
         self.shapes = ShapeRegistry(self.name, shape_keys(settings, self.name))
-        self.prefill_chunk = prefill.chunk_size(settings, placement.compile)  # 0: eager prefill (prefill.py)
+        self.prefill_chunk = static_cache.chunk_size(settings, placement.compile)  # 0: eager prefill (static_cache.py)
         # labels are messages (English as str): the status panel can show them in the page's language
         self.shape_labels = {key: tr("prompt bucket {bucket} tokens, {prefill}", bucket=key.tokens,
-                                     prefill=prefill.label(key.tokens, self.prefill_chunk, self._windows()))
+                                     prefill=static_cache.label(key.tokens, self.prefill_chunk, self._windows()))
                              for key in self.shapes.keys()}
         first = PromptBucket(self.buckets[0])
         windows = ", ".join(str(w) for w in self._windows())
@@ -126,10 +135,10 @@ class ChatEngine:
         eos = model.generation_config.eos_token_id
         self._eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
-        attach(model)  # generate() picks the cache window before every forward (kv_windows.py)
-        if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (prefill.py)
-            prefill.use_static_masks(model)
-            wanted = prefill.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
+        attach(model)  # generate() picks the cache window before every forward (static_cache.py)
+        if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (static_cache.py)
+            static_cache.use_static_masks(model)
+            wanted = static_cache.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
         self.tokenizer, self.model = tokenizer, model
         self._prompts = PromptBuilder(tokenizer, self.buckets, self.settings.context_length)
@@ -280,7 +289,7 @@ class ChatEngine:
             cache = self._caches[batch] = WindowedStaticCache(self.model.config, self.settings.context_length,
                                                               self.settings.cache_windows)
             if self.prefill_chunk:
-                prefill.early_init(cache, self.model, batch)
+                static_cache.early_init(cache, self.model, batch)
         cache.reset()
         cache.floor = floor
         return cache
@@ -398,3 +407,108 @@ class ChatEngine:
                             r.first_token_at, r.ended, r.compiled_graphs, r.seed)
         stats = replace(stats, batch_size=r.batch_size, queued_s=r.queued_s)
         yield ChatUpdate(splitter.reasoning, splitter.answer, splitter.finish(), True, stats, prompt.dropped_turns)
+
+
+class CancelCriteria(StoppingCriteria):
+    """Reads a threading.Event after every token: generate() stops within one token once it is set."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        stop = self.event.is_set()
+        if parallel.active("chat"):  # tensor parallel: every rank stops at rank 0's token
+            stop = parallel.stop_flag(stop)
+        # one flag per sequence: [B]
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+
+
+class TimedStreamer(TextIteratorStreamer):
+    """A TextIteratorStreamer that notes when the first new token arrived (text may come later)."""
+
+    first_token_at: float | None = None
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.next_tokens_are_prompt and self.first_token_at is None:  # the first put() is the prompt
+            self.first_token_at = time.perf_counter()
+        super().put(value)
+
+
+class GenerateThread:
+    """One long-lived daemon thread that runs an engine's generate() calls, one after another.
+
+    Not a new thread per reply: glibc gives each new thread a fresh malloc arena, so every reply's
+    prefill page-faulted its large temporaries in again (+0.3 s, 18%, to the first token of the
+    Qwen3-0.6B architecture on CPU; bench/chat_overhead.py). The thread ends with its engine. It is
+    named "chat-generate" only while a generate() runs (``IDLE_NAME`` otherwise), so a look at the
+    thread names still tells whether a generation is running.
+    """
+
+    BUSY_NAME, IDLE_NAME = "chat-generate", "chat-generate (idle)"
+
+    def __init__(self, placement=None) -> None:
+        """``placement``: the thread selects its device for its whole life (``devices.on_device``)."""
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        target = self._serve if placement is None else devices.bound(placement, self._serve)
+        self._thread = threading.Thread(target=target, args=(self._jobs,), name=self.IDLE_NAME, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue) -> None:
+        while (job := jobs.get()) is not None:
+            job()
+            del job  # keep no finished reply alive while idle
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def stop(self, wait_s: float = 5.0) -> None:
+        """End the thread and wait for it (at most ``wait_s``): the engine's finalizer calls this, also at
+        interpreter exit, where a thread that ran torch and is still alive aborts the process
+        ("terminate called without an active exception", SIGABRT; seen once in a torchrun rank)."""
+        self._jobs.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(wait_s)
+
+
+class Worker:
+    """One generate() call on the generate thread; keeps its output or its exception; always ends the streamer."""
+
+    def __init__(self, model, kwargs: dict, streamer):
+        self.model, self.kwargs, self.streamer = model, kwargs, streamer
+        self.output: torch.Tensor | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def start(self, thread: GenerateThread) -> None:
+        thread.submit(self.run)
+
+    def run(self) -> None:
+        thread = threading.current_thread()
+        thread.name = GenerateThread.BUSY_NAME
+        try:
+            self.output = self.model.generate(**self.kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer thread, which re-raises it
+            self.error = exc
+            self.streamer.end()  # wake the consumer now rather than at its next poll
+        finally:
+            thread.name = GenerateThread.IDLE_NAME  # before done: whoever waited sees it idle
+            self._done.set()
+
+    def is_alive(self) -> bool:
+        return not self._done.is_set()
+
+    def join(self) -> None:
+        self._done.wait()
+
+
+def chunks(streamer, worker: Worker) -> Iterator[str]:
+    """Text from the streamer until it ends; its timeout only makes us check the worker is alive."""
+    while True:
+        try:
+            yield next(streamer)
+        except StopIteration:
+            return
+        except queue.Empty:
+            if not worker.is_alive() and streamer.text_queue.empty():
+                return

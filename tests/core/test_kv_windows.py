@@ -7,7 +7,7 @@ import torch
 from support.window_probe import record_windows
 
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
-from neuron_backend.chat.kv_windows import WindowedStaticCache, declared, window_for
+from neuron_backend.chat.static_cache import WindowedStaticCache, declared, window_for
 from neuron_backend.devices import HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
 from neuron_backend.settings import parse_settings

@@ -9,7 +9,7 @@ import pytest
 import torch
 from support.window_probe import record_windows
 
-from neuron_backend.chat import prefill
+from neuron_backend.chat import static_cache
 from neuron_backend.chat.batch import BatchRow, Sampling
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
@@ -74,15 +74,15 @@ def test_a_bad_chunk_is_refused_with_what_is_allowed(value, problem):
 
 def test_the_chunk_graphs_are_declared_by_buckets_and_windows():
     full_windows = (512, 1024, 2048, 4096)
-    assert prefill.graph_windows(64, 64, full_windows) == (512,)
-    assert prefill.graph_windows(1024, 64, full_windows) == (512, 1024)
-    assert prefill.graph_windows(3072, 64, full_windows) == full_windows  # 3072 > 2048: the last chunks read 4096
-    assert prefill.graph_windows(128, 32, (64, 256)) == (64, 256)
+    assert static_cache.graph_windows(64, 64, full_windows) == (512,)
+    assert static_cache.graph_windows(1024, 64, full_windows) == (512, 1024)
+    assert static_cache.graph_windows(3072, 64, full_windows) == full_windows  # 3072 > 2048: the last chunks read 4096
+    assert static_cache.graph_windows(128, 32, (64, 256)) == (64, 256)
     # the full preset: 4 decode graphs + 4 chunk graphs, the most dynamo keeps per function by default (8)
-    assert prefill.recompile_limit(full_windows, (64, 256, 1024, 3072), 64) == 8
-    assert prefill.recompile_limit(full_windows, (64, 256, 1024, 3072), 0) == 4
-    assert prefill.label(128, 32, (64, 256)) == "compiled prefill: 4 chunks of 32 tokens over windows 64, 256"
-    assert prefill.label(32, 32, (64, 256)) == "compiled prefill: 1 chunk of 32 tokens over window 64"
+    assert static_cache.recompile_limit(full_windows, (64, 256, 1024, 3072), 64) == 8
+    assert static_cache.recompile_limit(full_windows, (64, 256, 1024, 3072), 0) == 4
+    assert static_cache.label(128, 32, (64, 256)) == "compiled prefill: 4 chunks of 32 tokens over windows 64, 256"
+    assert static_cache.label(32, 32, (64, 256)) == "compiled prefill: 1 chunk of 32 tokens over window 64"
 
 
 def test_chunks_only_where_the_forward_is_compiled(windowed, demo_models):
