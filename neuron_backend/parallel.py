@@ -24,7 +24,7 @@ Lockstep protocol (collectives in the same order on every rank):
   token or step;
 - when rank 0 shuts down it broadcasts ``None`` and the followers return.
 
-What runs where (diffusers 0.42.1, torch 2.13), as tested in tests/test_parallel.py:
+What runs where (diffusers 0.42.1, torch 2.13), as tested in tests/core/test_parallel.py:
 - chat: runs as shipped on CPU with the gloo backend; replies identical to the unsharded model.
 - image: diffusers ships tensor parallelism for "cuda", "neuron", "tpu" and "xpu" only, and as
   shipped it stops on CPU before reading a weight: ``ModelMixin._resolve_parallel_config``

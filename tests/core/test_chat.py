@@ -369,7 +369,7 @@ def test_gating_refuses_buckets_not_yet_warmed(engine):
 def test_compiled_decode_never_recompiles_after_warm_up(tiny_settings, demo_models):
     """One decode graph per cache window (128, 256) for every prompt length and max_new_tokens, all
     compiled during the first warm-up; replies cross from window 128 into 256 without compiling."""
-    # the eager prefill (--prefill-chunk 0); tests/test_prefill.py covers the compiled prefill chunks
+    # the eager prefill (--prefill-chunk 0); tests/core/test_prefill.py covers the compiled prefill chunks
     settings = tiny_settings.replace(compile="on", cache_windows=(128,), prefill_chunk=0)
     engine = make_engine(settings, demo_models.chat)
     assert engine.placement.compile and engine.placement.compile_backend == "inductor"

@@ -264,7 +264,7 @@ def test_chat_batch_setting():
 def test_compiled_batch_never_recompiles_after_warm_up(tiny_settings, demo_models):
     """Warm-up runs [4, bucket] prefills and the [4, 1] decode graphs (windows 128, 256); later batches compile
     nothing."""
-    # the eager prefill (--prefill-chunk 0); tests/test_prefill.py covers the compiled prefill chunks
+    # the eager prefill (--prefill-chunk 0); tests/core/test_prefill.py covers the compiled prefill chunks
     settings = tiny_settings.replace(compile="on", chat_batch=4, cache_windows=(128,), prefill_chunk=0)
     engine = make_engine(settings, demo_models.chat, gather_s=0.3)
     torch._dynamo.reset()

@@ -1,6 +1,6 @@
 """The image wing: live preview, several images per run, stop and cancel, paste-back.
 
-Real tiny pipeline on the CPU; the API tests run the app in-process (tests/app_helpers.py).
+Real tiny pipeline on the CPU; the API tests run the app in-process (tests/support/app.py).
 """
 
 from __future__ import annotations

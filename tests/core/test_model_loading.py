@@ -1,6 +1,6 @@
 """Loading real-layout folders: broken files named, memory before loading, FLUX.2 defaults, fallbacks, /status.
 
-Folders are the tiny demo models in the real repositories' layouts (tests/model_folders.py).
+Folders are the tiny demo models in the real repositories' layouts (tests/support/model_folders.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""First run on a Trainium2 host, with torch.neuron faked by tests/fake_neuron.py.
+"""First run on a Trainium2 host, with torch.neuron faked by tests/support/fake_neuron.py.
 
 The fake models TorchNeuron's thread-local current device and a compiled call that raises
 "Inconsistent device IDs" when the calling thread's device is not the core its weights sit on; the

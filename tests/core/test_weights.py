@@ -1,6 +1,6 @@
 """Where weights come from: partial caches, a fake Hub on 127.0.0.1, a stalled Hub, broken files.
 
-Never a real outside address: the Hub is FakeHub/SilentHub from tests/model_folders.py, the cache a
+Never a real outside address: the Hub is FakeHub/SilentHub from tests/support/model_folders.py, the cache a
 tmp folder in the HF_HUB_CACHE layout.
 """
 

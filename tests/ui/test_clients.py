@@ -4,7 +4,7 @@
 - The ``mcp`` Python client on the streamable HTTP transport: lists the tools and calls each one,
   with and without the ``--auth`` credentials.
 - Saved chats and 👍/👎 feedback in headless Chromium (skipped without the browser, like
-  tests/test_browser.py); the feedback file is then read by the QA bench's own parser.
+  tests/browser/test_browser.py); the feedback file is then read by the QA bench's own parser.
 """
 
 from __future__ import annotations

@@ -335,7 +335,7 @@ MODEL_CASES = ["no-config", "folder-lacks", "damaged", "offline", "auto-local", 
                "missing-file"]
 CACHE_CASES = ["cache-problem", "bundle-outside", "bundle-no-manifest", "bundle-bad-json", "bundle-disagree",
                "bundle-link", "bundle-nothing", "bundle-missing", "bundle-summary", "bundle-unpinned", "bundle-pin"]
-ENGLISH = {  # what logs, API clients, the CLI and tests/test_weights.py, test_cache_bundle.py read
+ENGLISH = {  # what logs, API clients, the CLI and tests/core/test_weights.py, tools/test_cache_bundle.py read
     "no-config": "Model folder ", "folder-lacks": "lacks 2 needed file(s): tokenizer.json, model.safetensors. Copy",
     "damaged": "has damaged or missing files: tokenizer.json: expected a JSON object, found list; model.safetensors: "
                "truncated (",
