@@ -805,6 +805,5 @@ def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page,
     assert '"stopped":true' in params, params
     snippet = page.locator("#python-snippet").inner_text()
     assert "This image was stopped after" in snippet
-    _shot(page, "08-image-stopped-while-running")
     _shot(other, "08-image-stopped-while-queued")
     other.close()

@@ -134,31 +134,28 @@ def _optional_int(value):
 
 
 class ImageRun:
-    """One image request (``request.count`` images) as the Image tab and ``/generate_image`` both follow
-    it: started on the backend, its progress and preview frames streamed, then its PNGs.
+    """One image request as the Image tab and ``/generate_image`` both follow it: the call started, its
+    progress and preview frames streamed, its PNGs written.
 
-    Both handlers are async generators because Gradio stops an event by cancelling its asyncio task
-    (the tab's Stop through ``cancels=``, gradio_client's ``job.cancel()``, a closed page): the cancel
-    lands at the ``await`` in ``updates``, even before the first update, and its ``finally`` stops the
-    image at its next step boundary, or drops it before its first step. A sync generator's thread is
-    never interrupted that way: an image cancelled right after submit ran all its steps.
+    Their handlers are async generators: Gradio stops an event by cancelling its asyncio task (the tab's
+    Stop, gradio_client's ``job.cancel()``, a closed page), the cancel lands at the ``await`` in ``updates``
+    and its ``finally`` stops the image at its next step boundary, or drops it before its first step. A
+    sync generator's thread is never interrupted that way: an image cancelled right after submit ran on.
     """
 
     def __init__(self, backend: Backend, request: ImageRequest, preview: bool):
         self.backend, self.call = backend, backend.start_image(request, preview=preview)
         self.started = time.perf_counter()
 
-    async def updates(self, frame_every: float = 0.0, at_once: bool = False, interval: float = 0.1):
-        """Until the call ends: (progress, frame) every ``interval`` s; the first one at once with ``at_once``.
-
-        progress: (step, total, elapsed_s) over the whole run, None while the request waits for the
-        engine; frame: a preview frame not yielded before, at most one per ``frame_every`` s, else None.
-        """
+    async def updates(self, frame_every: float = 0.0, at_once: bool = False):
+        """(progress, frame) every 0.1 s until the call ends (with ``at_once``, the first before any wait):
+        progress is (step, total, elapsed_s) over the run, None while the request waits for the engine;
+        frame a preview frame not yielded before, at most one per ``frame_every`` s, else None."""
         sent, sent_at = None, 0.0
         try:
             while at_once or not self.call.wait(0):
                 if not at_once:
-                    await asyncio.sleep(interval)
+                    await asyncio.sleep(0.1)
                 at_once, frame = False, self.call.preview
                 if frame is None or frame is sent or time.perf_counter() - sent_at < frame_every:
                     frame = None

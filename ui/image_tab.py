@@ -212,7 +212,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     generating = generate_btn.click(
         press_generate, [prompt, size, steps, count, seed, randomize, guidance, live], outputs,
         concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private")
-    # .then runs after a cancel too; its own concurrency group: it waits for no other user's image.
+    # .then runs after a cancel too; no concurrency limit: it waits for no other user's image.
     generating.then(show_images, [running, session_images], outputs, concurrency_limit=None,
                     api_visibility="private")
     # Stop ends press_generate; stop() also stops the image itself at once: a cancel that lands while the
