@@ -33,7 +33,7 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
                 details: Sequence[Callable[[Backend], object]] = ()) -> gr.Blocks:
     """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs);
     ``tabs``: added after Chat and Image, in order; ``details``: added to the warm-up details."""
-    settings = backend.settings
+    settings, cancels = backend.settings, cancels or EarlyCancels()
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
     if settings.chat_batch > 1:  # N batch slots: N chat replies at once, in a group of their own
@@ -45,12 +45,12 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
         with gr.Tab(t("Chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
             build_chat_tab(backend)
         with gr.Tab(t("Image"), visible="image" in backend.placements, elem_id="image-tab"):
-            image = build_image_tab(backend, concurrency)
+            image = build_image_tab(backend, concurrency, cancels)
         for tab in tabs:
             with gr.Tab(t(tab.label), elem_id=tab.elem_id):
                 tab.build(backend)
         wire_refresh(demo, backend, panel, image)
-        add_public_api(backend, concurrency, cancels or EarlyCancels())
+        add_public_api(backend, concurrency, cancels)
     if settings.mcp:  # the tools Gradio's MCP server lists, named and documented for agents
         describe_tools(demo, backend)
     return demo

@@ -12,7 +12,6 @@ import html
 import inspect
 import io
 import time
-from collections.abc import AsyncIterator, Iterator
 from functools import partial, wraps
 from typing import Any, TypedDict, get_type_hints
 
@@ -134,37 +133,49 @@ def _optional_int(value):
     return None if value in (None, "") else value
 
 
-def follow(call, interval: float = 0.1) -> Iterator[tuple[int, int, float] | None]:
-    """Yield an image call's progress until it ends; cancel it if the consumer goes away.
+class ImageRun:
+    """One image request as the Image tab and ``/generate_image`` both follow it: the call started, its
+    progress and preview frames streamed, its PNGs written.
 
-    Gradio closes a generator handler when the client disconnects or cancels: the ``finally``
-    then stops the engine after its current step, so the next user is not kept waiting.
+    Their handlers are async generators: Gradio stops an event by cancelling its asyncio task (the tab's
+    Stop, gradio_client's ``job.cancel()``, a closed page), the cancel lands at the ``await`` in ``updates``
+    and its ``finally`` stops the image at its next step boundary, or drops it before its first step. A
+    sync generator's thread is never interrupted that way: an image cancelled right after submit ran on.
     """
-    try:
-        while not call.wait(interval):
-            yield call.progress  # None while the request waits for the engine
-    finally:
-        if not call.wait(0):
-            call.cancel()
 
+    def __init__(self, backend: Backend, request: ImageRequest, preview: bool):
+        self.backend, self.call = backend, backend.start_image(request, preview=preview)
+        self.started = time.perf_counter()
 
-async def follow_async(call, interval: float = 0.1) -> AsyncIterator[tuple[int, int, float] | None]:
-    """``follow`` for async handlers: yield progress until the call ends; cancel it if the handler ends first.
+    async def updates(self, frame_every: float = 0.0, at_once: bool = False):
+        """(progress, frame) every 0.1 s until the call ends (with ``at_once``, the first before any wait):
+        progress is (step, total, elapsed_s) over the run, None while the request waits for the engine;
+        frame a preview frame not yielded before, at most one per ``frame_every`` s, else None."""
+        sent, sent_at = None, 0.0
+        try:
+            while at_once or not self.call.wait(0):
+                if not at_once:
+                    await asyncio.sleep(0.1)
+                at_once, frame = False, self.call.preview
+                if frame is None or frame is sent or time.perf_counter() - sent_at < frame_every:
+                    frame = None
+                else:
+                    sent, sent_at = frame, time.perf_counter()
+                yield self.call.progress, frame
+        finally:
+            self.stop()
 
-    Image handlers are async generators because Gradio stops an event by cancelling its asyncio
-    task (gradio_client ``job.cancel()``, a closed page): the cancel lands at the ``await`` here,
-    even before the first update, and the ``finally`` stops the image at its next step boundary, or
-    drops it before its first step. A sync generator's thread is never interrupted that way: an image
-    cancelled right after submit ran all its steps (gradio_client's ``job.cancel()`` in the first ~50 ms
-    posts no event id).
-    """
-    try:
-        while not call.wait(0):
-            await asyncio.sleep(interval)
-            yield call.progress  # None while the request waits for the engine
-    finally:
-        if not call.wait(0):
-            call.cancel()
+    def stop(self) -> None:
+        """Stop the image at its next step boundary, or drop it before its first step (once ended: nothing)."""
+        if not self.call.wait(0):
+            self.call.cancel()
+
+    async def finished(self) -> list[tuple[str, dict]]:
+        """Each image's PNG and parameters once the call has ended (stopped: those it made), or what it raised."""
+        while not self.call.wait(0):
+            await asyncio.sleep(0.05)
+        return [(str(r.path) if r.path else str(self.backend.exports.write_png(r.image)), r.params)
+                for r in self.call.results()]
 
 
 def preview_data_url(frame, max_side: int = 256) -> str:
@@ -303,27 +314,20 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
         of the latest preview frame, 1/8 of the size) and "preview_step".
         """
         count = 1 if images in (None, "") else images
-        request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
-                               guidance=guidance, count=count)
-        call = backend.start_image(request, preview=preview is True)
-        started, sent = time.perf_counter(), None
-        async for state in follow_async(call):
+        run = ImageRun(backend, ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps),
+                                             seed=_optional_int(seed), guidance=guidance, count=count),
+                       preview=preview is True)
+        async for state, frame in run.updates():
             # Progress updates stream to clients that submit(); each one also lets the server
             # notice a client that went away (and then stop the image within a step).
             step, total, _ = state or (0, None, 0.0)
             update = {"status": "running" if state else "waiting", "step": step, "total": total,
-                      "elapsed_s": round(time.perf_counter() - started, 2)}
-            frame = call.preview
-            if frame is not None and frame is not sent:
+                      "elapsed_s": round(time.perf_counter() - run.started, 2)}
+            if frame is not None:
                 update.update(preview=preview_data_url(frame), preview_step=frame.step, preview_image=frame.index + 1)
-                sent = frame
             yield gr.skip(), update
-        results = call.results()
-        paths = [str(r.path) if r.path else str(backend.exports.write_png(r.image)) for r in results]
-        if count == 1:
-            yield paths[0], results[0].params
-        else:
-            yield paths, [r.params for r in results]
+        paths, params = zip(*await run.finished(), strict=True)
+        yield (paths[0], params[0]) if count == 1 else (list(paths), list(params))
 
     api_trigger.click(generate_image_api, api_inputs,
                       [api_png, api_params], api_name="generate_image", concurrency_limit=1,

@@ -1,9 +1,11 @@
 """The Image tab: precompiled sizes only, live preview, progress with ETA, stop, several images per run,
 paste-back of a dropped PNG's settings, this session's gallery, the PNGs and their parameters.
 
-Stop (``press_stop``, not queued) reaches the server at once: a running request stops at its next
-step boundary; one still waiting in Gradio's queue is marked and dropped when its turn comes
-(nothing run, nothing saved).
+A run is two events: ``press_generate`` streams progress and preview frames, and keeps its
+``ImageRun`` in the session's state; ``show_images`` (chained with ``.then``) shows what it made.
+Stop cancels the first through Gradio's ``cancels=``: a running request stops at its next step
+boundary and ``show_images`` shows the images made so far; one still waiting in Gradio's queue is
+taken out of it, so ``show_images`` finds no run and says that nothing ran or was saved.
 """
 
 from __future__ import annotations
@@ -11,24 +13,25 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import gradio as gr
 from PIL import Image
 
-from neuron_backend.errors import CancelledError
+from neuron_backend.errors import CancelledError, ShowcaseError
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.image.paste_back import PastedSettings, read_settings
 from neuron_backend.messages import Message, tr
 from neuron_backend.runtime import Backend
 
-from .api import follow_async, refusals_as_toast
+from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown
+from .guards import EarlyCancels
 from .i18n import localized, say, t
 from .presentation import python_snippet, size_choice_label
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
 PREVIEW_EVERY_S = 0.3  # the page gets a new preview frame at most this often
-WAITING, STOPPED = "waiting", "stopped"
 
 
 @dataclass
@@ -103,11 +106,12 @@ def preview_picture(frame) -> Image.Image:
     return frame.image().resize((frame.width, frame.height), Image.BILINEAR)
 
 
-def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
-    """Components and events of the Image tab (call inside a gr.Tab)."""
+def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: EarlyCancels) -> ImageTab:
+    """Components and events of the Image tab (call inside a gr.Tab). ``cancels``: as for the public API."""
     settings = backend.settings
     last_seed = gr.State(None)
     session_images = gr.State([])  # this session's images: [{"path", "params"}], oldest first
+    running = gr.State(None)  # the session's ImageRun, from press_generate's first update until shown
     with gr.Row():
         with gr.Column(scale=2):
             prompt = gr.Textbox(label=t("Prompt"), lines=2, elem_id="image-prompt",
@@ -151,66 +155,41 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
     gallery = gr.Gallery(label=t("This session's images (click one for its PNG and parameters)"), columns=5,
                          fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery")
 
-    active_calls: dict[str, object] = {}  # session -> its running ImageCall, for Stop
-    queued: dict[str, str] = {}  # session -> WAITING, or STOPPED when Stop came while it waited in the queue
-
-    def session_of(request: gr.Request) -> str:
-        return getattr(request, "session_hash", None) or "anonymous"
-
     def base_url(request: gr.Request) -> str:
         return str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
 
-    def mark_waiting(request: gr.Request):
-        queued[session_of(request)] = WAITING
-
-    @refusals_as_toast(outputs=7)
+    @refusals_as_toast(outputs=8)
+    @partial(drops_early_cancels, cancels)
     async def press_generate(text, size_label, n_steps, n_images, seed_value, randomize_seed, guidance_value,
-                             want_preview, past, request: gr.Request, progress=gr.Progress()):
-        session = session_of(request)
-        if queued.pop(session, None) == STOPPED:
-            raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
+                             want_preview, progress=gr.Progress()):
         chosen = random.randint(0, SEED_MAX) if randomize_seed else seed_value
-        started = time.perf_counter()
-        call = backend.start_image(
-            ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=int(chosen),
-                         guidance=None if backend.image_distilled() else guidance_value, count=int(n_images or 1)),
-            preview=bool(want_preview) and settings.image_preview)
-        active_calls[session] = call
-        shown, shown_at = None, 0.0
-        try:
-            async for state in follow_async(call):
-                if state is None:
-                    progress(0.0, desc=say("starting (or waiting for the image engine)"))
-                else:
-                    progress(state[:2], desc=progress_text(*state), unit=say("steps"))
-                frame = call.preview
-                if frame is not None and frame is not shown and time.perf_counter() - shown_at >= PREVIEW_EVERY_S:
-                    shown, shown_at = frame, time.perf_counter()
-                    yield (gr.update(value=preview_picture(frame), label=preview_label(frame)),) + (gr.skip(),) * 6
-                else:
-                    yield (gr.skip(),) * 7
-        finally:
-            active_calls.pop(session, None)
-        results = call.results()
-        wall = round(time.perf_counter() - started, 3)
-        made = []
-        for result in results:
-            path = str(result.path) if result.path else str(backend.exports.write_png(result.image))
-            made.append({"path": path, "params": dict(result.params, wall_s=wall)})
-        items = [*past, *made]
-        first = made[0]["params"]
-        shown_params = params_view(first) if len(made) == 1 else [params_view(m["params"]) for m in made]
-        yield (gr.update(value=made[0]["path"], label=t("Image")), [m["path"] for m in made], shown_params,
-               image_snippet(base_url(request), first, [m["params"] for m in made]), results[0].seed, items,
-               gallery_value(items))
+        run = ImageRun(backend, ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=int(chosen),
+                                             guidance=None if backend.image_distilled() else guidance_value,
+                                             count=int(n_images or 1)),
+                       preview=bool(want_preview) and settings.image_preview)
+        async for state, frame in run.updates(frame_every=PREVIEW_EVERY_S, at_once=True):
+            if state is None:
+                progress(0.0, desc=say("starting (or waiting for the image engine)"))
+            else:
+                progress(state[:2], desc=progress_text(*state), unit=say("steps"))
+            shows = gr.skip() if frame is None else gr.update(value=preview_picture(frame), label=preview_label(frame))
+            yield (shows,) + (gr.skip(),) * 6 + (run,)
 
-    def press_stop(request: gr.Request):
-        session = session_of(request)
-        call = active_calls.get(session)
-        if call is not None:
-            call.cancel()
-        elif queued.get(session) == WAITING:
-            queued[session] = STOPPED
+    async def show_images(run, past, request: gr.Request):
+        """What the run made (stopped: so far), or its refusal as a toast; the session has no run after it."""
+        try:
+            if run is None:  # Stop took the request out of the queue before its turn
+                raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
+            made = [{"path": path, "params": dict(params, wall_s=round(time.perf_counter() - run.started, 3))}
+                    for path, params in await run.finished()]
+        except ShowcaseError as exc:
+            gr.Warning(shown(exc))
+            return (gr.skip(),) * 7 + (None,)
+        items, first = [*past, *made], made[0]["params"]
+        shown_params = params_view(first) if len(made) == 1 else [params_view(m["params"]) for m in made]
+        return (gr.update(value=made[0]["path"], label=t("Image")), [m["path"] for m in made], shown_params,
+                image_snippet(base_url(request), first, [m["params"] for m in made]), first["seed"], items,
+                gallery_value(items), None)
 
     def pick_image(items, evt: gr.SelectData, request: gr.Request):
         if not items or evt.index is None or not 0 <= evt.index < len(items):
@@ -229,12 +208,17 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str]) -> ImageTab:
                 keep if pasted.seed is None else pasted.seed, pasted.seed is None,
                 keep if pasted.guidance is None else pasted.guidance, restored_text(pasted))
 
-    generate_btn.click(mark_waiting, None, None, queue=False, api_visibility="private").then(
-        press_generate, [prompt, size, steps, count, seed, randomize, guidance, live, session_images],
-        [image_out, png_file, params_out, snippet, last_seed, session_images, gallery],
-        concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private",
-    )
-    stop_btn.click(press_stop, None, None, queue=False, api_visibility="private")
+    outputs = [image_out, png_file, params_out, snippet, last_seed, session_images, gallery, running]
+    generating = generate_btn.click(
+        press_generate, [prompt, size, steps, count, seed, randomize, guidance, live], outputs,
+        concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private")
+    # .then runs after a cancel too; no concurrency limit: it waits for no other user's image.
+    generating.then(show_images, [running, session_images], outputs, concurrency_limit=None,
+                    api_visibility="private")
+    # Stop ends press_generate; stop() also stops the image itself at once: a cancel that lands while the
+    # handler waits at a yield closes its outer generator only, and the inner one's finally runs when collected.
+    stop_btn.click(lambda run: run and run.stop(), running, None, cancels=[generating], queue=False,
+                   api_visibility="private")
     gallery.select(pick_image, session_images, [image_out, png_file, params_out, snippet],
                    api_visibility="private")
     dropped.upload(drop_png, dropped, [prompt, size, steps, seed, randomize, guidance, paste_note],
