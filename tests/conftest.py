@@ -40,3 +40,15 @@ def tiny_settings(tmp_path, session_root):
 
     # The engine tests' small shapes (the demo preset's are larger: a pasted paragraph must fit there)
     return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), *SMALL_SHAPES], env={})
+
+
+@pytest.fixture(scope="session")
+def warm_app(tmp_path_factory):
+    """One app on the tiny models, warmed up, for every test that only needs one running: (backend, url).
+
+    In-process (tests/support/app.py: the settings of ``start_app``); closed when the session ends."""
+    from support.app import start_app
+
+    demo, backend, url = start_app(tmp_path_factory.mktemp("warm-app"))
+    yield backend, url
+    demo.close()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = {"tests", "bench", ".cache", "test-artifacts", "outputs", ".git"}
 MAX_LINES = 600  # about: one concern per file, never split only for size
@@ -109,6 +111,7 @@ def test_gradio_only_in_ui():
         assert not any(n == "gradio" or n.startswith("gradio.") for n in names), module
 
 
+@pytest.mark.slow
 def test_backend_import_loads_no_gradio():
     code = ("import sys, neuron_backend.runtime, neuron_backend.chat.engine, neuron_backend.image.engine, "
             "tools.qa.runs, tools.qa.report; assert 'gradio' not in sys.modules")

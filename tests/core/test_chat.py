@@ -52,6 +52,7 @@ def generate_threads() -> list[threading.Thread]:
 
 
 # ----- static shapes ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_prefill_sees_only_bucket_lengths_left_padded(engine):
     log = ForwardLog(engine.model)
     seen = {}
@@ -366,6 +367,7 @@ def test_gating_refuses_buckets_not_yet_warmed(engine):
 
 
 # ----- compile -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_compiled_decode_never_recompiles_after_warm_up(tiny_settings, demo_models):
     """One decode graph per cache window (128, 256) for every prompt length and max_new_tokens, all
     compiled during the first warm-up; replies cross from window 128 into 256 without compiling."""

@@ -227,6 +227,7 @@ def test_seeded_request_runs_alone_and_is_reproducible(batched):
     assert batched.reply(ChatRequest("hello", seed=alone.stats.seed, max_new_tokens=24)).answer == alone.answer
 
 
+@pytest.mark.slow
 def test_a_script_may_exit_right_after_a_batched_reply(demo_models, tmp_path):
     """A thread that ran torch and outlives the interpreter aborts the process; the scheduler's must not."""
     script = (
@@ -261,6 +262,7 @@ def test_chat_batch_setting():
 
 
 # ----- compile ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_compiled_batch_never_recompiles_after_warm_up(tiny_settings, demo_models):
     """Warm-up runs [4, bucket] prefills and the [4, 1] decode graphs (windows 128, 256); later batches compile
     nothing."""

@@ -257,6 +257,7 @@ def real_engine(qwen_folder, tiny_settings):
     return engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eos", [IM_END, ENDOFTEXT])
 def test_replies_stop_on_both_end_ids(real_engine, eos):
     """Qwen3-0.6B's generation_config ends a reply at <|im_end|> or <|endoftext|>: both end it as "eos"."""
@@ -266,6 +267,7 @@ def test_replies_stop_on_both_end_ids(real_engine, eos):
     assert reply_notices(final) == []
 
 
+@pytest.mark.slow
 def test_engine_prompt_buckets_and_dropped_turns(real_engine, qwen_tokenizer):
     history = long_history(30, 12)
     info = real_engine.count_prompt_tokens({"message": "latest", "history": history})
@@ -277,6 +279,7 @@ def test_engine_prompt_buckets_and_dropped_turns(real_engine, qwen_tokenizer):
     assert short.bucket == 64 and short.dropped_turns == 0
 
 
+@pytest.mark.slow
 def test_the_demo_preset_takes_a_pasted_paragraph_and_keeps_several_turns(demo_models, tmp_path):
     """The tiny preset with the byte-level demo tokenizer (about a token per character): a 2,000-character
     paragraph fits, and four more turns keep it (the old 128-token bucket refused 700 characters)."""

@@ -133,6 +133,7 @@ def test_unwritable_compile_cache_goes_to_a_temporary_folder_not_disabled(tmp_pa
     assert devices.configure_compile_cache(blocker).fallback == setup.fallback  # app.py, then Backend: one folder
 
 
+@pytest.mark.slow
 def test_backend_does_not_import_gradio():
     code = (
         "import sys, neuron_backend, neuron_backend.settings, neuron_backend.devices, neuron_backend.shapes;"
@@ -169,6 +170,7 @@ print("HEAPS", open(sys.argv[2]).read().count("<heap nr="))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc arenas")
 @pytest.mark.parametrize("mode", ["default", "limit"])
 def test_cpu_runs_share_one_malloc_arena(tmp_path, mode):

@@ -334,6 +334,7 @@ def test_describe_is_plain_data(shared_engine):
     assert info["guidance"]["used"] is False and info["steps"] == {"default": 4, "max": 6}
 
 
+@pytest.mark.slow
 def test_backend_import_does_not_import_gradio():
     code = "import sys, neuron_backend.image.engine; assert 'gradio' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

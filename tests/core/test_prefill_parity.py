@@ -89,6 +89,7 @@ def engine_generate(chat: ChatEngine, ids: list[int], chunk: int | None = None) 
     return chat.model.generate(**kwargs)[0, bucket:].tolist()
 
 
+@pytest.mark.slow
 def test_the_window_follows_the_cache_when_a_full_prompt_has_no_mask(qwen3_2_layers, tmp_path):
     """An exact fill of 1024 in 64-token chunks: generate() drops its all-ones mask, and each chunk must
     still attend over the window of every token cached so far (512 for chunks 1-8, then 1024), and the

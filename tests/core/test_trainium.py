@@ -92,6 +92,7 @@ def test_synchronize_waits_for_the_placement_core_not_the_current_one(neuron):
     assert neuron.synchronized == [1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", ["1", "2"])
 def test_chat_on_core_0_and_image_on_core_1_warm_up_and_serve_compiled(neuron, tmp_path, batch):
     # image first: its load selects core 1 first, which makes 1 the default of threads that never chose
@@ -109,6 +110,7 @@ def test_chat_on_core_0_and_image_on_core_1_warm_up_and_serve_compiled(neuron, t
     assert cores == {0, 1} and all(core == current for core, current in neuron.compiled_calls)
 
 
+@pytest.mark.slow
 def test_a_failed_compile_on_neuron_falls_back_to_eager_and_serves(neuron, tmp_path):
     neuron.compile_error = "neuronx-cc: internal compiler error (exit 70)"
     backend = neuron_backend(tmp_path)
@@ -202,6 +204,7 @@ parallel.close()
 """
 
 
+@pytest.mark.slow
 def test_control_messages_travel_over_a_gloo_side_group():
     import subprocess
     import sys

@@ -120,6 +120,7 @@ def test_failed_engine_load_leaves_the_other_serving(tmp_path, monkeypatch):
     assert backend.generate_image(ImageRequest(prompt="ok", size="64x64", steps=1, seed=3)).seed == 3
 
 
+@pytest.mark.slow
 def test_not_ready_shape_refused_with_eta(tmp_path):
     from neuron_backend.image.engine import ImageRequest
 

@@ -144,6 +144,7 @@ def test_pipeline_download_skips_root_files(hf_cache, flux_folder, monkeypatch):
     assert verify_folder(folder, "image") == []
 
 
+@pytest.mark.slow
 def test_an_interrupted_download_resumes(hf_cache, demo_models, monkeypatch):
     # The connection drops halfway through the weights: the next request asks only for the rest.
     # (huggingface_hub 2.4 resumes within one download; a partial file of an earlier run is discarded.)
@@ -160,6 +161,7 @@ def test_an_interrupted_download_resumes(hf_cache, demo_models, monkeypatch):
     assert (folder / "model.safetensors").read_bytes() == data
 
 
+@pytest.mark.slow
 def test_a_stalled_hub_ends_with_what_to_do(hf_cache, demo_models, monkeypatch):
     add_to_cache(hf_cache, CHAT_REPO, demo_models.chat, only=CHAT_TOKENIZER_ONLY)
     with SilentHub() as hub:

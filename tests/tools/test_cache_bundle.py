@@ -68,6 +68,7 @@ def exported(tmp_path):
     return source, out
 
 
+@pytest.mark.slow
 def test_export_then_install_into_a_fresh_root(tmp_path, exported, capsys):
     source, out = exported
     with tarfile.open(out) as tar:
@@ -125,6 +126,7 @@ def test_mismatches_are_listed_by_field(exported):
     assert "image engine: not enabled here (1 graphs unused)" in mismatches
 
 
+@pytest.mark.slow
 def test_a_bundle_that_fits_nothing_installs_nothing(tmp_path, exported, monkeypatch):
     _, out = exported
     fresh = tmp_path / "other-torch"
@@ -199,6 +201,7 @@ def _sparse(members):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, reason", [
     (_tamper_file, "sha256|bytes"), (_tamper_manifest, "sha256"), (_escape, "outside files/"),
     (_absolute, "outside files/"), (_symlink, "not a regular file"), (_unlisted, "disagree"),
@@ -315,6 +318,7 @@ def test_an_unpinned_bundle_is_refused_before_staging_with_the_fix(tmp_path, exp
     assert sorted((tmp_path / "fresh").rglob("*")) == before  # no folder made, nothing staged
 
 
+@pytest.mark.slow
 def test_a_wrong_pin_is_refused_and_the_cache_is_unchanged(tmp_path, exported):
     _, out = exported
     fresh = tmp_path / "fresh"
@@ -332,6 +336,7 @@ def test_a_wrong_pin_is_refused_and_the_cache_is_unchanged(tmp_path, exported):
     assert all(t["state"] == "ready" for t in backend.status()["tasks"] if t["kind"] != "bundle")  # served cold
 
 
+@pytest.mark.slow
 def test_a_crafted_pickle_never_runs_unless_its_archive_is_pinned(tmp_path, exported):
     _, out = exported
     marker = tmp_path / "payload-ran"
@@ -432,6 +437,7 @@ def test_readiness_warns_about_a_failed_bundle_but_not_about_failed_shapes():
                                                    "failed": [], "warnings": []})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["corrupt archive", "made for other software"])
 def test_a_bundle_that_fails_to_install_leaves_readyz_ready_with_a_warning(tmp_path, request, monkeypatch, problem):
     import httpx

@@ -77,6 +77,7 @@ def test_anonymous_visitors_are_not_offered_the_cache_export(tmp_path, demo_mode
     assert not (tmp_path / "exports").exists() or not list((tmp_path / "exports").iterdir())
 
 
+@pytest.mark.slow
 def test_with_auth_two_presses_make_one_file(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image")
     demo, (_, url, _) = ui.serve(backend, details=annex_details(), prevent_thread_lock=True, quiet=True)

@@ -43,6 +43,7 @@ def run(args, env_extra=None, timeout=300):
                           env=env)
 
 
+@pytest.mark.slow
 def test_a_mismatched_torch_neuronx_gets_a_message_not_a_traceback_and_saw_the_cache_folder(tmp_path):
     ext = fake_extension(tmp_path / "site")
     record = tmp_path / "seen.json"
@@ -58,6 +59,7 @@ def test_a_mismatched_torch_neuronx_gets_a_message_not_a_traceback_and_saw_the_c
                     "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR": str(tmp_path / "root" / "neff-locks")}
 
 
+@pytest.mark.slow
 def test_doctor_runs_here_and_passes(tmp_path):
     out = run(["app.py", "--doctor", "--models", "tiny", "--cache-dir", str(tmp_path)])
     assert out.returncode == 0, out.stdout + out.stderr
@@ -72,6 +74,7 @@ def test_doctor_runs_here_and_passes(tmp_path):
     assert lines[-1] == "everything needed is in place"
 
 
+@pytest.mark.slow
 def test_doctor_fails_when_a_needed_model_is_not_cached(tmp_path):
     out = run(["-m", "tools.doctor", "--models", "full", "--no-image", "--cache-dir", str(tmp_path)],
               {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf" / "hub")})

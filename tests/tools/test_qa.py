@@ -80,6 +80,7 @@ def fresh(run: qa.QARun) -> qa.QARun:
 
 
 # ----- planning and running -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_five_prompts_two_variants_give_ten_cells_with_settings(chat_result):
     run, seen = chat_result
     assert len(run.cells) == 10 and [c.status for c in run.cells] == ["done"] * 10
@@ -413,6 +414,7 @@ def test_variant_text_syntax(settings):
         qa.Variant("a", {"seed": 1}), qa.Variant("b", {"greedy": True})]
 
 
+@pytest.mark.slow
 def test_qa_modules_do_not_import_gradio():
     code = "import sys, tools.qa.runs, tools.qa.report; assert 'gradio' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0

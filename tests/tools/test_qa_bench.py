@@ -58,6 +58,7 @@ def chat_run(backend, tmp_path_factory):
 
 
 # ----- expectations ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_expectations_pass_and_fail_on_the_tiny_models(chat_run):
     run = copy.deepcopy(chat_run)
     assert all(c.status == "done" for c in run.cells)

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("gradio_client")
-from support.app import start_app  # noqa: E402
 
 from tools.qa import cli  # noqa: E402
 from tools.qa import runs as qa  # noqa: E402
@@ -21,10 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    demo, backend, url = start_app(tmp_path_factory.mktemp("qa-cli"))
-    yield backend, url
-    demo.close()
+def served(warm_app):
+    return warm_app
 
 
 def write_set(path: Path, rows: list[dict]) -> Path:
@@ -32,6 +29,7 @@ def write_set(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_server_limits_come_from_status(served):
     backend, url = served
     settings = cli.server_settings(backend.status())
@@ -40,6 +38,7 @@ def test_server_limits_come_from_status(served):
     assert [s.label for s in fallback.sizes] == ["64x64", "96x64"]  # an app without "limits": its warm-up shapes
 
 
+@pytest.mark.slow
 def test_cli_passes_and_writes_the_same_cells_as_the_tab(served, tmp_path, capsys):
     backend, url = served
     set_file = write_set(tmp_path / "set.jsonl", [
@@ -65,6 +64,7 @@ def test_cli_passes_and_writes_the_same_cells_as_the_tab(served, tmp_path, capsy
     assert len(list(csv.DictReader(csv_out.open(encoding="utf-8")))) == 4 and "<h1>QA run" in html_out.read_text()
 
 
+@pytest.mark.slow
 def test_cli_exits_1_when_an_expectation_fails(served, tmp_path):
     backend, url = served
     set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "Say hello.", "contains": "\u2603 never said \u2603"},

@@ -13,10 +13,9 @@ from support.app import start_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    demo, backend, url = start_app(tmp_path_factory.mktemp("app"))
-    yield backend, Client(url, verbose=False)
-    demo.close()
+def served(warm_app):
+    backend, url = warm_app
+    return backend, Client(url, verbose=False)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +123,7 @@ def test_unsupported_size_refused_with_allowed_list(served):
     assert "512x512" in str(info.value)
 
 
+@pytest.mark.slow
 def test_wrong_password_rejected(guarded):
     _, url = guarded
     with pytest.raises(Exception):  # noqa: B017 - gradio_client raises a plain ValueError/AppError here
@@ -142,6 +142,7 @@ def test_not_ready_size_refused_with_eta(guarded):
 
 
 
+@pytest.mark.slow
 def test_chat_batch_serves_concurrent_api_users_together(tmp_path):
     """--chat-batch 3: users who wait together ride in one generate() (the app gives chat 3 slots)."""
     demo, backend, url = start_app(tmp_path, "--chat-batch", "3", "--no-image", "--context-length", "1024",

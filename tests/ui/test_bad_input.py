@@ -86,6 +86,7 @@ BAD_IMAGE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kwargs", "fragment"), BAD_CHAT)
 def test_bad_chat_input_is_refused_clearly(served, kwargs, fragment):
     _, client, _, _ = served
@@ -111,6 +112,7 @@ def test_unusual_text_is_served(served, text):
     assert Image.open(path).size == (64, 64) and "\x00" not in params["prompt"]
 
 
+@pytest.mark.slow
 def test_server_survives_bad_input_and_leaks_nothing(served):
     backend, client, _, root = served
     chat(client, max_new_tokens=2)  # settle lazily created threads
@@ -189,6 +191,7 @@ def test_disconnected_client_frees_the_engine(served, engine_name):
     assert chat(client, max_new_tokens=2)["done"]
 
 
+@pytest.mark.slow
 def test_disabled_engine_is_reported(tmp_path):
     demo, _, url = start_app(tmp_path, "--no-image")
     try:
@@ -200,6 +203,7 @@ def test_disabled_engine_is_reported(tmp_path):
         demo.close()
 
 
+@pytest.mark.slow
 def test_full_queue_refuses_cleanly(tmp_path):
     demo, backend, url = start_app(tmp_path, "--queue-size", "1")
     try:
@@ -221,6 +225,7 @@ def test_full_queue_refuses_cleanly(tmp_path):
         demo.close()
 
 
+@pytest.mark.slow
 def test_missing_or_corrupt_model_files_disable_only_that_engine(tmp_path):
     demo = ensure_demo_models(tmp_path / "demo")
     no_config = tmp_path / "no-config"

@@ -39,6 +39,7 @@ def _metric(text: str, name: str, **labels) -> float | None:
 
 
 # ----- probes and metrics -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_probes_and_metrics_during_and_after_warm_up(tmp_path):
     demo, backend, url = start_app(tmp_path, warm=False)  # the last image size stays queued
     try:
@@ -107,6 +108,7 @@ def _mcp_session(url: str, http: httpx.AsyncClient, calls):
     return asyncio.run(asyncio.wait_for(run(), timeout=240))
 
 
+@pytest.mark.slow
 def test_mcp_lists_and_calls_every_tool(mcp_app):
     backend, url = mcp_app
 
@@ -157,6 +159,7 @@ def test_auth_protects_mcp_and_metrics_but_not_probes(mcp_app):
         assert browser_like.get(url + "metrics").status_code == 200
 
 
+@pytest.mark.slow
 def test_mcp_off_by_default(tmp_path):
     demo, _, url = start_app(tmp_path, warm=False)
     try:
@@ -206,6 +209,7 @@ def _send(page, text: str, bots: int) -> None:
                            " || false", arg=bots, timeout=60_000)
 
 
+@pytest.mark.slow
 def test_saved_chat_survives_reload_and_stays_in_its_browser(browser, tmp_path):
     demo, backend, url = start_app(tmp_path)
     try:
@@ -241,6 +245,7 @@ def test_saved_chat_survives_reload_and_stays_in_its_browser(browser, tmp_path):
         demo.close()
 
 
+@pytest.mark.slow
 def test_feedback_from_the_page_is_written_and_imported_by_the_qa_bench(browser, tmp_path):
     demo, backend, url = start_app(tmp_path)
     try:
@@ -280,6 +285,7 @@ def test_feedback_rows_keep_only_qa_columns(tmp_path):
     assert json.loads(log.prompt_set.read_text()) == {"prompt": "p", "temperature": 0.3}
 
 
+@pytest.mark.slow
 def test_saved_chats_keep_their_key_and_secret_across_restarts(tmp_path):
     """Gradio's default BrowserState secret is new at every start: every visitor's saved chats would vanish."""
     import ui

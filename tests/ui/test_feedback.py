@@ -54,6 +54,7 @@ def test_a_mark_larger_than_a_reply_of_this_app_is_refused(served):
     assert len(log.marks()) == 1
 
 
+@pytest.mark.slow
 def test_a_session_stores_a_bounded_number_of_marks(served):
     url, index, log = served
     codes = [_mark(url, index, "s-cap", f"q{i}", "a").status_code for i in range(MAX_MARKS_PER_SESSION)]
@@ -64,6 +65,7 @@ def test_a_session_stores_a_bounded_number_of_marks(served):
     assert _mark(url, index, "s-other", "another visitor", "a").status_code == 200  # per session, not global
 
 
+@pytest.mark.slow
 def test_an_attacker_filling_its_budget_cannot_remove_other_sessions_marks(served):
     url, index, log = served
     assert _mark(url, index, "victim", "What is a NEFF?", "a compiled graph").status_code == 200

@@ -52,6 +52,7 @@ def home_root():
 
 
 # ----- the served app -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_images_come_back_from_a_cache_root_outside_cwd_and_tmp(home_root, demo_models):
     """Gradio serves files only from cwd, the temp dir and allowed_paths."""
     backend = _backend(home_root, demo_models, "--no-chat")
@@ -68,6 +69,7 @@ def test_images_come_back_from_a_cache_root_outside_cwd_and_tmp(home_root, demo_
         demo.close()
 
 
+@pytest.mark.slow
 def test_api_pages_show_the_real_contract_and_accept_the_minimal_calls(tmp_path, demo_models):
     """Typed parameters with defaults; only the prompt / the message is required."""
     backend = _backend(tmp_path, demo_models)
@@ -101,6 +103,7 @@ def _login(url: str, password: str, client: httpx.Client | None = None) -> httpx
     return post(f"{url}login", data={"username": "ada", "password": password}, timeout=10)
 
 
+@pytest.mark.slow
 def test_repeated_login_failures_get_refused_until_the_window_passes(tmp_path, demo_models):
     """20 wrong passwords from one client: after 5 each further try waits, doubling."""
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image")
@@ -138,6 +141,7 @@ def test_login_throttle_doubles_and_is_capped():
     assert throttle.retry_after("a") == 0.0
 
 
+@pytest.mark.slow
 def test_with_auth_only_the_login_that_started_a_job_can_cancel_it(tmp_path, demo_models):
     """Gradio 6.31's /gradio_api/cancel checks no login; the guard does."""
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image", "--context-length", "4096",
@@ -228,6 +232,7 @@ def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
     assert replies.stopped("another session") is None
 
 
+@pytest.mark.slow
 def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_runs_on(tmp_path, demo_models):
     """With --chat-batch 2, Stop ends only that reply's row: it keeps its stats, the other user's reply goes on."""
     from neuron_backend.chat.batch import BatchRow, Sampling

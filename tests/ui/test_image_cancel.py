@@ -119,6 +119,7 @@ def _wait_free(engine, timeout: float) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_a_cancel_that_comes_before_the_join_runs_no_step(served):
     backend, url, fn_index, calls = served
     before = len(calls)
