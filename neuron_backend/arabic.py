@@ -142,6 +142,7 @@ ARABIC: dict[str, str] = {
     "Randomize seed": "بذرة عشوائية",
     "ready": "جاهز",
     "Restore settings from a PNG": "استعادة الإعدادات من ملف PNG",
+    "PNG, parameters and Python": "ملف PNG والمعاملات وPython",
     "Restored from the PNG ({source}): size {size}{notes}.": "استُعيدت الإعدادات من ملف PNG ({source}): المقاس {size}{notes}.",
     "Reuse last seed": "إعادة استخدام آخر بذرة",
     "running": "قيد التنفيذ",

@@ -14,7 +14,7 @@ from .api import add_public_api
 from .chat_tab import build_chat_tab
 from .guards import EarlyCancels, Guards, LoginThrottle
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
-from .image_tab import build_image_tab
+from .image_tab import IMAGE_CSS, build_image_tab
 from .mcp_tools import describe_tools, loopback_login
 from .probes import AuthGate, probe_routes, queue_depth
 from .status_panel import build_status_panel, wire_refresh
@@ -89,7 +89,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text
         "i18n": I18N,
         "head": HEAD,
-        "css": CSS,
+        "css": CSS + IMAGE_CSS,
     }
 
 

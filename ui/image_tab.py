@@ -1,5 +1,5 @@
-"""The Image tab: precompiled sizes only, live preview, progress with ETA, stop, several images per run,
-paste-back of a dropped PNG's settings, this session's gallery, the PNGs and their parameters.
+"""The Image tab: a prompt row, the picture with its live preview and progress, precompiled sizes only,
+stop, several images per run, paste-back of a PNG's settings, this session's gallery, the PNGs folded away.
 
 A run is two events: ``press_generate`` streams progress and preview frames, and keeps its
 ``ImageRun`` in the session's state; ``show_images`` (chained with ``.then``) shows what it made.
@@ -31,6 +31,8 @@ from .presentation import python_snippet, size_choice_label
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
+# The picture fills its box, scaled to fit: a small size (and each preview frame) is drawn large, not at 1:1.
+IMAGE_CSS = "#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
 PREVIEW_EVERY_S = 0.3  # the page gets a new preview frame at most this often
 
 
@@ -112,10 +114,29 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     last_seed = gr.State(None)
     session_images = gr.State([])  # this session's images: [{"path", "params"}], oldest first
     running = gr.State(None)  # the session's ImageRun, from press_generate's first update until shown
+    # One prompt row with Generate (and Stop while a run is on), the picture large under it with its
+    # progress line above it, the settings beside it, the files folded away until wanted.
     with gr.Row():
+        prompt = gr.Textbox(label=t("Prompt"), lines=2, elem_id="image-prompt", scale=5,
+                            max_length=settings.max_prompt_chars)
+        with gr.Column(scale=1, min_width=160):
+            generate_btn = gr.Button(t("Generate"), variant="primary", elem_id="generate")
+            stop_btn = gr.Button(t("Stop"), variant="stop", elem_id="stop-image", visible=False)
+    with gr.Row():
+        with gr.Column(scale=3):
+            # The run's progress bar lives here, above the picture: Gradio draws an event's progress over
+            # each output it names, and over the image box it hid the live preview for the whole run.
+            image_progress = gr.Markdown(elem_id="image-progress", container=False, min_height=52)
+            image_out = gr.Image(label=t("Image"), type="filepath", format="png", elem_id="image-out", height=440)
+            with gr.Accordion(t("PNG, parameters and Python"), open=False, elem_id="image-files"):
+                png_file = gr.File(label=t("PNG with embedded parameters"), elem_id="png-file",
+                                   file_count="multiple")
+                params_out = gr.JSON(label=t("Parameters"), elem_id="image-params")
+                # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so
+                # the numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
+                snippet = gr.Code(label=t("Use from Python"), language="python", elem_id="python-snippet",
+                                  show_line_numbers=False)
         with gr.Column(scale=2):
-            prompt = gr.Textbox(label=t("Prompt"), lines=2, elem_id="image-prompt",
-                                max_length=settings.max_prompt_chars)
             size = gr.Dropdown(choices=size_choices(backend), value=settings.sizes[0].label,
                                label=t("Size (precompiled only)"), elem_id="image-size")
             steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label=t("Steps"),
@@ -134,26 +155,16 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             live = gr.Checkbox(label=t("Live preview"), value=settings.image_preview,
                                elem_id="image-live-preview", interactive=settings.image_preview,
                                info=None if settings.image_preview else t("off on this server (--no-image-preview)"))
-            with gr.Row():
-                generate_btn = gr.Button(t("Generate"), variant="primary", elem_id="generate")
-                stop_btn = gr.Button(t("Stop"), variant="stop", elem_id="stop-image")
             with gr.Accordion(t("Restore settings from a PNG"), open=False):
                 dropped = gr.File(label=t("Drop a PNG (this app's or A1111-style) to fill the form"),
                                   file_types=[".png"], type="filepath", elem_id="paste-png")
                 paste_note = gr.Markdown(elem_id="paste-note")
             gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("Examples"))
-        with gr.Column(scale=3):
-            image_out = gr.Image(label=t("Image"), type="filepath", format="png", elem_id="image-out")
-            png_file = gr.File(label=t("PNG with embedded parameters"), elem_id="png-file", file_count="multiple")
-            params_out = gr.JSON(label=t("Parameters"), elem_id="image-params")
-            # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so the
-            # numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
-            snippet = gr.Code(label=t("Use from Python"), language="python", elem_id="python-snippet",
-                              show_line_numbers=False)
     # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
     # images to the full width, and their caption (seed and size) then falls below the visible height.
     gallery = gr.Gallery(label=t("This session's images (click one for its PNG and parameters)"), columns=5,
-                         fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery")
+                         fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery",
+                         visible=False)  # shown once the session has an image
 
     def base_url(request: gr.Request) -> str:
         return str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
@@ -189,7 +200,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
         shown_params = params_view(first) if len(made) == 1 else [params_view(m["params"]) for m in made]
         return (gr.update(value=made[0]["path"], label=t("Image")), [m["path"] for m in made], shown_params,
                 image_snippet(base_url(request), first, [m["params"] for m in made]), first["seed"], items,
-                gallery_value(items), None)
+                gr.update(value=gallery_value(items), visible=True), None)
 
     def pick_image(items, evt: gr.SelectData, request: gr.Request):
         if not items or evt.index is None or not 0 <= evt.index < len(items):
@@ -209,12 +220,17 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                 keep if pasted.guidance is None else pasted.guidance, restored_text(pasted))
 
     outputs = [image_out, png_file, params_out, snippet, last_seed, session_images, gallery, running]
+    # Stop is there while a run is on (queued included: Stop takes it out of Gradio's queue); registered
+    # before the run's event, so the page shows it before it sends the run.
+    generate_btn.click(lambda: gr.update(visible=True), None, stop_btn, queue=False, api_visibility="private")
     generating = generate_btn.click(
         press_generate, [prompt, size, steps, count, seed, randomize, guidance, live], outputs,
-        concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private")
+        concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private",
+        show_progress_on=[image_progress])
     # .then runs after a cancel too; no concurrency limit: it waits for no other user's image.
-    generating.then(show_images, [running, session_images], outputs, concurrency_limit=None,
-                    api_visibility="private")
+    shown_run = generating.then(show_images, [running, session_images], outputs, concurrency_limit=None,
+                                api_visibility="private", show_progress_on=[image_progress])
+    shown_run.then(lambda: gr.update(visible=False), None, stop_btn, queue=False, api_visibility="private")
     # Stop ends press_generate; stop() also stops the image itself at once: a cancel that lands while the
     # handler waits at a yield closes its outer generator only, and the inner one's finally runs when collected.
     stop_btn.click(lambda run: run and run.stop(), running, None, cancels=[generating], queue=False,

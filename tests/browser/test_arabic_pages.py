@@ -276,6 +276,7 @@ def test_the_image_tab_in_arabic_shows_arabic_progress_captions_and_toasts(brows
         previews = [t for t in page.evaluate("window.__imageLabels") if t.startswith("معاينة")]
         assert previews and all(re.match(r"معاينة · الصورة 1 · الخطوة \d+/50", t) for t in previews), previews
         # The PNG's file name reads left to right in one piece: its stem left of its ".png".
+        _open_accordion(page, "ملف PNG والمعاملات وPython")  # the files, folded under the picture
         stem, ext = (page.locator(f"#png-file td.filename .{part}").first.bounding_box() for part in ("stem", "ext"))
         assert stem["x"] + stem["width"] <= ext["x"] + 1, (stem, ext)
         # and the notice's "--models full" never breaks after a hyphen

@@ -10,6 +10,7 @@ README's ``assets/screenshot.png`` is written when missing or when ``UPDATE_READ
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageChops, ImageStat
 from support.browser import (
     HOSTILE,
     MAX_NEW_TOKENS,
@@ -275,8 +276,11 @@ def test_image_sizes_progress_png_parameters_and_gallery(page):
     assert [o.split(" ")[0] for o in options] == [*SIZES, SLOW_SIZE], options
     assert all(o.endswith("· ready") for o in options), options
 
+    # Before any image: no Stop (nothing runs) and no empty gallery; the files are folded under the picture.
+    assert not page.locator("#stop-image").is_visible() and not page.locator("#gallery").is_visible()
     page.evaluate("window.__progress = []")
     image = _generate(page, "a lighthouse at dusk, watercolor", "96x64", steps=PROGRESS_STEPS)
+    assert page.locator("#gallery").is_visible() and not page.locator("#stop-image").is_visible()
     assert image.size == (96, 64)
     assert "a lighthouse at dusk, watercolor" in image.text["parameters"]
     assert f"Steps: {PROGRESS_STEPS}" in image.text["parameters"]
@@ -450,6 +454,14 @@ def _a1111_png(path: Path, size: str, steps: int, seed: int, prompt: str) -> Pat
     return path
 
 
+def _picture(page) -> Image.Image:
+    """The picture area of the image box as the screen shows it (below its label, inside its border)."""
+    box = page.locator("#image-out")
+    box.scroll_into_view_if_needed()
+    shot = Image.open(io.BytesIO(box.screenshot())).convert("RGB")
+    return shot.crop((4, 40, shot.width - 4, shot.height - 4))
+
+
 def test_live_preview_appears_before_the_final_images_of_a_several_image_run(page, app_url):
     _wait_image_sizes_ready(page, app_url)
     page.evaluate(RECORD_IMAGE_LABELS_JS)
@@ -460,6 +472,23 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
     _choose_size(page, "96x64")
     _set_number(page, "number input for Steps", 50)
     page.locator("#generate").click()
+    # What the eye sees mid-run: the image box shows the preview picture (no progress overlay on it), and
+    # the picture changes as it denoises; the one progress bar sits above it.
+    label = page.locator("#image-out [data-testid=block-label]")
+    label.filter(has_text="Preview").wait_for(timeout=REPLY_TIMEOUT_MS)
+    first_label, first = label.inner_text(), _picture(page)
+    page.wait_for_function("old => { const l = document.querySelector('#image-out [data-testid=block-label]');"
+                           " return l && l.textContent.trim().startsWith('Preview') && l.textContent.trim() !== old; }",
+                           arg=first_label, timeout=REPLY_TIMEOUT_MS)
+    second = _picture(page)
+    _shot(page, "06-image-preview-mid-run")
+    bars = page.evaluate("[...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
+                         ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id)")
+    for picture in (first, second):
+        stat = ImageStat.Stat(picture.convert("L"))
+        assert stat.stddev[0] > 8 and stat.mean[0] < 235, (stat.mean, stat.stddev)  # a picture, not a blank box
+    assert ImageStat.Stat(ImageChops.difference(first, second).convert("L")).mean[0] > 0.2, "the preview stood still"
+    assert bars and set(bars) == {"image-progress"}, bars
     page.wait_for_function(f"() => document.querySelectorAll('#gallery .thumbnail-item').length === {before + 2}",
                            timeout=REPLY_TIMEOUT_MS)
     labels = page.evaluate("window.__imageLabels")
@@ -525,6 +554,7 @@ def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page,
     assert other.locator("#gallery .thumbnail-item").count() == 0
     # The running one shows its stopped image (the queued one's toast may come first: Stop takes it out of
     # the queue at once, while the running one ends after its current step).
+    _open_accordion(page, "PNG, parameters and Python")
     page.wait_for_function("() => /\"stopped\"\\s*:\\s*true/.test(document.querySelector('#image-params').innerText)",
                            timeout=REPLY_TIMEOUT_MS)
     params = page.locator("#image-params").inner_text().replace("\n", "")

@@ -216,6 +216,7 @@ def _size_options(page) -> list[str]:
 def _generate(page, prompt: str, size: str, steps: int) -> Image.Image:
     """Generate one image from the Image tab; return the PNG behind the download link."""
     page.locator("#image-tab-button").click()
+    _open_accordion(page, "PNG, parameters and Python")
     page.locator("#image-prompt textarea").fill(prompt)
     _choose_size(page, size)
     _set_number(page, "number input for Steps", steps)
