@@ -42,6 +42,19 @@ def tiny_settings(tmp_path, session_root):
     return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), *SMALL_SHAPES], env={})
 
 
+@pytest.fixture
+def neuron_ls(tmp_path, monkeypatch):
+    """Put a fake ``neuron-ls`` first on ``PATH``: ``neuron_ls("2.34")``, ``neuron_ls("2.33", devices=16)``, ...
+
+    A real executable in the form of a Neuron release (tests/support/fake_neuron_ls.py); returns its path."""
+    from support import fake_neuron_ls
+
+    def put(form: str, **kwargs):
+        return fake_neuron_ls.put_on_path(monkeypatch, tmp_path / "neuron-tools", form, **kwargs)
+
+    return put
+
+
 @pytest.fixture(scope="session")
 def warm_app(tmp_path_factory):
     """One app on the tiny models, warmed up, for every test that only needs one running: (backend, url).

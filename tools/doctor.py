@@ -2,13 +2,14 @@
 
 Each line is ``pass``, ``fail`` or ``skipped`` with the reason, and a fix where something is wrong.
 It runs what applies to this host (on a CPU machine the Neuron checks say why they are skipped) and
-exits non-zero when a check the app needs fails. Checks, in order: Python; torch and torch-neuronx
-versions and whether their families match; ``import torch`` (which autoloads torch-neuronx);
-``neuron-ls``; the cores visible to this process; per placement, a tiny graph compiled and run from a
-fresh thread inside that placement's device context (what every engine thread does,
-``devices.on_device``); the NEFF cache folder, and a second fresh process reading back the graph a first one compiled;
-the counters the panel can read; memory per core; whether every file each chosen model needs is in
-the local Hugging Face cache; free disk for the caches.
+exits non-zero when a check the app needs fails; once ``neuron-ls`` lists devices, torch-neuronx and
+a visible core are needed. Checks, in order: Python; torch and torch-neuronx versions and whether
+their families match; ``import torch`` (which autoloads torch-neuronx); ``neuron-ls`` (2.34's
+``--output-format json``, else 2.33's ``-j``); the cores visible to this process; per placement, a
+tiny graph compiled and run from a fresh thread inside that placement's device context (what every
+engine thread does, ``devices.on_device``); the NEFF cache folder, and a second fresh process reading
+back the graph a first one compiled; the counters the panel can read; memory per core; whether every
+file each chosen model needs is in the local Hugging Face cache; free disk for the caches.
 
 Nothing here downloads anything; the only subprocesses are ``neuron-ls`` and, on Neuron, one
 Python process for the cache check, both with timeouts.
@@ -34,6 +35,7 @@ NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.0.* / 2.14.
 TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.0.* matches it
 MIN_FREE_GIB = 2.0  # below this at the cache root, compiled programs and outputs cannot be kept
 INSTALL_FIX = "pip install -r requirements-neuron.txt (docs/trainium.md)"
+NEURON_LS_FORMS = (("--output-format", "json"), ("-j",))  # Neuron 2.34 and later; 2.33 and before
 PROBE_TIMEOUT_S = 600  # a tiny graph compiles in well under a minute; neuronx-cc cold start included
 
 
@@ -65,18 +67,26 @@ def _family(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
-def check_python(neuronx: str | None) -> Check:
+def _seen(neuron_devices: int) -> str:
+    return f"neuron-ls lists {neuron_devices} Neuron device(s)"
+
+
+def check_python(neuronx: str | None, neuron_devices: int = 0) -> Check:
     v = sys.version_info[:2]
     text = f"{sys.version.split()[0]} (the app needs >= 3.10; TorchNeuron 2.33 wheels: 3.12, 3.13, 3.14)"
-    if neuronx is not None and v not in NEURON_PYTHONS:
+    if (neuronx is not None or neuron_devices) and v not in NEURON_PYTHONS:
         return Check(FAIL, "python", text, "use Python 3.12-3.14 for the Neuron install (e.g. python3.12 -m venv)")
     return Check(PASS, "python", text)
 
 
-def check_versions() -> Check:
+def check_versions(neuron_devices: int = 0) -> Check:
+    """torch and torch-neuronx installed in matching families; torch-neuronx is needed once neuron-ls lists devices."""
     torch_v, neuronx = _version("torch"), _version("torch-neuronx")
     if torch_v is None:
         return Check(FAIL, "torch / torch-neuronx", "torch is not installed", "pip install -r requirements.txt")
+    if neuronx is None and neuron_devices:
+        return Check(FAIL, "torch / torch-neuronx", f"torch {torch_v}; torch-neuronx not installed, but "
+                     f"{_seen(neuron_devices)}: the app would run on CPU", INSTALL_FIX)
     if neuronx is None:
         return Check(SKIPPED, "torch / torch-neuronx", f"torch {torch_v}; torch-neuronx not installed (no Trainium "
                      f"install here)", f"on a Trn2/Trn3 host: {INSTALL_FIX}", needed=False)
@@ -101,42 +111,97 @@ def check_import_torch() -> tuple[Check, object | None]:
     return Check(PASS, "import torch", f"{torch.__version__} ({neuron})"), torch
 
 
-def check_neuron_ls(timeout: float = 30.0) -> Check:
+def check_neuron_ls(timeout: float = 30.0) -> tuple[Check, int]:
+    """Run ``neuron-ls`` in its JSON form, 2.34's first, then 2.33's; the check and the devices it lists."""
     exe = shutil.which("neuron-ls")
     if exe is None:
         return Check(SKIPPED, "neuron-ls", "not found on PATH (no Neuron SDK tools here)",
-                     "on a Trn2/Trn3 host: the Neuron DLAMI ships it (package aws-neuronx-tools)", needed=False)
+                     "on a Trn2/Trn3 host: the Neuron DLAMI ships it (package aws-neuronx-tools)", needed=False), 0
+    tried = []
+    for flags in NEURON_LS_FORMS:
+        command = " ".join(("neuron-ls", *flags))
+        try:
+            out = subprocess.run([exe, *flags], capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            tried.append(f"`{command}` did not answer ({exc})")
+            continue
+        if out.returncode != 0:
+            tried.append(f"`{command}` exit {out.returncode}: {_squeeze(out.stderr) or '(no stderr)'}")
+            continue
+        found = read_neuron_ls(out.stdout)
+        if found is None:
+            tried.append(f"`{command}` printed no device list: {_squeeze(out.stdout) or '(nothing)'}")
+            continue
+        return Check(PASS, "neuron-ls", f"{summarize_neuron_ls(out.stdout)} (`{command}`)"), len(found[0])
+    return Check(FAIL, "neuron-ls", "; ".join(tried), "run neuron-ls by hand: a driver error means reload or "
+                 "reinstall the Neuron driver (lsmod | grep neuron; aws-neuronx-dkms), an unknown flag means tools "
+                 "newer or older than this doctor knows (docs/trainium.md, Tools)"), 0
+
+
+def _squeeze(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def read_neuron_ls(text: str) -> tuple[list[dict], dict] | None:
+    """The device objects and the instance-wide fields of either JSON form; None when ``text`` holds neither.
+
+    2.33 and before (``-j``): a list with one object per device. 2.34 (``--output-format json``): one
+    object whose top-level fields describe what spans devices (the instance, the UltraServer) beside the
+    device list. The docs do not name the new keys, so the list is found by its shape."""
     try:
-        out = subprocess.run([exe, "-j"], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check(FAIL, "neuron-ls", f"did not answer ({exc})", "check the Neuron driver: lsmod | grep neuron")
-    if out.returncode != 0:
-        return Check(FAIL, "neuron-ls", f"exit {out.returncode}: {out.stderr.strip()[:300]}",
-                     "install or reload the Neuron driver (aws-neuronx-dkms)")
-    return Check(PASS, "neuron-ls", summarize_neuron_ls(out.stdout))
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(data, list):
+        return [d for d in data if isinstance(d, dict)], {}
+    if not isinstance(data, dict):
+        return None
+    lists = {k: v for k, v in data.items() if isinstance(v, list) and all(isinstance(d, dict) for d in v)}
+    named = [lists[k] for k in ("neuron_devices", "devices") if k in lists]
+    devicelike = [v for v in lists.values() if v and any("nc_count" in d or "neuron_device" in d for d in v)]
+    chosen = (named or devicelike or (list(lists.values()) if len(lists) == 1 else []))[:1]
+    if not chosen:
+        return None
+    shared = {k: v for k, v in data.items() if not isinstance(v, (list, dict))}
+    for part in (v for v in data.values() if isinstance(v, dict)):
+        shared.update({k: v for k, v in part.items() if not isinstance(v, (list, dict))})
+    return chosen[0], shared
 
 
 def summarize_neuron_ls(text: str) -> str:
-    """'16 devices, 128 NeuronCores, LNC 2, 1 process using them' from ``neuron-ls -j`` (keys read defensively)."""
-    try:
-        devices = json.loads(text)
-    except ValueError:
+    """'16 devices, 128 NeuronCores, LNC 2, 1 process using them' from either JSON form (keys read defensively)."""
+    found = read_neuron_ls(text)
+    if found is None:
         return text.strip()[:300]
-    devices = devices if isinstance(devices, list) else devices.get("neuron_devices", [])
-    cores = sum(int(d.get("nc_count", 0) or 0) for d in devices if isinstance(d, dict))
-    lnc = {str(d.get("logical_neuroncore_config")) for d in devices if isinstance(d, dict)
-           and d.get("logical_neuroncore_config") is not None} or {os.environ.get("NEURON_LOGICAL_NC_CONFIG", "?")}
-    users = sum(len(d.get("neuron_processes", []) or []) for d in devices if isinstance(d, dict))
-    return f"{len(devices)} devices, {cores} NeuronCores, LNC {'/'.join(sorted(lnc))}, {users} process(es) using them"
+    devices, shared = found
+    cores = sum(int(d.get("nc_count", 0) or len(d.get("neuroncore_ids", []) or [])) for d in devices)
+    lnc = {str(d.get("logical_neuroncore_config")) for d in devices if d.get("logical_neuroncore_config") is not None}
+    if not lnc and shared.get("logical_neuroncore_config") is not None:
+        lnc = {str(shared["logical_neuroncore_config"])}
+    lnc = lnc or {os.environ.get("NEURON_LOGICAL_NC_CONFIG", "?")}
+    users = sum(len(d.get("neuron_processes", []) or []) for d in devices)
+    instance = f"{shared['instance_type']}: " if shared.get("instance_type") else ""
+    return (f"{instance}{len(devices)} devices, {cores} NeuronCores, LNC {'/'.join(sorted(lnc))}, {users} process(es) "
+            "using them")
 
 
-def check_cores(host) -> Check:
+def check_cores(host, neuron_devices: int = 0) -> Check:
+    """NeuronCores this process sees; none while neuron-ls lists devices is a failure, not a skip."""
+    import torch
+
     from neuron_backend import devices
 
     if host.neuron_problem:
         return Check(FAIL, "cores visible", host.neuron_problem, INSTALL_FIX)
     if not host.neuron_cores:
-        return Check(SKIPPED, "cores visible", "no NeuronCores (torch.neuron not registered)", needed=False)
+        registered = getattr(torch, "neuron", None) is not None
+        why = "torch.neuron sees 0 NeuronCores" if registered else "no NeuronCores (torch.neuron not registered)"
+        if not neuron_devices:
+            return Check(SKIPPED, "cores visible", why, needed=False)
+        fix = (f"free the cores held by the processes neuron-ls lists, or widen NEURON_RT_VISIBLE_CORES (now "
+               f"{host.visible_cores or 'unset'}); the README's run command uses NEURON_RT_VISIBLE_CORES=0-1"
+               if registered else INSTALL_FIX)
+        return Check(FAIL, "cores visible", f"{why}, but {_seen(neuron_devices)}: the app would run on CPU", fix)
     fix = None if host.visible_cores else "start with NEURON_RT_VISIBLE_CORES=0-1 (the README's Trainium run command)"
     return Check(PASS, "cores visible", devices.core_report(host), fix)
 
@@ -304,16 +369,17 @@ def run(settings: Settings, out=None) -> int:
             print(c.line(), file=out, flush=True)
 
     print("Trainium showcase doctor: pass / fail / skipped, with the fix", file=out)
-    emit(check_python(_version("torch-neuronx")), check_versions())
+    neuron_ls, neuron_devices = check_neuron_ls()  # first: what the other checks need once devices are there
+    emit(check_python(_version("torch-neuronx"), neuron_devices), check_versions(neuron_devices))
     imported, torch = check_import_torch()
     emit(imported)
-    emit(check_neuron_ls())
+    emit(neuron_ls)
     if torch is not None:
         from neuron_backend import devices
         from neuron_backend.errors import ShowcaseError
 
         host = devices.detect()
-        emit(check_cores(host))
+        emit(check_cores(host, neuron_devices))
         try:
             placements = devices.resolve_placements(settings, host)
         except ShowcaseError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -10,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import fake_neuron, fake_neuron_ls
 
+from neuron_backend.settings import parse_settings
 from tools import doctor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +103,68 @@ def test_doctor_reads_neuron_ls_json():
     sample = json.dumps([{"neuron_device": i, "nc_count": 8, "logical_neuroncore_config": 2,
                           "neuron_processes": [{"pid": 1}] if i == 0 else []} for i in range(16)])
     assert doctor.summarize_neuron_ls(sample) == "16 devices, 128 NeuronCores, LNC 2, 1 process(es) using them"
+
+
+@pytest.mark.parametrize("form, command", [("2.34", "neuron-ls --output-format json"), ("2.33", "neuron-ls -j")])
+def test_the_driver_check_passes_with_the_neuron_ls_of_either_release(neuron_ls, form, command):
+    neuron_ls(form, devices=16, processes=1)
+    check, listed = doctor.check_neuron_ls()
+    assert check.status == "pass", check.line()
+    assert "16 devices, 128 NeuronCores, LNC 2, 1 process(es) using them" in check.detail
+    assert check.detail.endswith(f"(`{command}`)") and listed == 16
+
+
+def test_the_driver_check_fails_clearly_when_neuron_ls_answers_neither_form(neuron_ls):
+    neuron_ls("broken")
+    check, listed = doctor.check_neuron_ls()
+    assert check.status == "fail" and check.needed and listed == 0
+    # what was run, each with its exit status and stderr; then what to do about each kind of error
+    assert f"`neuron-ls --output-format json` exit 1: {fake_neuron_ls.DRIVER_ERROR}" in check.detail
+    assert f"`neuron-ls -j` exit 1: {fake_neuron_ls.DRIVER_ERROR}" in check.detail
+    assert "Neuron driver" in check.fix and "unknown flag" in check.fix
+
+
+def test_doctor_reads_the_234_json_by_its_shape():
+    sample = json.dumps({"instance": {"instance_type": "trn2.48xlarge", "logical_neuroncore_config": 2},
+                         "ultraserver": None, "devices": [{"nc_count": 8, "neuron_processes": []}] * 16})
+    assert doctor.summarize_neuron_ls(sample) == ("trn2.48xlarge: 16 devices, 128 NeuronCores, LNC 2, "
+                                                  "0 process(es) using them")
+    assert doctor.read_neuron_ls('{"instance": {"instance_type": "trn2.3xlarge"}}') is None
+    assert doctor.read_neuron_ls("+--------+ NEURON DEVICE") is None
+
+
+def test_no_torch_neuronx_or_no_core_while_neuron_ls_lists_devices_fails_with_the_fix(monkeypatch):
+    from neuron_backend import devices
+
+    monkeypatch.setattr(doctor, "_version", {"torch": "2.13.0", "torch-neuronx": None}.get)
+    assert doctor.check_versions().status == "skipped"  # a CPU host: nothing listed
+    check = doctor.check_versions(neuron_devices=1)
+    assert check.status == "fail" and check.needed and check.fix == doctor.INSTALL_FIX
+    assert "neuron-ls lists 1 Neuron device(s): the app would run on CPU" in check.detail
+
+    fake_neuron.install(monkeypatch, cores=0)  # torch-neuronx loaded, no core visible to this process
+    host = devices.detect()
+    assert doctor.check_cores(host).status == "skipped"
+    check = doctor.check_cores(host, neuron_devices=1)
+    assert check.status == "fail" and check.needed and "NEURON_RT_VISIBLE_CORES" in check.fix
+    assert check.detail.startswith("torch.neuron sees 0 NeuronCores, but neuron-ls lists 1 Neuron device(s)")
+
+
+def test_doctor_on_neuron_234_tools_without_torch_neuronx_fails_with_the_fix(neuron_ls, monkeypatch, tmp_path):
+    neuron_ls("2.34")
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda dist: None if dist == "torch-neuronx" else real(dist))
+    out = io.StringIO()
+    status = doctor.run(parse_settings(["--models", "tiny", "--cache-dir", str(tmp_path)], env={}), out)
+    text = out.getvalue()
+    assert re.search(r"^pass    neuron-ls: trn2.3xlarge: 1 devices, 8 NeuronCores, LNC 2, 0 process\(es\) using "
+                     r"them \(`neuron-ls --output-format json`\)$", text, re.M), text
+    assert re.search(r"^fail    torch / torch-neuronx: .*torch-neuronx not installed, but neuron-ls lists 1 Neuron "
+                     r"device\(s\)", text, re.M), text
+    assert re.search(r"^fail    cores visible: no NeuronCores \(torch.neuron not registered\), but", text, re.M)
+    assert f"fix: {doctor.INSTALL_FIX}" in text
+    assert status == 1 and text.splitlines()[-1].endswith("needed check(s) failed")
+    assert "everything needed is in place" not in text
 
 
 def requirement(path: Path, name: str) -> str:
