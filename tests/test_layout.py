@@ -11,15 +11,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SKIP = {"tests", "bench", ".cache", "test-artifacts", "outputs", ".git"}
+SKIP = {"tests", "bench"}
 MAX_LINES = 600  # about: one concern per file, never split only for size
 
 
-def project_files() -> dict[str, Path]:
+def source_paths(root: Path = ROOT) -> list[Path]:
+    """Every .py file git tracks or does not ignore under ``root``: a virtualenv (.venv/), caches and outputs
+    that .gitignore lists are never read."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "*.py"],
+                            cwd=root, capture_output=True, text=True, check=True).stdout.split("\0")
+    return sorted(root / f for f in listed if f and (root / f).is_file())  # a tracked file may be deleted
+
+
+def project_files(root: Path = ROOT) -> dict[str, Path]:
     """Dotted module name -> file, for every .py outside tests/ and bench/."""
     out = {}
-    for path in ROOT.rglob("*.py"):
-        rel = path.relative_to(ROOT)
+    for path in source_paths(root):
+        rel = path.relative_to(root)
         if SKIP & set(rel.parts):
             continue
         parts = list(rel.with_suffix("").parts)
@@ -128,3 +136,15 @@ def test_every_package_says_what_lives_there():
     for module, path in project_files().items():
         if path.name == "__init__.py":
             assert ast.get_docstring(ast.parse(path.read_text())), module
+
+
+def test_what_git_ignores_is_never_read(tmp_path):
+    (tmp_path / ".gitignore").write_text((ROOT / ".gitignore").read_text())
+    for rel in ("app.py", "pkg/__init__.py", ".venv/lib/python3.12/site-packages/big/mod.py",
+                "outputs/made.py", "tests/test_x.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text('"""x"""\n')
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "app.py"], cwd=tmp_path, check=True)  # tracked; pkg/ untracked, not ignored
+    assert sorted(project_files(tmp_path)) == ["app", "pkg"]
+    assert not [p for p in source_paths() if ".venv" in p.relative_to(ROOT).parts]  # this checkout's, if any

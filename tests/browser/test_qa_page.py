@@ -138,3 +138,58 @@ def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa
     assert _value(page, "#qa-diff") == ""
     _shot(page, "qa-compare-only-changed")
     page.get_by_role("tab", name="Chat").click()
+
+
+# What a refusal must leave alone: the status, the summary and grid tables, the gallery, the A/B pair and result.
+KEPT = ("#qa-status", "#qa-summary", "#qa-grid", "#qa-gallery", "#qa-ab-heading", "#qa-ab-result")
+KEPT_JS = """(ids) => Object.fromEntries(ids.map(id => {
+  const el = document.querySelector(id);
+  const box = el.querySelector('textarea');
+  return [id, {text: box ? box.value : el.innerText, errors: el.querySelectorAll('span.error').length}];
+}))"""
+
+
+def _refused(page, fragment: str, shot: str) -> None:
+    """A warning toast (not an error one) saying ``fragment`` shows; screenshot it, then close it."""
+    toast = page.locator(".toast-body.warning", has_text=fragment).first
+    toast.wait_for(timeout=REPLY_TIMEOUT_MS)
+    toast.evaluate("t => new Promise(done => { const check = () => getComputedStyle(t).opacity === '1' ? done() "
+                   ": requestAnimationFrame(check); check(); })")  # faded in: readable in the screenshot
+    _shot(page, shot)
+    page.evaluate("document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())")
+    toast.wait_for(state="detached")
+
+
+def test_a_refusal_is_a_toast_and_every_result_stays(page, tmp_path):  # noqa: F811 - the fixture
+    _wait_ready(page)
+    page.get_by_role("tab", name="QA bench").click()
+    page.locator("#qa-kind").get_by_text("chat", exact=True).click()
+    page.locator("#qa-prompts textarea").fill("Name a colour.\nCount to three.")
+    page.locator("#qa-variants textarea").fill(VARIANTS)
+    page.locator("#qa-run").click()
+    _wait_value(page, "#qa-status", "Finished: 4/4 cells done")
+    _open_accordion(page, "Blind A/B")
+    page.locator("#qa-ab-start").click()
+    for number, choice in ((1, "left"), (2, "right")):
+        _wait_value(page, "#qa-ab-heading", f"Pair {number} of 2")
+        page.locator(f"#qa-ab-pick-{choice}").click()
+    _wait_value(page, "#qa-ab-heading", "Done: 2 of 2 pairs picked")
+    before = page.evaluate(KEPT_JS, list(KEPT))
+    assert before["#qa-ab-result"]["text"].startswith("cold vs hot: ") and "cold" in before["#qa-summary"]["text"]
+
+    # Pasted prompts and a file: refused, and the last run's results stay on the page.
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("Say hello.\n", encoding="utf-8")
+    page.locator("#qa-upload input[type=file]").set_input_files(str(prompts_file))
+    page.locator("#qa-upload a[download='prompts.txt']").wait_for()  # uploaded: the server holds it
+    page.locator("#qa-run").click()
+    _refused(page, "not both", "qa-refusal-toast")
+    assert page.evaluate(KEPT_JS, list(KEPT)) == before
+
+    # One more pick after the last pair: refused, and the revealed result stays.
+    page.locator("#qa-ab-pick-left").click()
+    _refused(page, "Every pair is picked", "qa-ab-refusal-toast")
+    after = page.evaluate(KEPT_JS, list(KEPT))
+    assert after == before and not any(v["errors"] for v in after.values()), after
+    page.locator("#qa-upload button[aria-label='Clear']").click()
+    page.get_by_role("tab", name="Chat").click()

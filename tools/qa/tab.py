@@ -1,7 +1,9 @@
 """The QA bench tab: run a prompt set under a few settings variants, mark cells, export, compare.
 
 Only UI wiring; the work is in ``tools.qa`` (runs, expect, ab, compare, exports) and what
-is shown is built in ``tools.qa.views``. Cell numbers are 1-based everywhere on the page.
+is shown is built in ``tools.qa.views``. Cell numbers are 1-based everywhere on the page. Every handler
+that can refuse (a ``ShowcaseError``) shows the refusal as a warning toast and leaves all its outputs as
+they were (``refusals_as_toast``): a mistake never wipes a run's results.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import threading
 
 import gradio as gr
 
-from neuron_backend.errors import ShowcaseError
 from neuron_backend.runtime import Backend
 from tools.qa import ab as qa_ab
 from tools.qa import grid as qa_grid
@@ -19,6 +20,7 @@ from tools.qa import runs as qa
 from tools.qa.export_csv import export_csv
 from tools.qa.html_report import export_html
 from ui import ExtraTab
+from ui.api import refusals_as_toast
 from ui.i18n import lang, say, t
 
 from . import views as v
@@ -128,17 +130,20 @@ def build_qa_tab(backend: Backend) -> None:
                               object_fit="contain", elem_id="qa-diff-gallery")
 
     ab_views = [ab_heading, left_text, left_image, right_text, right_image, ab_result]
+    views = [grid, gallery, summary, speed]
     run_outputs = [run_state, grid, gallery, summary, speed, status, cell_index, mark, comment, ab_first, ab_second,
                    *ab_views]
+    mark_outputs = [run_state, *views, status]
+    import_outputs = [run_state, compared_state, *run_outputs[1:]]
+    compare_outputs = [*run_outputs, compared_state, compare_grid, diff_box, diff_gallery]
+    ab_outputs = [run_state, *ab_views]
     skip_tail = (gr.skip(),) * (3 + 2 + v.AB_OUTPUTS)
 
+    @refusals_as_toast(outputs=len(run_outputs))
     def press_run(text, upload_value, kind_value, variants_text, seed, request: gr.Request,
                   progress=gr.Progress()):
-        try:
-            run = qa.plan_run(settings, prompts_text=text or None, prompts_file=_file_path(upload_value),
-                              variants=variants_text or None, kind=kind_value, run_seed=int(seed or 0))
-        except ShowcaseError as exc:
-            v.refuse(exc)
+        run = qa.plan_run(settings, prompts_text=text or None, prompts_file=_file_path(upload_value),
+                          variants=variants_text or None, kind=kind_value, run_seed=int(seed or 0))
         yield from _execute(run, request, progress)
 
     def _execute(run, request, progress):
@@ -151,8 +156,6 @@ def build_qa_tab(backend: Backend) -> None:
                          unit=say("cells", ctx="qa progress"))
                 line = say("{done}/{total} cells done{eta}", done=p.done, total=p.total, eta=_eta(p))
                 yield run, *v.views(run, running=True), line, *skip_tail
-        except ShowcaseError as exc:
-            v.refuse(exc)
         finally:
             stops.pop(session, None)
         line = say("Stopped: {line}" if stop.is_set() else "Finished: {line}", line=_done_line(run))
@@ -181,40 +184,39 @@ def build_qa_tab(backend: Backend) -> None:
                          number=int(number), last=len(run.cells)))
         return int(number) - 1
 
+    @refusals_as_toast(outputs=len(mark_outputs))
     def press_save_mark(run, number, mark_value, comment_value):
-        try:
-            qa.set_mark(run, _picked(run, number), None if mark_value in (None, "", "unmarked") else mark_value,
-                        comment_value)
-        except ShowcaseError as exc:
-            v.refuse(exc)
+        qa.set_mark(run, _picked(run, number), None if mark_value in (None, "", "unmarked") else mark_value,
+                    comment_value)
         return run, *v.views(run), _done_line(run)
 
+    @refusals_as_toast(outputs=len(mark_outputs))
     def press_rerun(run, number):
         index = _picked(run, number)
-        try:
-            cell = qa.rerun_cell(backend, run, index)
-        except ShowcaseError as exc:
-            v.refuse(exc)
+        cell = qa.rerun_cell(backend, run, index)
         return run, *v.views(run), say("Re-ran cell {number}: {status} · {line}",
                                        number=index + 1, status=v.shown_word("status", cell.status),
                                        line=_done_line(run))
 
-    def _export(run, text_of, suffix: str) -> str:
-        if run is None:
-            v.refuse(say("Nothing to export yet: run a set first."))
-        return str(backend.exports.write(text_of(run), suffix, "qa-run"))
+    def press_export(text_of, suffix: str):
+        @refusals_as_toast(outputs=1)
+        def handler(run) -> str:
+            if run is None:
+                v.refuse(say("Nothing to export yet: run a set first."))
+            return str(backend.exports.write(text_of(run), suffix, "qa-run"))
 
+        return handler
+
+    @refusals_as_toast(outputs=len(import_outputs))
     def pick_import(upload_value):
         if upload_value is None:
-            return (gr.skip(),) * (len(run_outputs) + 1)
-        try:
-            run = qa_report.read_run(_file_path(upload_value), settings)
-        except ShowcaseError as exc:
-            v.refuse(exc)
+            return (gr.skip(),) * len(import_outputs)
+        run = qa_report.read_run(_file_path(upload_value), settings)
         return (run, None, *v.views(run), say("Imported a run of {count} cells · {line}",
                                               count=len(run.cells), line=_done_line(run)),
                 *FORM_RESET, *v.variant_choices(run), *v.ab_view(run))
 
+    @refusals_as_toast(outputs=len(compare_outputs))
     def press_compare(current, only, request: gr.Request, progress=gr.Progress()):
         if current is None:
             v.refuse(say("Run a set or import a JSONL run first: the new run repeats its prompts, variants and seeds."))
@@ -224,16 +226,15 @@ def build_qa_tab(backend: Backend) -> None:
             yield *final, current, gr.skip(), gr.skip(), gr.skip()
         yield *final, current, *v.compare_view(current, fresh, only)
 
+    @refusals_as_toast(outputs=len(ab_outputs))
     def press_ab_start(run, first, second):
         if run is None:
             v.refuse(say("Run a set (or import one) first."))
-        try:
-            qa_ab.start(run, first, second)
-        except ShowcaseError as exc:
-            v.refuse(exc)
+        qa_ab.start(run, first, second)
         return run, *v.ab_view(run)
 
     def press_pick(choice):
+        @refusals_as_toast(outputs=len(ab_outputs))
         def handler(run):
             if run is None or not run.ab:
                 v.refuse(say("Start a blind review first: choose two variants."))
@@ -245,6 +246,7 @@ def build_qa_tab(backend: Backend) -> None:
 
         return handler
 
+    @refusals_as_toast(outputs=len(ab_outputs))
     def press_reveal(run):
         if run is None or not run.ab:
             v.refuse(say("Start a blind review first: choose two variants."))
@@ -252,30 +254,24 @@ def build_qa_tab(backend: Backend) -> None:
         return run, *v.ab_view(run)
 
     private = {"api_visibility": "private"}
-    views = [grid, gallery, summary, speed]
     # Its own queue slot: cells interleave with other tabs' requests at the engine (see qa/runs.py).
     run_btn.click(press_run, [prompts, upload, kind, variants, run_seed], run_outputs, concurrency_limit=2,
                   concurrency_id="qa", **private)
     stop_btn.click(press_stop, None, None, queue=False, **private)
     grid.select(select_cell, run_state, [cell_index, mark, comment], **private)
-    save_mark_btn.click(press_save_mark, [run_state, cell_index, mark, comment], [run_state, *views, status],
-                        **private)
-    rerun_btn.click(press_rerun, [run_state, cell_index], [run_state, *views, status], concurrency_id="qa",
-                    **private)
-    export_html_btn.click(lambda run: _export(run, export_html, ".html"), run_state, export_file, **private)
-    export_jsonl_btn.click(lambda run: _export(run, qa_report.export_jsonl, ".jsonl"), run_state, export_file,
-                           **private)
-    export_csv_btn.click(lambda run: _export(run, export_csv, ".csv"), run_state, export_file, **private)
-    import_file.upload(pick_import, import_file, [run_state, compared_state, *run_outputs[1:]], **private)
-    compare_btn.click(press_compare, [run_state, only_changed],
-                      [*run_outputs, compared_state, compare_grid, diff_box, diff_gallery], concurrency_id="qa",
-                      **private)
+    save_mark_btn.click(press_save_mark, [run_state, cell_index, mark, comment], mark_outputs, **private)
+    rerun_btn.click(press_rerun, [run_state, cell_index], mark_outputs, concurrency_id="qa", **private)
+    export_html_btn.click(press_export(export_html, ".html"), run_state, export_file, **private)
+    export_jsonl_btn.click(press_export(qa_report.export_jsonl, ".jsonl"), run_state, export_file, **private)
+    export_csv_btn.click(press_export(export_csv, ".csv"), run_state, export_file, **private)
+    import_file.upload(pick_import, import_file, import_outputs, **private)
+    compare_btn.click(press_compare, [run_state, only_changed], compare_outputs, concurrency_id="qa", **private)
     only_changed.change(v.compare_view, [compared_state, run_state, only_changed],
                         [compare_grid, diff_box, diff_gallery], **private)
-    ab_start_btn.click(press_ab_start, [run_state, ab_first, ab_second], [run_state, *ab_views], **private)
+    ab_start_btn.click(press_ab_start, [run_state, ab_first, ab_second], ab_outputs, **private)
     for button, choice in ((pick_left, "left"), (pick_right, "right"), (pick_tie, "tie")):
-        button.click(press_pick(choice), run_state, [run_state, *ab_views], **private)
-    ab_end_btn.click(press_reveal, run_state, [run_state, *ab_views], **private)
+        button.click(press_pick(choice), run_state, ab_outputs, **private)
+    ab_end_btn.click(press_reveal, run_state, ab_outputs, **private)
 
 
 TAB = ExtraTab("QA bench", "qa-tab", build_qa_tab)  # app.py hands it to ui.serve

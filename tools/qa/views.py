@@ -1,14 +1,13 @@
 """What the QA bench tab shows of a run: grid, gallery, summary, speed, blind A/B pair, compare view.
 
 Only Gradio updates built from ``tools.qa``; everything from a file, a user or a model is
-shown as text (Textbox, Dataframe, captions), never as HTML or Markdown, and error toasts are
-escaped (Gradio renders a toast's message as HTML). Words are in the page's language (``ui.i18n``):
-headers, statuses, verdicts and captions; prompts, variant names and the model's output are data.
+shown as text (Textbox, Dataframe, captions), never as HTML or Markdown, and refusal toasts are
+escaped (Gradio renders a toast's message as HTML; ``ui.api.shown`` escapes it). Words are in the
+page's language (``ui.i18n``): headers, statuses, verdicts and captions; prompts, variant names and
+the model's output are data.
 """
 
 from __future__ import annotations
-
-import html
 
 import gradio as gr
 
@@ -24,8 +23,9 @@ VIEW_COUNT = 4  # grid, gallery, summary, speed
 
 
 def refuse(exc: ShowcaseError | str):
-    """Raise the error toast for a refusal in the page's language, its text escaped (it may echo a variant key)."""
-    raise gr.Error(html.escape(localized(exc))) from None
+    """Raise a refusal as a ShowcaseError in the page's language; the tab's handlers (``refusals_as_toast``)
+    show it as an escaped warning toast (it may echo a variant key) and leave their outputs as they were."""
+    raise ShowcaseError(localized(exc)) from None
 
 
 def shown_word(family: str, value) -> str:
