@@ -49,11 +49,19 @@ class Metrics:
         self.new_tokens = Counter("showcase_chat_new_tokens", "Chat: tokens generated", registry=r)
         self.image_seconds = Histogram("showcase_image_seconds", "Image: generation time per precompiled size",
                                        ["size"], buckets=IMAGE_BUCKETS, registry=r)
+        self.v1_requests = Counter("showcase_v1_requests", "OpenAI-compatible /v1 requests by route (models, chat, "
+                                   "images, files) and HTTP status", ["route", "status"], registry=r)
+        self.v1_errors = Counter("showcase_v1_errors", "/v1 requests answered with an error, by route and OpenAI "
+                                 "error type", ["route", "type"], registry=r)
+        self.v1_tokens = Counter("showcase_v1_tokens", "/v1 chat tokens by kind (prompt, completion)", ["kind"],
+                                 registry=r)
         self.feedback = Counter("showcase_feedback_marks", "Chat replies marked by users", ["rating"], registry=r)
         for endpoint in ("chat", "image"):  # export zeros before the first request
             self.in_progress.labels(endpoint)
             for outcome in OUTCOMES:
                 self.requests.labels(endpoint, outcome)
+        for kind in ("prompt", "completion"):
+            self.v1_tokens.labels(kind)
         self.queue_depth: Callable[[], int] | None = None
         r.register(_StateCollector(self, tasks, engine_states, compiles_since_ready))
 
@@ -72,6 +80,16 @@ class Metrics:
 
     def observe_image(self, size: str, seconds: float) -> None:
         self.image_seconds.labels(size).observe(seconds)
+
+    def observe_v1(self, route: str, status: int, error_type: str | None = None) -> None:
+        """One answered /v1 request (an error also under its OpenAI error type)."""
+        self.v1_requests.labels(route, str(status)).inc()
+        if error_type is not None:
+            self.v1_errors.labels(route, error_type).inc()
+
+    def observe_v1_tokens(self, prompt: int, completion: int) -> None:
+        self.v1_tokens.labels("prompt").inc(prompt)
+        self.v1_tokens.labels("completion").inc(completion)
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

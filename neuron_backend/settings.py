@@ -54,6 +54,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("port", "int", "port to listen on"),
     ("share", "bool", "create a public Gradio share link"),
     ("auth", "str", "user:password protecting the UI and the API"),
+    ("api-key", "str", "bearer key the OpenAI-compatible /v1 routes ask for (with --auth, /v1 needs one)"),
     ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp/"),
     ("feedback-max-bytes", "int", "size of the feedback file (chat 👍/👎 marks) before it is rotated; "
                            "4 rotations are kept, then marks are refused"),
@@ -191,6 +192,14 @@ def _parse_auth(value: object) -> tuple[str, str]:
     return user, password
 
 
+def _parse_api_key(value: object) -> str:
+    key = str(value)
+    if not key or any(c.isspace() for c in key) or not key.isprintable() or not key.isascii():
+        raise ConfigError("--api-key", "expected one word of printable ASCII", "e.g. the output of: "
+                          "python -c 'import secrets; print(secrets.token_urlsafe())'")
+    return key
+
+
 def _parse_list(value: object) -> tuple[str, ...]:
     return tuple(p.strip().lower() for p in str(value).split(",") if p.strip())
 
@@ -272,6 +281,7 @@ class Settings:
     port: int = 7860
     share: bool = False
     auth: tuple[str, str] | None = None
+    api_key: str | None = field(default=None, repr=False)  # /v1 bearer key; with auth and none, /v1 is closed
     mcp: bool = False  # serve the public endpoints as MCP tools too
     feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
     chat: bool = True
@@ -356,6 +366,7 @@ def parse_settings(
         port=_as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
+        api_key=_parse_api_key(raw["api_key"]) if "api_key" in raw else None,
         mcp=bool(raw.get("mcp", False)),
         feedback_max_bytes=_as_int("feedback-max-bytes", raw.get("feedback_max_bytes", 2_000_000)),
         chat=not raw.get("no_chat", False),

@@ -16,6 +16,7 @@ from .guards import EarlyCancels, Guards, LoginThrottle
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
 from .mcp_tools import describe_tools, loopback_login
+from .openai_api import openai_routes
 from .probes import AuthGate, probe_routes, queue_depth
 from .status_panel import build_status_panel, wire_refresh
 
@@ -67,8 +68,9 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
 
     throttle = throttle or LoginThrottle()
     app_kwargs = {
-        # /healthz, /readyz, /metrics (ui/probes.py), as FastAPI routes from the server's first request
-        "routes": probe_routes(backend),
+        # /healthz, /readyz, /metrics (ui/probes.py) and /v1 (ui/openai_api.py), as FastAPI routes from the
+        # server's first request
+        "routes": probe_routes(backend) + openai_routes(backend),
         "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels),
                        Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)

@@ -192,9 +192,9 @@ class ChatEngine:
 
         Raises InvalidRequestError/PromptTooLongError/ShapeNotReadyError at once, before anything
         runs. Closing the returned iterator early cancels the generation and frees the engine.
-        ``stop`` (with --chat-batch): set, it ends this reply's row within one token, and the stream
-        still ends with its final update (stats, finish reason "stopped"); the one-reply path stops
-        with ``cancel()``.
+        ``stop``: set, it ends this reply within one token (with --chat-batch: only this reply's row),
+        and the stream still ends with its final update (stats, finish reason "stopped"), unlike
+        ``cancel()``, which stops whatever reply runs now.
         """
         request = self.validate(request)
         self._require_loaded()
@@ -203,7 +203,7 @@ class ChatEngine:
         self.shapes.require(key, self.shape_labels[key])
         if self.settings.chat_batch > 1:
             return self._run_batched(request, prompt, stop)
-        return self._run(request, prompt)
+        return self._run(request, prompt, stop=stop)
 
     def reply(self, request: ChatRequest | Mapping) -> ChatUpdate:
         """Run a whole reply and return its final update."""
@@ -301,10 +301,13 @@ class ChatEngine:
         return self._thread
 
     def _run(self, request: ChatRequest, prompt: _Prompt, min_new_tokens: int = 0,
-             follower: bool = False) -> Iterator[ChatUpdate]:
-        """Generate under the job lock, streaming updates; the final update is yielded after the lock is freed."""
+             follower: bool = False, stop: threading.Event | None = None) -> Iterator[ChatUpdate]:
+        """Generate under the job lock, streaming updates; the final update is yielded after the lock is freed.
+
+        ``stop`` becomes the job's cancel event: set, even before the job starts, it ends this reply.
+        """
         splitter = ThinkSplitter(prompt.starts_in_reasoning, tags=prompt.thinking)
-        with self._jobs.job() as cancelled:
+        with self._jobs.job(stop) as cancelled:
             graphs_before = CompileCounter.graphs()
             seed = None if request.greedy else (request.seed if request.seed is not None else secrets.randbits(32))
             if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
