@@ -39,8 +39,10 @@ def app_url(chromium) -> str:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium):
+    """Playwright's sync API runs an event loop on this thread while it is open: per module, so the tests
+    after the browser ones (asyncio.run, gradio_client, the mcp client) find no loop running."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
