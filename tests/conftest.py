@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,3 +68,12 @@ def warm_app(tmp_path_factory):
     demo, backend, url = start_app(tmp_path_factory.mktemp("warm-app"))
     yield backend, url
     demo.close()
+
+
+@pytest.fixture
+def home_root():
+    """A cache root outside both the working directory and the temp dir (as the default ~/.cache is)."""
+    root = Path.home() / f".showcase-test-{uuid.uuid4().hex[:8]}"
+    root.mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

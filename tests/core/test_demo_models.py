@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from support.app import SIZES
 
 from neuron_backend.demo_models import (
     CHAT_TEMPLATE,
+    DEMO_DIR_NAME,
     DEMO_WORDS,
     MARKER_NAME,
     RECIPE_VERSION,
@@ -19,6 +22,8 @@ from neuron_backend.demo_models import (
     ensure_demo_models,
     is_demo_model,
 )
+from neuron_backend.runtime import Backend
+from neuron_backend.settings import parse_settings
 
 # Another busy process otherwise slows the tiny models tenfold on 2 cores.
 torch.set_num_threads(1)
@@ -222,3 +227,43 @@ def test_builds_are_deterministic_and_leave_rng_alone(tmp_path, demo_models):
     assert _same_weights(
         demo_models.image / "text_encoder/model.safetensors", again.image / "text_encoder/model.safetensors"
     )
+
+
+# ----- demo model folders ------------------------------------------------------------------------------
+def test_a_failed_image_demo_build_leaves_chat_working(tmp_path, monkeypatch):
+    """Each engine's demo model is built on its own (a full disk spares chat)."""
+    from neuron_backend import demo_models
+    from neuron_backend.chat.text import ChatRequest
+
+    def disk_full(folder):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(demo_models, "build_tiny_image_pipeline", disk_full)
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--sizes", SIZES],
+                              env={})
+    backend = Backend(settings)
+    backend.runner.run()
+    status = backend.status()
+    assert status["engines"]["chat"]["state"] == "ready", status["engines"]
+    assert status["engines"]["image"]["state"] == "failed"
+    reason = status["engines"]["image"]["reason"]
+    assert "No space left on device" in reason and "rebuild" in reason
+    assert list(backend.stream_chat(ChatRequest(message="hi", max_new_tokens=2)))[-1].done
+
+
+def test_a_corrupt_demo_folder_is_rebuilt(tmp_path, demo_models):
+    """A garbled config or truncated weights no longer fail every start."""
+    from neuron_backend.demo_models import ensure_demo_models
+
+    shutil.copytree(demo_models.chat.parent, tmp_path / DEMO_DIR_NAME)
+    models = ensure_demo_models(tmp_path)
+    (models.image / "model_index.json").write_text("garbage{")
+    weights = next(models.chat.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:1000])
+    ensure_demo_models(tmp_path)
+    json.loads((models.image / "model_index.json").read_text())
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--sizes", "64x64"],
+                              env={})
+    backend = Backend(settings)
+    backend.runner.run()
+    assert {e["state"] for e in backend.status()["engines"].values()} == {"ready"}

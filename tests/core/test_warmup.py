@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from neuron_backend.errors import EngineUnavailableError, ShapeFailedError, Shap
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
+from neuron_backend.warmup import HIT_SUFFIX, READY, Step, Task, TimingHistory, WarmupRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -194,3 +196,46 @@ def test_compiles_since_ready_alarm(tmp_path):
     assert backend.status()["compiles_since_ready"] == 0
     torch.compile(lambda x: x * 2 + 1, backend="inductor")(torch.ones(3))  # an out-of-plan compile
     assert backend.status()["compiles_since_ready"] == 1
+
+
+def _runner(history: TimingHistory, names: list[str]) -> WarmupRunner:
+    steps = [Step(Task(name, "image", "compile", name), lambda task: None, name) for name in names]
+    return WarmupRunner(steps, history)
+
+
+# ----- timing history ------------------------------------------------------------------------------
+def test_timing_history_ignores_values_that_make_no_sense(tmp_path):
+    """Negative, NaN, infinite, huge or non-numeric durations are not learned."""
+    path = tmp_path / "warmup-history.json"
+    path.write_text(json.dumps({"ok": 12.5, "negative": -9e9, "huge": 1e12, "text": "x", "flag": True,
+                                "nested": {"a": 1}}).replace("12.5", "12.5, \"nan\": NaN, \"inf\": Infinity"))
+    history = TimingHistory(path)
+    assert history.get("ok") == 12.5
+    for key in ("negative", "huge", "text", "flag", "nested", "nan", "inf"):
+        assert history.get(key) is None, key
+    history.record("ok", -1.0)
+    history.record("ok", math.nan)
+    assert history.get("ok") == 12.5
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert TimingHistory(tmp_path / "list.json").problem  # not an object: start afresh, say so
+
+
+def test_cold_and_cache_hit_durations_are_learned_apart(tmp_path):
+    """A warm restart's ETA comes from cache-hit durations, not from the cold start's."""
+    history = TimingHistory(tmp_path / "h.json")
+    history.record("a", 100.0, cache_hit=False)
+    history.record("a", 10.0, cache_hit=True)
+    assert history.get("a") == 100.0 and history.get("a", cache_hit=True) == 10.0
+    assert history._data == {"a": 100.0, "a" + HIT_SUFFIX: 10.0}
+    assert _runner(history, ["a"]).tasks[0].expected_s == 10.0  # it hit before: it will hit again
+
+    # Only cold times known (the first restart after a cold start): once one task hits, the ratio
+    # it shows scales the others' cold times.
+    cold = TimingHistory(tmp_path / "cold.json")
+    cold.record("x", 50.0)
+    cold.record("y", 100.0)
+    runner = _runner(cold, ["x", "y"])
+    assert runner.snapshot()["eta_s"] == pytest.approx(150.0)
+    x = runner.tasks[0]
+    x.state, x.seconds, x.cache_hit = READY, 5.0, True
+    assert runner.snapshot()["eta_s"] == pytest.approx(10.0)  # y: 100 s cold x (5 / 50)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import ui
 from app import annex_details, annex_hooks, annex_tabs
+from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 
@@ -32,3 +34,20 @@ def start_app(root, *extra, warm=True):
     demo, (_, url, _) = ui.serve(backend, tabs=annex_tabs(), details=annex_details(), prevent_thread_lock=True,
                                  quiet=True)
     return demo, backend, url
+
+
+def link_demo_models(root: Path, demo_models) -> None:
+    """``root`` as a cache root whose demo models are the session's (a link: nothing is built again)."""
+    (root / DEMO_DIR_NAME).parent.mkdir(parents=True, exist_ok=True)
+    if not (root / DEMO_DIR_NAME).exists():
+        (root / DEMO_DIR_NAME).symlink_to(demo_models.chat.parent, target_is_directory=True)
+
+
+def warm_backend(root: Path, demo_models, *extra) -> Backend:
+    """A warm backend on the tiny models under ``root`` (the session's demo models linked in), no page."""
+    link_demo_models(root, demo_models)
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
+                               "--port", str(free_port()), "--max-new-tokens", "200", *extra], env={})
+    backend = Backend(settings)
+    backend.runner.run()
+    return backend

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.app import SIZES, free_port
+from support.app import SIZES, free_port, link_demo_models
 
 import ui
 from app import annex_details
-from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.errors import CacheBundleError, ShowcaseError
 from neuron_backend.exports import ExportFolder
 from neuron_backend.runtime import Backend
@@ -30,9 +29,7 @@ FAKE_CACHE = {"neff/MODULE_1/model.neff": b"\x01neff" * 100, "inductor/fxgraph/a
 
 def _backend(root: Path, demo_models, *extra: str) -> Backend:
     """A backend on the tiny models whose weights are found (the manifest needs them) and a small cache."""
-    (root / DEMO_DIR_NAME).parent.mkdir(parents=True, exist_ok=True)
-    if not (root / DEMO_DIR_NAME).exists():
-        (root / DEMO_DIR_NAME).symlink_to(demo_models.chat.parent, target_is_directory=True)
+    link_demo_models(root, demo_models)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
                                "--port", str(free_port()), *extra], env={})
     backend = Backend(settings, hooks=[WarmStart])

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from PIL import Image
+from support.app import warm_backend
+
+import ui
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
@@ -189,3 +193,50 @@ def test_reasoning_is_folded_apart_and_not_fed_back():
 
     assert normalize_history(history, HistoryLimits()) == ({"role": "user", "content": "hi"},
                                                           {"role": "assistant", "content": "The answer."})
+
+
+# ----- the served app -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_images_come_back_from_a_cache_root_outside_cwd_and_tmp(home_root, demo_models):
+    """Gradio serves files only from cwd, the temp dir and allowed_paths."""
+    backend = warm_backend(home_root, demo_models, "--no-chat")
+    assert backend.served_folders() == [home_root / "outputs", home_root / "exports"]
+    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
+    try:
+        path, params = Client(url, verbose=False).predict("a lighthouse", api_name="/generate_image")
+        assert Image.open(path).size == (64, 64) and params["size"] == "64x64"
+        saved = backend.engine("image").outputs.saved_files()
+        assert saved and saved[-1].parent == home_root / "outputs"
+        allowed = {str(Path(p)) for p in demo.allowed_paths}
+        assert allowed == {str(home_root / "outputs"), str(home_root / "exports")}  # nothing wider
+    finally:
+        demo.close()
+
+
+@pytest.mark.slow
+def test_api_pages_show_the_real_contract_and_accept_the_minimal_calls(tmp_path, demo_models):
+    """Typed parameters with defaults; only the prompt / the message is required."""
+    backend = warm_backend(tmp_path, demo_models)
+    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(url, verbose=False)
+        api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+        image = {p["parameter_name"]: p for p in api["/generate_image"]["parameters"]}
+        assert [n for n, p in image.items() if not p["parameter_has_default"]] == ["prompt"]
+        assert image["size"]["parameter_default"] == "64x64"
+        assert image["size"]["python_type"]["type"] == "Literal['64x64', '96x64']"
+        assert image["steps"]["parameter_default"] == backend.settings.default_steps
+        assert image["steps"]["python_type"]["type"] == "int"
+        assert image["seed"]["parameter_default"] is None and image["guidance"]["parameter_default"] is None
+        chat = api["/chat"]["parameters"]
+        assert [p["parameter_name"] for p in chat if not p["parameter_has_default"]] == ["message"]
+        assert "answer: str" in api["/chat"]["returns"][0]["python_type"]["type"]
+        status_type = api["/status"]["returns"][0]["python_type"]["type"]
+        assert status_type != "Any" and "ready: bool" in status_type and "eta_s: None | float" in status_type
+
+        path, params = client.predict("a cat", api_name="/generate_image")  # a prompt, nothing else
+        assert Image.open(path).size == (64, 64)
+        assert params["steps"] == backend.settings.default_steps and 0 <= params["seed"] < 2**32
+        assert client.predict("hello", api_name="/chat")["done"]  # a message, nothing else
+    finally:
+        demo.close()

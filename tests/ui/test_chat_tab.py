@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
+from support.app import warm_backend
 from support.i18n_check import english_phrases, has_arabic
 
 from neuron_backend.chat.text import (
@@ -32,7 +34,13 @@ from neuron_backend.feedback import FeedbackLog
 from neuron_backend.messages import Message
 from neuron_backend.shapes import PromptBucket
 from ui.i18n import localized, say, speaking
-from ui.presentation import chat_stats_text, context_meter_text, conversation_markdown
+from ui.presentation import (
+    chat_stats_text,
+    context_meter_text,
+    conversation_markdown,
+    markdown_literal,
+    markdown_unliteral,
+)
 
 # Names that stay Latin beside Arabic: the model's maker (the greedy advice quotes its card).
 ALLOWED = ("Qwen",)
@@ -310,3 +318,79 @@ def test_chat_refusals_pass_other_errors_through():
 
     with pytest.raises(RuntimeError):
         list(handler())
+
+
+# ----- chat text and stopped replies ---------------------------------------------------------------
+LITERAL = ["List<String>", "if a<b and c>d", "<unknown-tag>inside</unknown-tag>",
+           '<div style="background-image:url(http://127.0.0.1:9/x)">x</div>', "AT&T &amp; co", "a \\<b> c \\\\<d",
+           "code `List<T>` and\n```java\nList<String> x;\n```\nafter <b>", "```\nunclosed <a href=x>"]
+
+
+@pytest.mark.parametrize("text", LITERAL)
+def test_chat_text_is_escaped_outside_code_and_round_trips(text):
+    escaped = markdown_literal(text)
+    assert markdown_unliteral(escaped) == text
+    outside = escaped.split("```")[0].split("`")[0]
+    assert "<" not in outside.replace("\\<", "") and "&" not in outside.replace("\\&", "")
+
+
+def test_chatbot_sends_escaped_text_and_hands_back_the_original():
+    from ui.chat_tab import LiteralChatbot
+
+    bot = LiteralChatbot(render=False)
+    sent = bot.postprocess([{"role": "user", "content": "List<String>  \n    indented"}])
+    assert sent.root[0].content[0].text == "List\\<String>  \n    indented"  # no cleandoc, nothing live
+    back = bot.preprocess(sent)
+    assert back[0]["content"][0]["text"] == "List<String>  \n    indented"
+
+
+def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
+    """Closing the reply (Gradio's Stop) still yields the final stats, marked stopped."""
+    from neuron_backend.chat.text import ChatRequest
+    from ui.chat_tab import StoppedReplies
+
+    backend = warm_backend(tmp_path, demo_models, "--no-image")
+    replies = StoppedReplies(backend)
+    stream = replies.stream("session-1", ChatRequest(message="long story", greedy=True, max_new_tokens=200))
+    first = [next(stream) for _ in range(3)]
+    assert not first[-1].done
+    stream.close()  # what Gradio does on Stop
+    final = replies.stopped("session-1")
+    assert final is not None and final.done and final.stats.stopped and final.stats.finish_reason == "stopped"
+    assert 1 <= final.stats.new_tokens < 200 and final.answer.startswith(first[-1].answer)
+    assert not backend.engine("chat").busy
+    assert replies.stopped("session-1") is None  # shown once
+    assert replies.stopped("another session") is None
+
+
+@pytest.mark.slow
+def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_runs_on(tmp_path, demo_models):
+    """With --chat-batch 2, Stop ends only that reply's row: it keeps its stats, the other user's reply goes on."""
+    from neuron_backend.chat.batch import BatchRow, Sampling
+    from neuron_backend.chat.text import ChatRequest
+    from ui.chat_tab import StoppedReplies
+
+    backend = warm_backend(tmp_path, demo_models, "--no-image", "--chat-batch", "2", "--max-new-tokens", "2000")
+    replies = StoppedReplies(backend)
+    # 2000 tokens: a few seconds on the demo model, so the stop lands mid-reply (200 could end before it)
+    request = ChatRequest(message="long story", greedy=True, max_new_tokens=2000)
+    mine, theirs = replies.stream("me", request), replies.stream("them", request)
+    # Both submitted at once, so they share one batch (a request that comes while a batch runs waits for it).
+    started = threading.Thread(target=next, args=(theirs,))
+    started.start()
+    first = [next(mine) for _ in range(3)]
+    started.join(10)
+    assert not first[-1].done
+    mine.close()  # what Gradio does on Stop
+    final = replies.stopped("me")
+    assert final is not None and final.done and final.stats.stopped and final.stats.finish_reason == "stopped"
+    assert 1 <= final.stats.new_tokens < 2000 and final.stats.batch_size == 2
+    rest = list(theirs)  # the other reply ran on to its own end, in the same batch
+    assert rest[-1].done and rest[-1].stats.batch_size == 2 and not rest[-1].stats.stopped
+    assert rest[-1].stats.new_tokens > final.stats.new_tokens
+    # A row stopped before its turn ends with a result (no tokens), not a wait for a batch that never comes.
+    scheduler = backend.engine("chat")._scheduler()
+    row = BatchRow([1, 2, 3], 32, 5, Sampling(greedy=True))
+    row.cancel.set()
+    scheduler.submit(row)
+    assert list(scheduler.follow(row)) == [] and row.result.finish_reason == "stopped" and row.result.new_ids == []

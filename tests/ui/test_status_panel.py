@@ -20,13 +20,12 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-from support.app import free_port
+from support.app import free_port, link_demo_models, warm_backend
 from support.i18n_check import english_phrases, has_arabic
 from support.model_folders import truncate
 
 from neuron_backend import weights
 from neuron_backend.compile_cache import configure_compile_cache
-from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.errors import CacheBundleError, EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.memory import NotEnoughMemory, plan_image
 from neuron_backend.messages import Message, tr
@@ -64,9 +63,7 @@ def _arabic(text: str, allowed: tuple[str, ...] = ()) -> None:
 
 
 def _settings(root: Path, demo_models, *extra):
-    (root / DEMO_DIR_NAME).parent.mkdir(parents=True, exist_ok=True)
-    if not (root / DEMO_DIR_NAME).exists():
-        (root / DEMO_DIR_NAME).symlink_to(demo_models.chat.parent, target_is_directory=True)
+    link_demo_models(root, demo_models)
     return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", "64x64,96x64",
                            "--port", str(free_port()), "--chat-buckets", "32,64", "--context-length", "128",
                            *extra], env={})
@@ -402,3 +399,32 @@ def test_ltr_runs_isolates_technical_runs_on_an_arabic_page_only():
         assert markup == ('<b class="x-y">نص</b> <code><bdi dir="ltr">--models full</bdi></code> '
                           '<bdi dir="ltr">&lt;repo&gt; Qwen3-0.6B</bdi>.')
         assert ltr_runs("") == ""
+
+
+# ----- the header and the warm-up table ---------------------------------------------------------------
+def test_header_has_title_chips_and_the_demo_notice(tmp_path, demo_models):
+    backend = warm_backend(tmp_path, demo_models)
+    status = backend.status()
+    assert engine_chips(status) == [("ready", "Chat · demo Qwen3 (tiny) · cpu · ready"),
+                                    ("ready", "Image · demo FLUX.2-klein (tiny) · cpu · ready")]
+    page = header_html(status)
+    assert "<h1" in page and "Hugging Face models on AWS Trainium" in page
+    assert 'id="demo-notice"' in page and "noise" in page and "--models tiny" in page
+    assert 'id="warmup-state"' in page
+    status["demo"] = False
+    assert 'id="demo-notice"' not in header_html(status)
+    status["tasks"][-1]["state"] = "queued"
+    assert engine_chips(status)[1][0] == "warming up"
+
+
+def test_queued_tasks_show_expectations_in_the_state_not_the_seconds_column():
+    task = {"name": "image · size 64x64", "shape": "64x64", "state": "queued", "seconds": None, "cache_hit": None,
+            "error": None, "expected_s": 12.0, "progress": None, "detail": None}
+    row = task_rows({"tasks": [task]})[0]
+    assert row[3] == "" and "expected 12 s" in row[2]
+
+    from neuron_backend.shapes import parse_size
+
+    size = parse_size("64x64")  # only the running task compiles: the others say they wait
+    assert size_choice_label(size, {"state": "queued", "eta_s": 30.0}).endswith("· queued, ~30 s")
+    assert size_choice_label(size, {"state": "running", "eta_s": 3.0}).endswith("· compiling, ~3.0 s")
