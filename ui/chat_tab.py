@@ -1,7 +1,9 @@
 """The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats, feedback
 and conversation files.
 
-Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats.
+Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats, the
+stats line and context meter under the chatbot in reserved space (``CHAT_CSS``), the message box not focused
+on load (the page opens at its header).
 
 Saved chats: ChatInterface's ``save_history`` keeps every conversation in the browser's
 localStorage (a ``gr.BrowserState``), listed in the panel beside the chat: "New chat" starts one,
@@ -467,15 +469,17 @@ def idle_meter(settings) -> str:
 
 
 # The reply's stats line and the context meter sit under the chatbot, above the message box: the last reply
-# ends right above its stats, and both stay in view while the visitor types. Their height is reserved
-# (three lines of the stats at phone width, two beside the saved chats' panel), so a line that arrives
-# at the end of a reply moves nothing under it.
+# ends right above its stats, and both stay in view while the visitor types. Their height is reserved (a
+# full stats line takes three lines on a phone, two on a tablet, one on a desktop), so a line that arrives at
+# the end of a reply moves nothing under it. Below 500 px Gradio stacks the saved chats' column over the chat's; there
+# the chat comes first, so the saved list, which grows when a reply ends, moves nothing above it.
 CHAT_CSS = """
 #chat-stats p, #context-meter p { font-size: var(--text-md); line-height: 1.5; margin: 0; }
 #chat-stats { min-height: 4.5rem; }
 #context-meter { min-height: 3rem; }
-@media (max-width: 640px) { #chat-tab .column:has(> #chatbot) { order: -1; } }
-@media (min-width: 768px) { #chat-stats { min-height: 3rem; } #context-meter { min-height: 1.5rem; } }
+@media (max-width: 499px) { #chat-tab .column:has(> #chatbot) { order: -1; } }
+@media (min-width: 768px) { #chat-stats { min-height: 3rem; } }
+@media (min-width: 1200px) { #chat-stats, #context-meter { min-height: 1.5rem; } }
 """
 
 
