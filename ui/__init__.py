@@ -11,7 +11,7 @@ from starlette.middleware import Middleware
 from neuron_backend.runtime import Backend
 
 from .api import add_public_api
-from .chat_tab import build_chat_tab
+from .chat_tab import CHAT_CSS, build_chat_tab
 from .guards import EarlyCancels, Guards, LoginThrottle
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
@@ -91,7 +91,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text
         "i18n": I18N,
         "head": HEAD,
-        "css": CSS + IMAGE_CSS,
+        "css": CSS + CHAT_CSS + IMAGE_CSS,
     }
 
 

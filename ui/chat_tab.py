@@ -1,7 +1,9 @@
 """The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats, feedback
 and conversation files.
 
-Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats.
+Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats, the
+stats line and context meter under the chatbot in reserved space (``CHAT_CSS``), the message box not focused
+on load (the page opens at its header).
 
 Saved chats: ChatInterface's ``save_history`` keeps every conversation in the browser's
 localStorage (a ``gr.BrowserState``), listed in the panel beside the chat: "New chat" starts one,
@@ -77,6 +79,16 @@ class LiteralChatbot(gr.Chatbot):
     """
 
     is_template = True
+    under: tuple = ()  # components drawn right under the chatbot, wherever it is placed (``render``)
+
+    def render(self):
+        """Place the chatbot, then ``under`` right after it. ChatInterface places the chatbot and then
+        its message box in one column: this is the one place between the two."""
+        super().render()
+        for component in self.under:
+            if not component.is_rendered:
+                component.render()
+        return self
 
     def _postprocess_content(self, chat_message):
         if isinstance(chat_message, str):
@@ -456,11 +468,27 @@ def idle_meter(settings) -> str:
     return bilingual_html(lambda: context_meter_text(None, settings.buckets, settings.context_length))
 
 
+# The reply's stats line and the context meter sit under the chatbot, above the message box: the last reply
+# ends right above its stats, and both stay in view while the visitor types. Their height is reserved (a
+# full stats line takes three lines on a phone, two on a tablet, one on a desktop), so a line that arrives at
+# the end of a reply moves nothing under it. Below 500 px Gradio stacks the saved chats' column over the chat's; there
+# the chat comes first, so the saved list, which grows when a reply ends, moves nothing above it.
+CHAT_CSS = """
+#chat-stats p, #context-meter p { font-size: var(--text-md); line-height: 1.5; margin: 0; }
+#chat-stats { min-height: 4.5rem; }
+#context-meter { min-height: 3rem; }
+@media (max-width: 499px) { #chat-tab .column:has(> #chatbot) { order: -1; } }
+@media (min-width: 768px) { #chat-stats { min-height: 3rem; } }
+@media (min-width: 1200px) { #chat-stats, #context-meter { min-height: 1.5rem; } }
+"""
+
+
 def build_chat_tab(backend: Backend) -> None:
     """Components and events of the Chat tab (call inside a gr.Tab)."""
     settings = backend.settings
-    chat_stats = gr.Markdown(elem_id="chat-stats")
-    context_meter = gr.Markdown(idle_meter(settings), elem_id="context-meter")
+    # Drawn under the chatbot (LiteralChatbot.under), updated in place: a stopped reply's stats come there too.
+    chat_stats = gr.Markdown(elem_id="chat-stats", render=False)
+    context_meter = gr.Markdown(idle_meter(settings), elem_id="context-meter", render=False)
     system_prompt = gr.Textbox(label=t("System prompt"), placeholder=t("You are a helpful assistant."),
                                lines=1, render=False)
     thinking = gr.Checkbox(label=t("Thinking (show the model's reasoning)"), value=False, render=False,
@@ -499,7 +527,8 @@ def build_chat_tab(backend: Backend) -> None:
 
     # Text shows exactly as typed or generated, nothing live (LiteralChatbot escapes it for the renderer).
     chatbot = LiteralChatbot(label=t("Qwen3"), height=420, elem_id="chatbot", editable="user",
-                             sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"])
+                             sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"], render=False)
+    chatbot.under = (chat_stats, context_meter)
     reply_records = gr.State({})  # this session's finished replies: settings and stats
     chat = gr.ChatInterface(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
@@ -508,6 +537,7 @@ def build_chat_tab(backend: Backend) -> None:
         additional_outputs=[chat_stats, context_meter, reply_records], examples=[[e] for e in EXAMPLE_PROMPTS],
         examples_label=t("Examples"), run_examples_on_click=False, editable=True,
         concurrency_limit=settings.chat_batch, api_visibility="private", fill_height=False, save_history=True,
+        autofocus=False,  # focusing the box on load scrolls a phone's page past the header and the warm-up bar
     )
     keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser
     wire_feedback(backend, chatbot, reply_records)

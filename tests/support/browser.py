@@ -108,10 +108,10 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 # ----- page helpers -----------------------------------------------------------------------------
-def _shot(page, name: str) -> Path:
+def _shot(page, name: str, full_page: bool = True) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path
 
 

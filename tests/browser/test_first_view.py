@@ -1,0 +1,147 @@
+"""What a visitor sees of the Chat tab on a phone (390x844) and a desktop (1280x800), in pixels.
+
+After load the page is at its top with the header, the demo notice and the warm-up bar in the viewport
+(nothing focuses the message box, which would scroll a phone's page past them). After a reply its stats
+line sits under it, in view, and nothing on the page moved while the reply streamed and its stats
+arrived (the layout shifts the browser reports, those within 0.5 s of an input left out, as CLS does).
+
+Runs on the session's app process (tests/browser/conftest.py); each test opens its own browser context at
+its size. Screenshots of the viewport: test-artifacts/screenshots/first-view-*.png.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.browser import (
+    MAX_NEW_TOKENS,
+    REPLY_TIMEOUT_MS,
+    WATCH_CHAT_JS,
+    _bot_texts,
+    _open_accordion,
+    _send,
+    _shot,
+    _wait_ready,
+    _wait_reply,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SIZES = {"phone": (390, 844), "desktop": (1280, 800)}
+MAX_LAYOUT_SHIFT = 0.1  # Lighthouse's "good" cumulative layout shift
+
+# Boxes of the elements named, in viewport pixels, with the scroll position and the viewport's height.
+BOXES_JS = """(selectors) => ({
+  scrollY: window.scrollY, height: window.innerHeight,
+  boxes: Object.fromEntries(selectors.map((s) => {
+    const e = document.querySelector(s);
+    const r = e && e.getBoundingClientRect();
+    return [s, r ? {top: r.top, bottom: r.bottom, height: r.height} : null];
+  })),
+})"""
+# The last bot message's box, clipped to the chatbot's visible area (the chat scrolls inside it).
+LAST_BOT_JS = """() => {
+  const rows = document.querySelectorAll('#chatbot .message-row.bot-row');
+  if (!rows.length) return null;
+  const r = rows[rows.length - 1].getBoundingClientRect();
+  return {top: r.top, bottom: r.bottom};
+}"""
+# Where the chat's parts sit on the page (document pixels, whatever the scroll).
+PLACES_JS = """() => Object.fromEntries(['#chatbot', '#chat-stats', '#context-meter', '#chat-tab textarea'].map((s) =>
+  [s, Math.round(document.querySelector(s).getBoundingClientRect().top + window.scrollY)]))"""
+# Layout shifts without a recent input, summed from now on (window.__shift), and what moved.
+WATCH_SHIFTS_JS = """() => {
+  window.__shift = 0;
+  window.__shifted = [];
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      if (entry.hadRecentInput) continue;
+      window.__shift += entry.value;
+      window.__shifted.push([entry.value, (entry.sources || []).map((s) => s.node && (s.node.id || s.node.className))]);
+    }
+  }).observe({type: 'layout-shift'});
+}"""
+
+
+def _open(browser, url: str, size: str):
+    width, height = SIZES[size]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.goto(url)
+    page.locator("#status-bar").wait_for()
+    page.locator("#chat-tab textarea").first.wait_for()  # the chat's message box is drawn
+    return context, page
+
+
+def _in_view(box: dict, height: float) -> bool:
+    return box is not None and box["height"] > 0 and box["top"] >= 0 and box["bottom"] <= height
+
+
+def _view_shot(page, name: str) -> None:
+    _shot(page, name, full_page=False)  # what the visitor sees: the viewport only
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_first_view_shows_the_header_the_demo_notice_and_the_warm_up_bar(browser, app_url, size):
+    context, page = _open(browser, app_url, size)
+    try:
+        page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        seen = page.evaluate(BOXES_JS, ["#page-header", "#demo-notice", "#warmup-bar"])
+        _view_shot(page, f"first-view-{size}")
+        assert seen["scrollY"] == 0, f"the page opened scrolled down by {seen['scrollY']} px"
+        for selector, box in seen["boxes"].items():
+            assert _in_view(box, seen["height"]), f"{selector} is not in the viewport at {size}: {box}"
+        # The message box is one click (or a few Tabs) away, not focused on load.
+        assert page.evaluate("() => document.activeElement.tagName") != "TEXTAREA"
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_replys_stats_come_under_it_in_view_and_move_nothing(browser, app_url, size):
+    context, page = _open(browser, app_url, size)
+    try:
+        _wait_ready(page)
+        page.evaluate(WATCH_CHAT_JS)
+        stats = page.locator("#chat-stats")
+        _open_accordion(page, "Sampling and system prompt")
+        page.get_by_label("Greedy (no sampling)").check()  # greedy runs to all MAX_NEW_TOKENS words here
+        bots = len(_bot_texts(page))
+        # A full reply: nothing but the page itself acts from the Enter key until its stats are in.
+        _send(page, "Tell me a long story about compilers.")
+        page.evaluate(WATCH_SHIFTS_JS)
+        page.wait_for_function("() => window.__replies.length >= 2", timeout=REPLY_TIMEOUT_MS)
+        _view_shot(page, f"first-view-{size}-streaming")
+        streaming = page.evaluate(PLACES_JS)
+        _wait_reply(page, bots + 1)
+        page.wait_for_function("() => document.querySelector('#chat-stats').innerText.includes('tokens/s')")
+        page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        _view_shot(page, f"first-view-{size}-replied")
+        shift, shifted = page.evaluate("[window.__shift, window.__shifted]")
+        assert shift < MAX_LAYOUT_SHIFT, f"the page moved during the reply at {size}: {shift:.3f} ({shifted})"
+        # The stats line's arrival moved neither the chat, nor itself, nor the meter, nor the message box.
+        assert page.evaluate(PLACES_JS) == streaming, (size, streaming)
+        _assert_under_the_last_reply(page, size)
+
+        # A stopped reply: "stopped" comes on its stats line, under it.
+        bots = len(_bot_texts(page))
+        page.evaluate("window.__replies = []")
+        _send(page, "Tell me another long story about compilers.")
+        page.wait_for_function("() => window.__replies.length >= 2", timeout=REPLY_TIMEOUT_MS)
+        page.locator("#chat-tab button.stop-button").click()
+        stats.filter(has_text="stopped").wait_for(timeout=REPLY_TIMEOUT_MS)
+        assert len(_bot_texts(page)) == bots + 1 and len(_bot_texts(page)[-1].split()) < MAX_NEW_TOKENS
+        _view_shot(page, f"first-view-{size}-stopped")
+        _assert_under_the_last_reply(page, size)
+    finally:
+        context.close()
+
+
+def _assert_under_the_last_reply(page, size: str) -> None:
+    seen = page.evaluate(BOXES_JS, ["#chat-stats", "#chatbot"])
+    stats, chatbot, last = seen["boxes"]["#chat-stats"], seen["boxes"]["#chatbot"], page.evaluate(LAST_BOT_JS)
+    assert "tokens/s" in page.locator("#chat-stats").inner_text()
+    assert last is not None, f"no reply at {size}"
+    assert stats["top"] >= last["bottom"], f"the stats line is not under the reply at {size}: {stats} {last}"
+    assert stats["top"] >= chatbot["bottom"], f"the stats line is not under the chat at {size}: {stats} {chatbot}"
+    assert _in_view(stats, seen["height"]), f"the stats line is out of view at {size}: {stats}"
