@@ -251,6 +251,7 @@ def test_a_failed_image_demo_build_leaves_chat_working(tmp_path, monkeypatch):
     assert list(backend.stream_chat(ChatRequest(message="hi", max_new_tokens=2)))[-1].done
 
 
+@pytest.mark.slow
 def test_a_corrupt_demo_folder_is_rebuilt(tmp_path, demo_models):
     """A garbled config or truncated weights no longer fail every start."""
     from neuron_backend.demo_models import ensure_demo_models

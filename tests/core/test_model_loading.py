@@ -77,6 +77,7 @@ def test_bf16_decodes_in_float32_as_the_vae_config_asks(tmp_path, flux_folder):
     assert result.image.size == (64, 64)
 
 
+@pytest.mark.slow
 def test_non_distilled_checkpoints_default_to_50_steps(tmp_path, flux_folder):
     base = copy(flux_folder, tmp_path / "base")
     index = json.loads((base / "model_index.json").read_text())

@@ -79,6 +79,7 @@ def test_state_transitions_history_and_eta(tmp_path):
     assert again.runner.eta_until("image", "96x64") == pytest.approx(eta, abs=0.2)
 
 
+@pytest.mark.slow
 def test_failing_shape_is_isolated(tmp_path, monkeypatch):
     from neuron_backend.image.engine import ImageEngine, ImageRequest
 
