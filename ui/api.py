@@ -26,6 +26,7 @@ from neuron_backend.runtime import Backend
 
 from .guards import EarlyCancels
 from .i18n import localized
+from .presentation import visitor_status
 
 SEED_MAX = 2**32 - 1
 # Only the API client that cancelled could read it (and it has gone): English, like the API's other text.
@@ -286,8 +287,8 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
                    "notices": [str(n) for n in reply_notices(update, request)] if update.done else []}
 
     def status() -> WarmupStatus:
-        """The warm-up status snapshot (JSON)."""
-        return backend.status()
+        """The warm-up status snapshot (JSON); without --auth, no server folder in it."""
+        return visitor_status(backend)
 
     gr.api(_typed(chat), api_name="chat", concurrency_limit=backend.settings.chat_batch,
            concurrency_id=concurrency.get("chat"))

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from pathlib import Path
+
+from neuron_backend.messages import Message
 
 from .i18n import say, speaking
 
@@ -148,3 +151,45 @@ def size_choice_label(size, state: dict | None) -> str:
         text = say("compiling" if state["state"] == "running" else "queued")
         text = say("{state}, ~{eta}", state=text, eta=fmt_seconds(eta)) if eta else text
     return f"{size.label} ({size.aspect}) · {text}"
+
+
+# ----- what an anonymous visitor is shown of the server -------------------------------------------------
+def server_roots(settings) -> list[tuple[str, str]]:
+    """The server's folders an anonymous visitor is not shown, longest first, each with the name shown instead:
+    the cache root, the Hugging Face cache, a local model folder, the home folder."""
+    from huggingface_hub import constants
+
+    roots = {str(Path.home()): "~", constants.HF_HUB_CACHE: "<hf-cache>", str(settings.cache_dir): "<cache-dir>"}
+    for model in (settings.chat_model, settings.image_model):
+        if model and Path(model).is_absolute():
+            roots[str(model)] = f"<{Path(model).name}>"
+    return sorted(roots.items(), key=lambda item: -len(item[0]))
+
+
+def without_server_paths(value, roots: list[tuple[str, str]]):
+    """``value`` (status data: dicts, lists, text, messages) with each server folder in ``roots`` replaced by
+    its shown name; a message stays a message (its parameters are replaced), so it still reads in Arabic."""
+    if isinstance(value, Message):
+        params = {key: without_server_paths(item, roots) for key, item in value.params.items()}
+        return Message(value.template, value.ctx, **params)
+    if isinstance(value, str):
+        for root, shown in roots:
+            value = value.replace(root, shown)
+        return value
+    if isinstance(value, dict):
+        return {key: without_server_paths(item, roots) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(without_server_paths(item, roots) for item in value)
+    return value
+
+
+def operator_view(settings) -> bool:
+    """Whether the page and /status show server paths and operator actions (cache export): only under
+    --auth, where every request comes from a logged-in user."""
+    return settings.auth is not None
+
+
+def visitor_status(backend) -> dict:
+    """``Backend.status()`` as this server's visitors may see it: without --auth, no server folder in it."""
+    status = backend.status()
+    return status if operator_view(backend.settings) else without_server_paths(status, server_roots(backend.settings))

@@ -18,7 +18,7 @@ from neuron_backend.shapes import engine_name
 
 from .i18n import bilingual_html, lang, localized, say, t
 from .image_tab import ImageTab, size_choices
-from .presentation import fmt_seconds
+from .presentation import fmt_seconds, operator_view, visitor_status
 
 STATE_ICONS = {"queued": "⏳", "running": "⚙️", "ready": "✅", "failed": "❌", "skipped": "⏭️"}
 
@@ -263,9 +263,9 @@ def details_markdown(status: dict, show_paths: bool = True) -> str:
 def build_status_panel(backend: Backend, details: Sequence[Callable[[Backend], object]] = ()) -> list:
     """The bar and the details accordion; returns the components the refresh writes (see wire_refresh).
     ``details``: what the annex adds inside the accordion (app.py hands in the compile-cache Export)."""
-    status_bar = gr.HTML(header_html(backend.status()), elem_id="status-bar")  # title, chips, notice, bar
+    status_bar = gr.HTML(header_html(visitor_status(backend)), elem_id="status-bar")  # title, chips, notice, bar
     with gr.Accordion(t("Warm-up details"), open=False, elem_id="warmup-details"):
-        tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(backend.status()),
+        tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(visitor_status(backend)),
                                    interactive=False, wrap=True, column_widths=TASK_WIDTHS, elem_id="warmup-table")
         text = gr.Markdown(elem_id="warmup-details-text")
         for build in details:
@@ -274,9 +274,8 @@ def build_status_panel(backend: Backend, details: Sequence[Callable[[Backend], o
 
 
 def operator_actions(backend: Backend) -> bool:
-    """Whether the page offers operator actions (cache export, server paths): only under --auth, where
-    every request comes from a logged-in user."""
-    return backend.settings.auth is not None
+    """Whether the page offers operator actions (cache export, server paths): only under --auth."""
+    return operator_view(backend.settings)
 
 
 def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab) -> None:
@@ -284,7 +283,7 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
     timer = gr.Timer(1.0)
 
     def refresh_status(previous_choices):
-        status = backend.status()
+        status = visitor_status(backend)
         choices = size_choices(backend)
         size_update = gr.update(choices=choices) if choices != previous_choices else gr.skip()
         timer_update = gr.Timer(active=True, value=5.0 if status.get("warmup_done", status["ready"]) else 1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -240,3 +241,32 @@ def test_api_pages_show_the_real_contract_and_accept_the_minimal_calls(tmp_path,
         assert client.predict("hello", api_name="/chat")["done"]  # a message, nothing else
     finally:
         demo.close()
+
+
+def _server_folders(backend) -> list[str]:
+    """The server's folders that appear in its status: the cache root and each engine's model folder."""
+    return [str(backend.settings.cache_dir), *(str(folder) for folder in backend.model_folders().values())]
+
+
+def test_anonymous_visitors_see_no_server_folder_in_status_or_panel(served):
+    """Without --auth: /status, the task table and the details name the folders, never their server paths."""
+    from ui.status_panel import details_markdown, task_rows
+
+    backend, client = served
+    raw = json.dumps(backend.status(), default=str)
+    folders = _server_folders(backend)
+    assert all(folder in raw for folder in folders)  # the backend knows them: the UI leaves them out
+    shown = json.dumps(client.predict(api_name="/status"))
+    assert not any(folder in shown for folder in folders), shown
+    assert "<cache-dir>" in shown
+    from ui.presentation import visitor_status
+
+    public = visitor_status(backend)
+    page = json.dumps(task_rows(public), default=str) + details_markdown(public, show_paths=False)
+    assert not any(folder in page for folder in folders), page
+
+
+def test_with_auth_the_status_keeps_the_server_folders(guarded):
+    backend, url = guarded
+    status = Client(url, auth=("ada", "lovelace"), verbose=False).predict(api_name="/status")
+    assert status["cache_dir"] == str(backend.settings.cache_dir)
