@@ -400,15 +400,18 @@ def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: 
         export_json_btn = gr.Button(t("Export JSON"), size="sm", elem_id="export-json")
         export_md_btn = gr.Button(t("Export Markdown"), size="sm", elem_id="export-md")
         load_btn = gr.UploadButton(t("Load JSON"), size="sm", file_types=[".json"], elem_id="load-json")
-    export_file = gr.File(label=t("Conversation export"), height=90, elem_id="export-file")
+    # Shown once there is a file to download: an empty drop zone under the chat said nothing.
+    export_file = gr.File(label=t("Conversation export"), height=90, elem_id="export-file", visible=False)
 
     def export_json(history, *values):
         document = conversation_document(backend, history, *values)
-        return str(backend.exports.write(json.dumps(document, ensure_ascii=False, indent=1), ".json", "conversation"))
+        path = backend.exports.write(json.dumps(document, ensure_ascii=False, indent=1), ".json", "conversation")
+        return gr.update(value=str(path), visible=True)
 
     def export_markdown(history, *values):
         document = conversation_document(backend, history, *values)
-        return str(backend.exports.write(conversation_markdown(document), ".md", "conversation"))
+        return gr.update(value=str(backend.exports.write(conversation_markdown(document), ".md", "conversation")),
+                         visible=True)
 
     @user_errors
     def load_conversation(file, records):

@@ -85,8 +85,8 @@ def test_an_arabic_browser_gets_arabic_labels_right_to_left(browser, app_url):  
             page.get_by_text(text, exact=True).first.wait_for()
         assert page.locator("#chat-tab textarea").first.get_attribute("placeholder") == "اكتب رسالة..."
         # Blocks follow the page (Gradio writes dir="ltr" on each): the label of a textbox starts on the right.
-        page.locator("#export-file").wait_for(state="attached")  # rendered after the buttons on a busy machine
-        assert page.evaluate("() => getComputedStyle(document.querySelector('#export-file')).direction") == "rtl"
+        page.locator("#chatbot").wait_for(state="attached")
+        assert page.evaluate("() => getComputedStyle(document.querySelector('#chatbot')).direction") == "rtl"
         _shot(page, "i18n-ar-chat")
         page.get_by_role("tab", name="الصورة").click()
         page.get_by_text("توليد", exact=True).wait_for()

@@ -197,6 +197,7 @@ def test_thinking_toggle_switches_to_qwen_thinking_sampling(page):
 
 def test_export_downloads_json_and_markdown(page):
     _wait_ready(page)
+    assert not page.locator("#export-file").is_visible()  # no empty drop zone before there is a file
     page.locator("#export-json").click()
     link = page.locator("#export-file a.download-link")
     page.wait_for_function("() => (document.querySelector('#export-file a.download-link') || {}).download"
