@@ -139,6 +139,10 @@ ARABIC: dict[str, str] = {
     "Qwen3": "Qwen3",
     "Raise max_new_tokens for a longer reply (reasoning often takes many more tokens than the answer), or turn thinking off.": "ارفع max_new_tokens للحصول على رد أطول (كثيرًا ما يستهلك الاستدلال رموزًا أكثر بكثير من الإجابة)، أو أوقف التفكير.",
     "Raise max_new_tokens for a longer reply.": "ارفع max_new_tokens للحصول على رد أطول.",
+    "This is the server's longest reply (--max-new-tokens {limit}): ask for the rest in a new message.":
+        "هذا أطول رد يسمح به الخادم (--max-new-tokens {limit}): اطلب البقية في رسالة جديدة.",
+    "This is the server's longest reply (--max-new-tokens {limit}): ask for the rest in a new message, or turn "
+    "thinking off.": "هذا أطول رد يسمح به الخادم (--max-new-tokens {limit}): اطلب البقية في رسالة جديدة، أو أوقف التفكير.",
     "Randomize seed": "بذرة عشوائية",
     "ready": "جاهز",
     "Restore settings from a PNG": "استعادة الإعدادات من ملف PNG",

@@ -284,7 +284,8 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
             yield {"reasoning": update.reasoning, "answer": update.answer, "delta": update.delta,
                    "done": update.done, "dropped_turns": update.dropped_turns,
                    "stats": None if update.stats is None else vars(update.stats),
-                   "notices": [str(n) for n in reply_notices(update, request)] if update.done else []}
+                   "notices": [str(n) for n in reply_notices(update, request, backend.settings.max_new_tokens)]
+                   if update.done else []}
 
     def status() -> WarmupStatus:
         """The warm-up status snapshot (JSON); without --auth, no server folder in it."""

@@ -447,10 +447,10 @@ EXAMPLE_PROMPTS = [
 ]
 
 
-def reply_messages(update, request: ChatRequest | None = None) -> list[gr.ChatMessage]:
+def reply_messages(update, request: ChatRequest | None = None, server_max: int | None = None) -> list[gr.ChatMessage]:
     """A chat update as chatbot messages: folded reasoning first, then the answer, then (when done)
     notices such as "stopped at the token limit" (bubbles: shown, never fed back to the model).
-    Titles and notices are in the page's language."""
+    Titles and notices are in the page's language; ``server_max``: the server's --max-new-tokens."""
     messages = []
     if update.reasoning:
         status = "done" if update.answer or update.done else "pending"
@@ -459,7 +459,7 @@ def reply_messages(update, request: ChatRequest | None = None) -> list[gr.ChatMe
     if update.answer or not messages:
         messages.append(gr.ChatMessage(role="assistant", content=update.answer))
     if update.done:
-        for notice in reply_notices(update, request):
+        for notice in reply_notices(update, request, server_max):
             messages.append(gr.ChatMessage(role="assistant", content=localized(notice.detail),
                                            metadata={"title": f"{NOTICE_PREFIX} {localized(notice.title)}"}))
     return messages
@@ -524,7 +524,7 @@ def build_chat_tab(backend: Backend) -> None:
         for update in stopped_replies.stream(current_session(), request):
             yield reply_messages(update), gr.skip(), gr.skip(), gr.skip()
         if update is not None:
-            yield (reply_messages(update, request), chat_stats_text(update.stats),
+            yield (reply_messages(update, request, backend.settings.max_new_tokens), chat_stats_text(update.stats),
                    context_meter_text(update.stats, settings.buckets, settings.context_length),
                    remember_reply(remembered, request, update))  # for a later 👍/👎
 

@@ -508,16 +508,26 @@ class Notice:
         return f"{self.title}. {self.detail}"
 
 
-def reply_notices(update: ChatUpdate, request: ChatRequest | None = None) -> list[Notice]:
-    """Notices for a final update: cut at the token limit (and whether still reasoning), greedy with thinking."""
+def reply_notices(update: ChatUpdate, request: ChatRequest | None = None,
+                  server_max: int | None = None) -> list[Notice]:
+    """Notices for a final update: cut at the token limit (and whether still reasoning), greedy with thinking.
+
+    ``server_max``: the server's --max-new-tokens; a reply cut there cannot be made longer by raising the
+    setting, so the notice says to ask for the rest in a new message instead."""
     notices = []
     stats = update.stats
     if stats is not None and stats.finish_reason == "length":
         where = tr("while still reasoning: no answer yet" if update.reasoning and not update.answer
                     else "before the reply was finished")
-        fix = tr("Raise max_new_tokens for a longer reply (reasoning often takes many more tokens than the answer), "
-                 "or turn thinking off." if request is not None and request.thinking
-                  else "Raise max_new_tokens for a longer reply.")
+        thinking = request is not None and request.thinking
+        if server_max is not None and stats.max_new_tokens >= server_max:
+            fix = tr("This is the server's longest reply (--max-new-tokens {limit}): ask for the rest in a new "
+                     "message, or turn thinking off." if thinking else
+                     "This is the server's longest reply (--max-new-tokens {limit}): ask for the rest in a new "
+                     "message.", limit=server_max)
+        else:
+            fix = tr("Raise max_new_tokens for a longer reply (reasoning often takes many more tokens than the "
+                     "answer), or turn thinking off." if thinking else "Raise max_new_tokens for a longer reply.")
         notices.append(Notice(tr("Stopped at the limit of {limit} new tokens, {where}",
                                  limit=stats.max_new_tokens, where=where), fix))
     if request is not None and request.greedy and request.thinking:

@@ -240,6 +240,10 @@ def test_notices_for_the_token_cap_and_greedy_thinking():
     assert "limit of 8 new tokens" in notice.title and "still reasoning" in notice.title
     answered = ChatUpdate("", "Half an ans", "", True, cut)
     assert "before the reply was finished" in reply_notices(answered)[0].title
+    assert reply_notices(answered, ChatRequest("q"), server_max=200)[0].detail.startswith("Raise max_new_tokens")
+    # cut at the server's own limit: raising the setting cannot help, so the notice does not say to
+    at_max = reply_notices(answered, ChatRequest("q"), server_max=8)[0].detail
+    assert "--max-new-tokens 8" in at_max and "new message" in at_max and "Raise" not in at_max
     done = ChatUpdate("", "Done.", "", True, ChatStats(10, 32, 3, 0.1, 1.0, 1.0, 0, 0, 256, 8, False, "eos"))
     assert reply_notices(done, ChatRequest("q")) == []
     greedy = reply_notices(done, ChatRequest("q", thinking=True, greedy=True))
