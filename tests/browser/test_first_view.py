@@ -107,6 +107,7 @@ def test_a_replys_stats_come_under_it_in_view_and_move_nothing(browser, app_url,
         _open_accordion(page, "Sampling and system prompt")
         page.get_by_label("Greedy (no sampling)").check()  # greedy runs to all MAX_NEW_TOKENS words here
         bots = len(_bot_texts(page))
+        _chatting_view(page)
         # A full reply: nothing but the page itself acts from the Enter key until its stats are in.
         _send(page, "Tell me a long story about compilers.")
         page.evaluate(WATCH_SHIFTS_JS)
@@ -126,6 +127,7 @@ def test_a_replys_stats_come_under_it_in_view_and_move_nothing(browser, app_url,
         # A stopped reply: "stopped" comes on its stats line, under it.
         bots = len(_bot_texts(page))
         page.evaluate("window.__replies = []")
+        _chatting_view(page)
         _send(page, "Tell me another long story about compilers.")
         page.wait_for_function("() => window.__replies.length >= 2", timeout=REPLY_TIMEOUT_MS)
         page.locator("#chat-tab button.stop-button").click()
@@ -135,6 +137,12 @@ def test_a_replys_stats_come_under_it_in_view_and_move_nothing(browser, app_url,
         _assert_under_the_last_reply(page, size)
     finally:
         context.close()
+
+
+def _chatting_view(page) -> None:
+    """The window as a person chatting has it: the message box at its bottom edge. (Clicking the greedy box
+    in the open accordion scrolls the page as far as it goes, where a short page shows the box at the top.)"""
+    page.locator("#chat-tab textarea").first.evaluate("e => e.scrollIntoView({block: 'end'})")
 
 
 def _assert_under_the_last_reply(page, size: str) -> None:
