@@ -3,30 +3,38 @@
 A message the page may show is built as ``tr("Model folder {path} has no config.json …", path=p)``: a
 ``str`` whose text is the English one (what logs, API clients and the CLI read), carrying its template
 and parameters so the UI can show it in the visitor's language (``Message.text(lang)``). The Arabic
-lives in ``neuron_backend/arabic.py``, keyed by the English template (gettext's convention); a part
-outside the core (the annex) registers its own entries with ``register``. Parameters are user input,
-numbers, flags and allowed values; they are inserted as they are in either language (a parameter that
-is itself a ``Message`` is translated too). Where one English word reads two ways in Arabic (a task
-"failed" and a QA cell "failed"), the call names a context (``tr("failed", ctx="qa")``) and the catalog
-holds ``"qa\x04failed"``, gettext's msgctxt. ``tests/test_catalog.py`` checks that every template
-written in the code has an Arabic entry with the same ``{fields}``.
+lives in ``neuron_backend/arabic.json`` (data: one ``"English": "Arabic"`` pair a line), keyed by the
+English template (gettext's convention); a part outside the core (the annex) registers its own file with
+``register(read_catalog(path))``. Parameters are user input, numbers, flags and allowed values; they
+are inserted as they are in either language (a parameter that is itself a ``Message`` is translated too).
+Where one English word reads two ways in Arabic (a task "failed" and a QA cell "failed"), the call names a context
+(``tr("failed", ctx="qa")``) and the catalog holds ``"qa\u0004failed"``, gettext's msgctxt.
+``tests/test_catalog.py`` checks that every template written in the code has an Arabic entry with the
+same ``{fields}``.
 
 No Gradio here: the backend stays importable without it.
 """
 
 from __future__ import annotations
 
+import json
 import string
-
-from .arabic import ARABIC
+from pathlib import Path
 
 LANGUAGES = ("en", "ar")
 
-CATALOG: dict[str, str] = dict(ARABIC)  # English template -> Arabic, the core's and every registered part's
+
+def read_catalog(path: Path) -> dict[str, str]:
+    """A catalog file: a JSON object, English template -> Arabic (bidi marks written as \\u escapes)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+# English template -> Arabic, the core's and every registered part's
+CATALOG: dict[str, str] = read_catalog(Path(__file__).with_name("arabic.json"))
 
 
 def register(catalog: dict[str, str]) -> None:
-    """Add a part's Arabic (the annex registers its own on import); a template's Arabic may not change."""
+    """Add a part's Arabic (the annex registers its file on import); a template's Arabic may not change."""
     for template, arabic in catalog.items():
         if CATALOG.setdefault(template, arabic) != arabic:
             raise KeyError(f"{template!r} is registered twice with different Arabic")

@@ -53,7 +53,7 @@ def source_files() -> list[Path]:
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout.split()
     return [ROOT / f for f in listed if f.split("/")[0] in ("neuron_backend", "ui", "tools", "app.py")
-            and not f.endswith("arabic.py") and (ROOT / f).exists()]
+            and (ROOT / f).exists()]
 
 
 def written_templates() -> dict[str, list[str]]:
@@ -81,7 +81,7 @@ def test_every_template_written_in_the_code_has_arabic_with_the_same_fields():
     written = written_templates()
     assert len(written) >= 500, len(written)  # the walk finds the calls (a broken walk finds none)
     missing = {t: where for t, where in written.items() if t not in CATALOG}
-    assert not missing, f"templates without Arabic (neuron_backend/arabic.py or the annex's arabic.py): {missing}"
+    assert not missing, f"templates without Arabic (neuron_backend/arabic.json or the annex's arabic.json): {missing}"
     for template in written:
         assert fields(template) == fields(CATALOG[template]), (template, CATALOG[template])
     for origin, words in VARIABLE_WORDS.items():

@@ -2,7 +2,7 @@
 
 The English is written where the page shows it: components take ``label=t("Prompt")``; ``t`` gives Gradio
 a short id of that text, with the English and the Arabic (from the one catalog,
-``neuron_backend/arabic.py``, keyed by the English) under it, and the frontend (svelte-i18n) shows the text
+``neuron_backend/arabic.json``, keyed by the English) under it, and the frontend (svelte-i18n) shows the text
 of the visitor's locale, which it takes from ``navigator.language`` (an ``ar-*`` browser gets Arabic, any
 other English); the footer's Settings menu switches it. ``HEAD`` adds ``?lang=ar|en`` as an override and
 keeps ``<html dir>`` in step with the locale (svelte-i18n writes ``<html lang>``; Gradio never sets

@@ -5,4 +5,9 @@ before anything compiles and records the cache once warm-up ends. ``panel.build_
 operator's Export button to the warm-up details.
 """
 
-from . import arabic  # noqa: F401 - the bundles' Arabic joins the one catalog before any text is shown
+from pathlib import Path
+
+from neuron_backend.messages import read_catalog, register
+
+# the bundles' Arabic joins the one catalog before any text is shown
+register(read_catalog(Path(__file__).with_name("arabic.json")))
