@@ -81,12 +81,19 @@ def annex_hooks() -> list:
     return [WarmStart]
 
 
+def annex_routes(backend) -> list:
+    """The annex's HTTP routes, served beside the probes: the OpenAI-compatible /v1 API."""
+    from tools.openai_api.routes import openai_routes
+
+    return openai_routes(backend)
+
+
 def launch(backend, **kwargs):
     """Start warm-up in the background and serve the UI at once."""
     import ui  # Gradio: imported here so the torchrun followers never load it
 
     backend.start()
-    return ui.serve(backend, tabs=annex_tabs(), details=annex_details(), **kwargs)
+    return ui.serve(backend, tabs=annex_tabs(), details=annex_details(), routes=annex_routes(backend), **kwargs)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
 
 from neuron_backend.runtime import Backend
 
@@ -16,7 +17,6 @@ from .guards import EarlyCancels, Guards, LoginThrottle
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
 from .mcp_tools import describe_tools, loopback_login
-from .openai_api import openai_routes
 from .probes import AuthGate, probe_routes, queue_depth
 from .status_panel import build_status_panel, wire_refresh
 
@@ -58,7 +58,7 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
 
 
 def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None,
-                  cancels: EarlyCancels | None = None) -> dict:
+                  cancels: EarlyCancels | None = None, routes: Sequence[BaseRoute] = ()) -> dict:
     """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, the guards."""
     settings = backend.settings
 
@@ -68,9 +68,9 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
 
     throttle = throttle or LoginThrottle()
     app_kwargs = {
-        # /healthz, /readyz, /metrics (ui/probes.py) and /v1 (ui/openai_api.py), as FastAPI routes from the
-        # server's first request
-        "routes": probe_routes(backend) + openai_routes(backend),
+        # /healthz, /readyz, /metrics (ui/probes.py) and the routes app.py hands in (the annex's /v1), as
+        # FastAPI routes from the server's first request
+        "routes": probe_routes(backend) + list(routes),
         "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels),
                        Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
@@ -96,12 +96,13 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
 
 
 def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (),
-          details: Sequence[Callable[[Backend], object]] = (), **kwargs):
-    """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
+          details: Sequence[Callable[[Backend], object]] = (), routes: Sequence[BaseRoute] = (), **kwargs):
+    """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them).
+    ``routes``: HTTP routes served beside the probes (the annex's /v1)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
     demo = create_demo(backend, cancels, tabs, details)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     backend.metrics.queue_depth = queue_depth(demo)
-    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels), **kwargs})
+    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes), **kwargs})
     return demo, launched

@@ -46,9 +46,9 @@ from neuron_backend.chat.text import ChatRequest, ChatUpdate
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.image.png_info import png_metadata
 from neuron_backend.runtime import Backend
+from ui.api import ImageRun
 
-from .api import ImageRun
-from .openai_schema import ApiError, ChatCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
+from .schema import ApiError, ChatCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
 
 log = logging.getLogger("showcase")
 

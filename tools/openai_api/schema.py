@@ -26,8 +26,7 @@ from neuron_backend.errors import (
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 from neuron_backend.shapes import shape_keys
-
-from .api import SEED_MAX
+from ui.api import SEED_MAX
 
 MAX_STOPS = 4  # stop sequences per request, as OpenAI allows
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",

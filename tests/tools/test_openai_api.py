@@ -117,7 +117,7 @@ def test_thinking_on_and_off_through_chat_template_kwargs(served):
 
 def test_reasoning_comes_apart_from_the_answer():
     """The demo model never writes <think> (its vocabulary has none), so the split is checked on updates."""
-    from ui.openai_schema import ReplyText, StopScan
+    from tools.openai_api.schema import ReplyText, StopScan
 
     stats = ChatStats(9, 32, 7, 0.01, 10.0, 0.1, 0, 0, 256, 64, False, "eos")
     text = ReplyText(StopScan(("END",)))
@@ -274,8 +274,8 @@ def test_the_auth_rule_without_a_key():
     """No key: open without --auth (the app binds 127.0.0.1 by default), closed with it, naming the flag."""
     from starlette.requests import Request
 
-    from ui.openai_api import _authorized
-    from ui.openai_schema import ApiError
+    from tools.openai_api.routes import _authorized
+    from tools.openai_api.schema import ApiError
 
     def request(authorization=None):
         headers = [(b"authorization", authorization.encode())] if authorization else []
