@@ -67,6 +67,13 @@ def annex_tabs() -> list:
     return [QA_TAB]
 
 
+def annex_chat_extras() -> list:
+    """What the annex adds under the chatbot: the 👍/👎 feedback row (marks the QA bench reads)."""
+    from tools.qa.feedback_row import wire_feedback
+
+    return [wire_feedback]
+
+
 def annex_details() -> list:
     """What the annex adds to the warm-up details: the operator's compile-cache Export."""
     from tools.cache.panel import build_export
@@ -93,7 +100,8 @@ def launch(backend, **kwargs):
     import ui  # Gradio: imported here so the torchrun followers never load it
 
     backend.start()
-    return ui.serve(backend, tabs=annex_tabs(), details=annex_details(), routes=annex_routes(backend), **kwargs)
+    return ui.serve(backend, tabs=annex_tabs(), details=annex_details(), routes=annex_routes(backend),
+                    chat_extras=annex_chat_extras(), **kwargs)
 
 
 def main(argv: list[str] | None = None) -> None:

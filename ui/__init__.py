@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute
 from neuron_backend.runtime import Backend
 
 from .api import add_public_api
-from .chat_tab import CHAT_CSS, build_chat_tab
+from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
 from .guards import EarlyCancels, Guards, LoginThrottle
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
@@ -31,9 +31,11 @@ class ExtraTab:
 
 
 def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[ExtraTab] = (),
-                details: Sequence[Callable[[Backend], object]] = ()) -> gr.Blocks:
+                details: Sequence[Callable[[Backend], object]] = (),
+                chat_extras: Sequence[ChatExtra] = ()) -> gr.Blocks:
     """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs);
-    ``tabs``: added after Chat and Image, in order; ``details``: added to the warm-up details."""
+    ``tabs``: added after Chat and Image, in order; ``details``: added to the warm-up details; ``chat_extras``:
+    rows under the chatbot (the annex's 👍/👎 feedback)."""
     settings, cancels = backend.settings, cancels or EarlyCancels()
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
@@ -44,7 +46,7 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
     with gr.Blocks(title="Hugging Face on Trainium", delete_cache=(3600, 3600)) as demo:
         panel = build_status_panel(backend, details)
         with gr.Tab(t("Chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
-            build_chat_tab(backend)
+            build_chat_tab(backend, chat_extras)
         with gr.Tab(t("Image"), visible="image" in backend.placements, elem_id="image-tab"):
             image = build_image_tab(backend, concurrency, cancels)
         for tab in tabs:
@@ -96,12 +98,13 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
 
 
 def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (),
-          details: Sequence[Callable[[Backend], object]] = (), routes: Sequence[BaseRoute] = (), **kwargs):
+          details: Sequence[Callable[[Backend], object]] = (), routes: Sequence[BaseRoute] = (),
+          chat_extras: Sequence[ChatExtra] = (), **kwargs):
     """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them).
     ``routes``: HTTP routes served beside the probes (the annex's /v1)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
-    demo = create_demo(backend, cancels, tabs, details)
+    demo = create_demo(backend, cancels, tabs, details, chat_extras)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     backend.metrics.queue_depth = queue_depth(demo)
     launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes), **kwargs})

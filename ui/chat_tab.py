@@ -1,5 +1,5 @@
-"""The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats, feedback
-and conversation files.
+"""The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats and
+conversation files; rows the annex adds under the chatbot (``extras``: the 👍/👎 feedback row).
 
 Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats, the
 stats line and context meter under the chatbot in reserved space (``CHAT_CSS``), the message box not focused
@@ -11,12 +11,6 @@ a click reopens one, the chatbot's 🗑 (clear) deletes the open one. Nothing is
 so no visitor sees another's chats. The storage key is fixed and the encryption secret is kept
 under the cache root, so saved chats also survive a server restart (Gradio's default secret is
 new at every start, which would silently empty every visitor's list).
-
-Feedback: the chatbot's thumbs mark a reply; the mark goes to ``neuron_backend.feedback`` with
-the reply's settings and stats (remembered per reply in the session when it finished, so only a
-reply this server produced in this session carries them), and a comment box appears for an
-optional comment on that mark. A session stores at most ``MAX_MARKS_PER_SESSION`` marks (counted in
-a ``gr.State``, which lives on the server: the page cannot reset it short of opening a new session).
 
 Conversation files: Export JSON / Markdown, and Load JSON (an export back into the chat). The JSON
 schema is ``neuron_backend.chat.text.export_document`` (docs/api.md, "Chat history and the export
@@ -31,7 +25,7 @@ import hashlib
 import json
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import wraps
 from pathlib import Path
 
@@ -50,7 +44,6 @@ from neuron_backend.chat.text import (
     trim_to_limits,
 )
 from neuron_backend.errors import InvalidRequestError, ShowcaseError
-from neuron_backend.feedback import FeedbackLog, session_budget_left
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
@@ -210,19 +203,9 @@ def current_session() -> str:
     return session_of(LocalContext.request.get(None))
 
 
-# ----- saved chats and 👍/👎 feedback -----------------------------------------------------------------------
+# ----- saved chats and the reply records a 👍/👎 mark reads ----------------------------------------
 SAVED_CHATS_KEY = "showcase-saved-chats"
 MAX_REMEMBERED_REPLIES = 64  # per session: replies whose settings a later mark can still find
-
-
-def _text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    if isinstance(content, dict):
-        return str(content.get("text", ""))
-    return "" if content is None else str(content)
 
 
 def reply_key(answer: str) -> str:
@@ -269,70 +252,6 @@ def remember_reply(records: dict | None, request, update) -> dict:
     while len(records) > MAX_REMEMBERED_REPLIES:
         records.pop(next(iter(records)))
     return records
-
-
-def marked_reply(history: list[dict], index) -> tuple[str, str, int]:
-    """(prompt, reply, turn) of the reply at ``index``: a folded bubble (reasoning before the answer,
-    a notice after it) counts as its answer."""
-    index = index[0] if isinstance(index, (list, tuple)) else int(index)
-    messages = list(history or [])
-
-    def folded(i):
-        return messages[i].get("role") != "assistant" or bool((messages[i].get("metadata") or {}).get("title"))
-
-    forward = next((i for i in range(index, len(messages)) if not folded(i) or messages[i].get("role") == "user"),
-                   None)
-    if forward is None or messages[forward].get("role") == "user":  # a notice after the answer: look back
-        forward = next((i for i in range(index, -1, -1) if not folded(i)), index)
-    index = forward
-    reply = _text(messages[index].get("content"))
-    users = [i for i, m in enumerate(messages[:index]) if m.get("role") == "user"]
-    if not users:
-        return "", reply, 0
-    return _text(messages[users[-1]].get("content")), reply, len(users)
-
-
-def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> FeedbackLog:
-    """The like/dislike event of ``chatbot`` and the optional comment row under it."""
-    log = FeedbackLog.for_settings(backend.settings)
-    mark_id = gr.State(None)
-    stored = gr.State(0)  # marks this session has stored
-    with gr.Row(visible=False, elem_id="feedback-row") as row:
-        comment = gr.Textbox(label=t("Comment on your mark (optional)"), lines=1, scale=4, elem_id="feedback-comment",
-                             max_length=2000)
-        save = gr.Button(t("Save comment"), size="sm", scale=1, elem_id="feedback-save")
-
-    def mark_reply(history, remembered, count, evt: gr.LikeData):
-        rating = {True: "up", "Like": "up", False: "down", "Dislike": "down"}.get(evt.liked)
-        if rating is None:  # an unmark or another flag: nothing to store
-            return None, gr.update(visible=False), "", gr.skip()
-        try:
-            session_budget_left(count or 0)
-            prompt, reply, turn = marked_reply(history, evt.index)
-            record = (remembered or {}).get(reply_key(reply), {})
-            new_id = log.record(rating, prompt, reply, record.get("settings"), record.get("stats"), turn=turn)
-        except ShowcaseError as exc:
-            raise gr.Error(shown(exc)) from None
-        backend.metrics.feedback.labels(rating).inc()
-        gr.Info(say("Thanks: reply marked {mark}. Add a comment below if you like.",
-                    mark="👍" if rating == "up" else "👎"))
-        return new_id, gr.update(visible=True), "", (count or 0) + 1
-
-    def save_comment(current_id, text):
-        if current_id is None:
-            return gr.skip(), gr.update(visible=False)
-        try:
-            log.comment(current_id, text)
-        except ShowcaseError as exc:
-            raise gr.Error(shown(exc)) from None
-        gr.Info(say("Comment saved."))
-        return None, gr.update(visible=False)
-
-    chatbot.like(mark_reply, [chatbot, records, stored], [mark_id, row, comment, stored], api_visibility="private",
-                 queue=False)
-    for event in (save.click, comment.submit):
-        event(save_comment, [mark_id, comment], [mark_id, row], api_visibility="private", queue=False)
-    return log
 
 
 # ----- conversation files: Export JSON / Markdown, Load JSON ---------------------------------------------
@@ -486,8 +405,12 @@ CHAT_CSS = """
 """
 
 
-def build_chat_tab(backend: Backend) -> None:
-    """Components and events of the Chat tab (call inside a gr.Tab)."""
+ChatExtra = Callable[[Backend, gr.Chatbot, gr.State], object]  # (backend, chatbot, reply records) -> its row
+
+
+def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
+    """Components and events of the Chat tab (call inside a gr.Tab); each of ``extras`` adds its row under the
+    chatbot, given the session's reply records (the annex's 👍/👎 feedback)."""
     settings = backend.settings
     # Drawn under the chatbot (LiteralChatbot.under), updated in place: a stopped reply's stats come there too.
     chat_stats = gr.Markdown(elem_id="chat-stats", render=False)
@@ -543,7 +466,8 @@ def build_chat_tab(backend: Backend) -> None:
         autofocus=False,  # focusing the box on load scrolls a phone's page past the header and the warm-up bar
     )
     keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser
-    wire_feedback(backend, chatbot, reply_records)
+    for extra in extras:
+        extra(backend, chatbot, reply_records)
 
     def show_stopped_stats(request: gr.Request):
         final = stopped_replies.stopped(session_of(request))

@@ -30,9 +30,9 @@ from neuron_backend.chat.text import (
     reply_notices,
 )
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.feedback import FeedbackLog
 from neuron_backend.messages import Message
 from neuron_backend.shapes import PromptBucket
+from tools.qa.feedback import FeedbackLog
 from ui.i18n import localized, say, speaking
 from ui.presentation import (
     chat_stats_text,

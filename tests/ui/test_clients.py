@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 from support.app import SIZES, start_app
 
-from neuron_backend.feedback import FeedbackLog
+from tools.qa.feedback import FeedbackLog
 from tools.qa.inputs import parse_prompt_set
 
 AUTH = ("ada", "lovelace")

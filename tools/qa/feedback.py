@@ -1,4 +1,4 @@
-"""Chat feedback: 👍/👎 marks on replies, kept in a bounded JSONL under the cache root.
+"""Chat feedback: 👍/👎 marks on replies, kept in a bounded JSONL under the cache root (the QA bench reads it).
 
 Files in ``<cache-dir>/feedback/``:
 
@@ -16,7 +16,7 @@ Files in ``<cache-dir>/feedback/``:
 
 A mark is bounded by what the app itself accepts and produces: its prompt by ``--max-prompt-chars``,
 its reply by ``--max-new-tokens`` times ``MAX_CHARS_PER_TOKEN``; bigger marks are refused with the
-limit named. The page also caps marks per Gradio session (``MAX_MARKS_PER_SESSION``, ui/chat_tab.py).
+limit named. The page also caps marks per Gradio session (``MAX_MARKS_PER_SESSION``, tools/qa/feedback_row.py).
 
 Rows are read by ``\\n`` only (``str.splitlines`` would also split on U+2028, U+2029 and NEL inside a
 text), and written with those three characters escaped, so any line reader sees one row per line.
@@ -33,8 +33,8 @@ import time
 import uuid
 from pathlib import Path
 
-from .errors import InvalidRequestError
-from .messages import tr
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.messages import tr
 
 log = logging.getLogger("showcase.feedback")
 
@@ -45,7 +45,7 @@ MAX_QA_PROMPTS = 100  # qa/inputs.py: at most 100 prompts in one set
 # A generated token decodes to a few characters on average; 32 per token is a generous upper
 # bound on a whole reply, so a reply longer than max_new_tokens * 32 characters was not generated here.
 MAX_CHARS_PER_TOKEN = 32
-MAX_MARKS_PER_SESSION = 20  # marks one Gradio session may store (ui/chat_tab.py counts them)
+MAX_MARKS_PER_SESSION = 20  # marks one Gradio session may store (tools/qa/feedback_row.py counts them)
 ROTATIONS = 4  # marks.1.jsonl .. marks.4.jsonl; none is ever dropped by a new mark
 # The chat settings a QA prompt-set row may carry (qa/inputs.py SETTINGS, chat kind).
 QA_SETTINGS = ("seed", "system_prompt", "thinking", "greedy", "temperature", "top_p", "top_k", "max_new_tokens")

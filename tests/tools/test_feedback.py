@@ -12,10 +12,11 @@ import pytest
 from support.app import free_port
 
 import ui
+from app import annex_chat_extras
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.feedback import MAX_CHARS_PER_TOKEN, MAX_MARKS_PER_SESSION, FeedbackLog
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.qa.feedback import MAX_CHARS_PER_TOKEN, MAX_MARKS_PER_SESSION, FeedbackLog
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def served(tmp_path):
                                "--port", str(free_port()), "--max-prompt-chars", "2000", "--max-new-tokens", "200",
                                "--feedback-max-bytes", "10000"], env={})
     backend = Backend(settings)
-    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, chat_extras=annex_chat_extras(), prevent_thread_lock=True, quiet=True)
     index = next(i for i, f in demo.fns.items() if getattr(f.fn, "__name__", "") == "mark_reply")
     try:
         yield url, index, FeedbackLog.for_settings(settings)
