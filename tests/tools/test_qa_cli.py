@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("gradio_client")
 
-from tools.qa import cli  # noqa: E402
+from tools.qa import cli, openai_cells  # noqa: E402
 from tools.qa import runs as qa  # noqa: E402
 from tools.qa.report import import_jsonl, read_run  # noqa: E402
 
@@ -87,3 +87,33 @@ def test_cli_refuses_a_bad_set_before_running(served, tmp_path, capsys):
     assert "size 1024x1024 is not one of this server's precompiled sizes" in capsys.readouterr().err
     assert cli.main(["run", str(set_file), "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "o.jsonl")]) == 2
     assert "Could not reach the app" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_through_the_openai_api_gives_the_same_cells_as_through_gradio(served, tmp_path, capsys):
+    """``--openai URL/v1`` runs the same set through the openai SDK: the same limits (from /v1/models), the
+    same replies (greedy and a seeded sample, thinking on and off) and the same image bytes."""
+    backend, url = served
+    set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "Say hello.", "not_contains": "\u2603"},
+                                                  {"prompt": "a red fox"}])
+    variants = ["--variants", "g: max_new_tokens=6, greedy=true, size=96x64, steps=1",
+                "--variants", "s: max_new_tokens=6, temperature=1.3, top_p=0.9, top_k=7, seed=11, thinking=true, "
+                              "size=64x64, steps=2"]
+    runs = {}
+    for name, where in (("gradio", ["--url", url]), ("v1", ["--openai", url.rstrip("/") + "/v1"])):
+        out = tmp_path / f"{name}.jsonl"
+        status = cli.main(["run", str(set_file), *variants, "--kind", "both", *where, "--out", str(out)])
+        printed = capsys.readouterr()
+        assert status == 0, printed
+        runs[name] = read_run(out, backend.settings)
+    gradio, v1 = runs["gradio"], runs["v1"]
+    assert [(c.kind, c.status) for c in v1.cells] == [(c.kind, "done") for c in gradio.cells]
+    assert [c.settings for c in v1.cells] == [c.settings for c in gradio.cells]
+    assert [c.text for c in v1.cells] == [c.text for c in gradio.cells]
+    assert any(c.text for c in v1.cells if c.kind == "chat")
+    assert [c.reasoning for c in v1.cells] == [c.reasoning for c in gradio.cells]
+    assert [c.image_png for c in v1.cells] == [c.image_png for c in gradio.cells]
+    chat = next(c for c in v1.cells if c.kind == "chat")
+    assert chat.stats["new_tokens"] >= 1 and chat.stats["time_to_first_token_s"] > 0
+    limits = openai_cells.server_settings(openai_cells.served_models(openai_cells.connect(url.rstrip("/") + "/v1", None)))
+    assert [s.label for s in limits.sizes] == ["64x64", "96x64"] and limits.max_new_tokens == 200

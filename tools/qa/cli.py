@@ -5,7 +5,8 @@
 
 Plans the cells exactly as the QA tab does (same file formats, variants, limits and seeds; the
 server's sizes and limits come from its ``/status``), runs each one through ``/chat`` or
-``/generate_image`` with gradio_client, judges it against the row's expectations and writes the
+``/generate_image`` with gradio_client (or, with ``--openai URL``, through any OpenAI-compatible
+server: ``openai_cells.py``), judges it against the row's expectations and writes the
 run as the tab's JSONL export (``--csv`` / ``--html`` add those exports). Exit status: 0 when
 every expectation holds and every cell ran; 1 when an expectation failed or a cell failed to run;
 2 when the set, the variants or the connection are wrong (nothing ran).
@@ -18,6 +19,7 @@ import base64
 import io
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from PIL import Image
@@ -44,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-seed", type=int, default=0, help="fixes every cell's seed (0)")
     run.add_argument("--url", default="http://127.0.0.1:7860", help="the running app (http://127.0.0.1:7860)")
     run.add_argument("--auth", metavar="USER:PASSWORD", help="login of an app started with --auth")
+    run.add_argument("--openai", metavar="BASE_URL",
+                     help="run through an OpenAI-compatible server instead (http://127.0.0.1:7860/v1, vLLM, ...)")
+    run.add_argument("--api-key", help="the OpenAI-compatible server's key (with --openai)")
     run.add_argument("--out", required=True, help="where to write the run (JSONL, as the tab exports it)")
     run.add_argument("--csv", help="also write the CSV export here")
     run.add_argument("--html", help="also write the HTML report here")
@@ -54,14 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        client = _connect(args.url, args.auth)
-        settings = server_settings(client.predict(api_name="/status"))
+        if args.openai:
+            from . import openai_cells
+
+            client = openai_cells.connect(args.openai, args.api_key)
+            models = openai_cells.served_models(client)
+            settings, cells = openai_cells.server_settings(models), openai_cells.OpenAICells(client, models)
+            chat, image = cells.chat, cells.image
+        else:
+            client = _connect(args.url, args.auth)
+            settings = server_settings(client.predict(api_name="/status"))
+            chat, image = partial(_chat, client), partial(_image, client)
         run = plan_run(settings, prompts_file=args.set, variants=_variants(args.variants), kind=args.kind,
                        run_seed=args.run_seed)
     except (ShowcaseError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    run_remote(client, run, None if args.quiet else print)
+    run_cells(run, chat, image, None if args.quiet else print)
     return finish(run, args)
 
 
@@ -105,17 +119,14 @@ def server_settings(status: dict) -> Settings:
                         image="image" in enabled or not engines)
 
 
-def run_remote(client, run: QARun, say=print) -> QARun:
-    """Run every pending cell through the app's public API, one at a time; judge each one."""
+def run_cells(run: QARun, chat, image, say=print) -> QARun:
+    """Run every pending cell with ``chat(prompt, cell)`` or ``image(prompt, cell)``, one at a time; judge each."""
     for index, cell in enumerate(run.cells):
         prompt = run.rows[cell.prompt_index].prompt
         started = time.perf_counter()
         try:
-            if cell.kind == "chat":
-                _chat(client, prompt, cell)
-            else:
-                _image(client, prompt, cell)
-        except Exception as exc:  # noqa: BLE001 - gradio_client raises its own AppError and others: a failed cell
+            (chat if cell.kind == "chat" else image)(prompt, cell)
+        except Exception as exc:  # noqa: BLE001 - gradio_client and the SDK raise their own errors: a failed cell
             cell.status, cell.error = FAILED, _message(exc)
         cell.seconds = round(time.perf_counter() - started, 3)
         cell.auto, cell.auto_reason = judge(run.rows[cell.prompt_index].expect, cell)
