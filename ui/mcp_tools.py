@@ -7,10 +7,11 @@ step and token limits, what comes back):
 - ``generate_image``  /generate_image: one MCP image block per PNG and their parameters
 - ``warmup_status``   /status: what is ready, what is still compiling, the recompile alarm
 
-Gradio 6.31 builds a tool's input schema from the endpoint's type hints (an optional value becomes
-``oneOf: [{"type": "null"}, X]``), keeps limits in prose, lists no output schema and returns every
-result as Python's ``str()`` of it. So the schemas are written here and ``ui/mcp_server.py`` serves
-them in place of Gradio's. The input schemas keep to what strict function calling accepts:
+Gradio 6.31 builds a tool's input schema from the endpoint's type hints and API components (an
+optional value becomes ``oneOf: [{"type": "null"}, X]``), keeps limits in prose, lists no output
+schema and returns every result as Python's ``str()`` of it; it has no hook to change either. So the
+schemas are written here and ``ui/mcp_server.py`` serves them in place of Gradio's. The input schemas
+keep to what strict function calling accepts:
 
 - every property has a ``type``: one JSON type, or ``[type, "null"]`` where null means "the default"
   (seed, temperature, top_p, guidance: their default is not one value); no oneOf/anyOf/allOf/$ref;
