@@ -55,7 +55,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("share", "bool", "create a public Gradio share link"),
     ("auth", "str", "user:password protecting the UI and the API"),
     ("api-key", "str", "bearer key the OpenAI-compatible /v1 routes ask for (with --auth, /v1 needs one)"),
-    ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp/"),
+    ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp"),
     ("feedback-max-bytes", "int", "size of the feedback file (chat 👍/👎 marks) before it is rotated; "
                            "4 rotations are kept, then marks are refused"),
     ("no-chat", "bool", "disable the chat engine"),

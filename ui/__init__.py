@@ -16,7 +16,8 @@ from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
 from .guards import EarlyCancels, Guards, LoginThrottle
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
-from .mcp_tools import describe_tools, loopback_login
+from .mcp_server import mcp_lifespan
+from .mcp_tools import describe_tools
 from .probes import AuthGate, probe_routes, queue_depth
 from .status_panel import build_status_panel, wire_refresh
 
@@ -78,7 +79,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
     if settings.mcp:
-        app_kwargs["lifespan"] = loopback_login(demo, settings.auth)
+        app_kwargs["lifespan"] = mcp_lifespan(demo, backend, settings.auth)
     return {
         "server_name": settings.host,
         "server_port": settings.port,

@@ -1,76 +1,264 @@
-"""``--mcp``: the public endpoints as MCP tools over Gradio's MCP server (``launch(mcp_server=True)``).
+"""``--mcp``: the public endpoints as MCP tools: names, descriptions, input and output schemas, argument checks.
 
-Gradio turns every public endpoint into a tool named after its function, described by its
-docstring ("Args:" lines describe the parameters). Here the three endpoints get names and
-docstrings an agent can act on, built from the settings when the page is made (allowed sizes,
+Three endpoints become tools, described from the settings when the page is made (allowed sizes,
 step and token limits, what comes back):
 
 - ``chat``            /chat: one reply (the tool returns the last update of the stream)
-- ``generate_image``  /generate_image: the PNG (an MCP image) and its parameters
+- ``generate_image``  /generate_image: one MCP image block per PNG and their parameters
 - ``warmup_status``   /status: what is ready, what is still compiling, the recompile alarm
 
-Transport: streamable HTTP at ``/gradio_api/mcp/`` (SSE at ``/gradio_api/mcp/sse``). Gradio calls a
-queued tool through a ``gradio_client`` loopback to its own URL; with ``--auth`` that client must
-log in, so ``loopback_login`` gives it the credentials (Gradio 6.31 has no option for it), and
-unwraps multi-output results so the image comes back as an MCP image with or without a progress token.
+Gradio 6.31 builds a tool's input schema from the endpoint's type hints and API components (an
+optional value becomes ``oneOf: [{"type": "null"}, X]``), keeps limits in prose, lists no output
+schema and returns every result as Python's ``str()`` of it; it has no hook to change either. So the
+schemas are written here and ``ui/mcp_server.py`` serves them in place of Gradio's. The input schemas
+keep to what strict function calling accepts:
+
+- every property has a ``type``: one JSON type, or ``[type, "null"]`` where null means "the default"
+  (seed, temperature, top_p, guidance: their default is not one value); no oneOf/anyOf/allOf/$ref;
+- ``additionalProperties: false`` and ``required`` lists every property, on the tool's object and on
+  each history item (OpenAI's strict mode); a call may still leave any out but ``message``/``prompt``;
+- limits as ``minimum``/``maximum``/``exclusiveMinimum``/``enum``/``maxItems``, the default as ``default``,
+  and a description on every property (which repeats the limits and the default in words).
+
+Results are JSON: ``structuredContent`` (checked against the tool's ``outputSchema`` by clients) and
+the same JSON as the first text block; ``generate_image`` adds one image block per PNG. Nothing in a
+result names a server path.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
 import gradio as gr
 
+from neuron_backend.chat.text import MAX_TOP_K, MIN_TEMPERATURE, SAMPLING_DEFAULTS
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
+from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
+from .api import SEED_MAX
 
-def _doc(summary: str, params: dict[str, str]) -> str:
-    """A docstring in the form Gradio's MCP server parses: summary, then one "name: description" per line."""
-    return summary + "\n\nArgs:\n" + "".join(f"    {name}: {text}\n" for name, text in params.items())
+_WHOLE = re.compile(r"[+-]?\d{1,20}")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
-def tool_docs(backend: Backend) -> dict[str, tuple[str, str]]:
-    """api_name -> (tool name, docstring) for the endpoints that become MCP tools."""
+@dataclass(frozen=True)
+class Tool:
+    """One MCP tool: the endpoint it calls, what an agent reads about it, and what it returns."""
+
+    name: str
+    api_name: str  # the Gradio endpoint
+    summary: str
+    params: dict[str, dict] = field(default_factory=dict)  # name -> the parameter's JSON schema
+    needed: tuple[str, ...] = ()  # what a call must send (every other parameter has a default)
+    output: dict = field(default_factory=dict)  # the JSON schema of structuredContent
+
+    @property
+    def input_schema(self) -> dict:
+        return {"type": "object", "properties": self.params, "required": list(self.params),
+                "additionalProperties": False}
+
+    @property
+    def docstring(self) -> str:
+        """The summary and one "name: description" line per parameter (the form Gradio's API page parses)."""
+        lines = "".join(f"    {name}: {schema['description']}\n" for name, schema in self.params.items())
+        return self.summary + ("\n\nArgs:\n" + lines if lines else "")
+
+    def arguments(self, given: dict[str, Any] | None) -> dict[str, Any]:
+        """Every parameter's value for the endpoint: the given ones, defaults for the rest.
+
+        Numbers and true/false written as text (as some MCP clients send them) are read as such; a value
+        of the wrong type otherwise goes on as it is, and the endpoint's own checks refuse it with a
+        message that says what is allowed.
+        """
+        given = given or {}
+        unknown = sorted(set(given) - set(self.params))
+        if unknown and not self.params:
+            raise InvalidRequestError(tr("{tool} takes no arguments; got {names}.", tool=self.name,
+                                         names=", ".join(unknown)))
+        if unknown:
+            raise InvalidRequestError(tr("{tool} takes no argument {names}; it takes: {allowed}.", tool=self.name,
+                                         names=", ".join(unknown), allowed=", ".join(self.params)))
+        values = {}
+        for name, schema in self.params.items():
+            value = _read(schema, given.get(name))
+            if value is None and "null" not in _types(schema):
+                if name in self.needed:
+                    raise InvalidRequestError(tr("{tool} needs the argument {name}: {what}", tool=self.name,
+                                                 name=name, what=schema["description"]))
+                value = schema.get("default")
+            values[name] = value
+        return values
+
+
+def _types(schema: dict) -> list[str]:
+    kind = schema["type"]
+    return list(kind) if isinstance(kind, list) else [kind]
+
+
+def _read(schema: dict, value: Any) -> Any:
+    """``value`` with a number or true/false written as text read as one, where the schema asks for it."""
+    if not isinstance(value, str):
+        return value
+    text, types = value.strip(), _types(schema)
+    if "string" in types:
+        return value
+    if text in ("", "null") and "null" in types:
+        return None
+    if "boolean" in types and text in ("true", "false"):
+        return text == "true"
+    if "integer" in types and _WHOLE.fullmatch(text):
+        return int(text)
+    if "number" in types and _NUMBER.fullmatch(text) and math.isfinite(float(text)):
+        return float(text)
+    return value
+
+
+def _nullable(kind: str) -> list[str]:
+    return [kind, "null"]
+
+
+def _seed(what: str) -> dict:
+    return {"type": _nullable("integer"), "minimum": 0, "maximum": SEED_MAX, "default": None,
+            "description": f"a whole number from 0 to {SEED_MAX} for a reproducible {what}; null (the default) "
+                           "for a random one."}
+
+
+def chat_tool(backend: Backend) -> Tool:
     s = backend.settings
-    sizes = ", ".join(size.label for size in s.sizes)
-    seed = "a whole number from 0 to 4294967295 for a reproducible result; empty for random"
-    chat = _doc(
+    think, plain = SAMPLING_DEFAULTS["thinking"], SAMPLING_DEFAULTS["chat"]
+    reply = {"type": "object", "properties": {
+        "answer": {"type": "string", "description": "the reply text"},
+        "reasoning": {"type": "string", "description": "the model's thinking (empty unless thinking is true)"},
+        "done": {"type": "boolean"},
+        "dropped_turns": {"type": "integer", "description": "old turns left out to fit the context"},
+        "stats": {"type": _nullable("object"), "description": "prompt_tokens, bucket, new_tokens, "
+                  "time_to_first_token_s, tokens_per_s, seed, finish_reason, ..."},
+        "notices": {"type": "array", "items": {"type": "string"},
+                    "description": "e.g. stopped at the token limit before the reply was finished"}},
+        "required": ["answer", "reasoning", "done", "dropped_turns", "stats", "notices"]}
+    turn = {"type": "object", "additionalProperties": False, "required": ["role", "content"], "properties": {
+        "role": {"type": "string", "enum": ["user", "assistant"], "description": "who wrote the turn"},
+        "content": {"type": "string", "description": "the turn's text"}}}
+    return Tool("chat", "chat", (
         f"Chat with {backend.model_id('chat')}: send one user message, get the assistant's reply. "
-        "The reply comes back as one object: answer (the reply text), reasoning (the model's thinking, empty "
-        "unless thinking is true), done, dropped_turns (old turns left out to fit the context) and stats "
-        "(prompt_tokens, bucket, new_tokens, time_to_first_token_s, tokens_per_s, seed, ...). The server keeps "
-        "no memory between calls: pass earlier turns in history. While the chat engine is still warming up "
-        "the call is refused with a message that says when to retry (warmup_status tells).",
-        {"message": f"the user's message (at most {s.max_prompt_chars} characters).",
-         "history": 'earlier turns, oldest first, as objects {"role": "user" or "assistant", "content": text}; '
-                    f"empty for a new chat. The oldest turns are dropped when the prompt exceeds {s.buckets[-1]} "
-                    "tokens.",
-         "system_prompt": "optional system prompt.",
-         "thinking": "true to let the model reason before answering (Qwen3 thinking mode; slower).",
-         "temperature": "sampling temperature, above 0 and at most 2 (default 0.6 with thinking, else 0.7).",
-         "top_p": "nucleus sampling, above 0 and at most 1 (default 0.95 with thinking, else 0.8).",
-         "top_k": "top-k sampling, 0 (off) or more (default 20).",
-         "max_new_tokens": f"most tokens in the reply, 1 to {s.max_new_tokens} (default {s.max_new_tokens}).",
-         "greedy": "true for deterministic greedy decoding (temperature, top_p and top_k are then ignored).",
-         "seed": seed + "."})
-    image = _doc(
-        f"Generate one image from a text prompt with {backend.model_id('image')}; returns the PNG. "
-        f"Only these precompiled sizes exist on this server: {sizes} (width x height); any other size is "
-        "refused. The result is the PNG image and a JSON object of its parameters (prompt, size, steps, seed, "
-        "guidance, seconds); the PNG embeds the same parameters. A size still compiling is refused with its "
-        "expected wait (warmup_status tells).",
-        {"prompt": f"what to draw (at most {s.max_prompt_chars} characters).",
-         "size": f"one of {sizes} (default {s.sizes[0].label}).",
-         "steps": f"denoising steps, 1 to {s.max_steps} (default {s.default_steps}).",
-         "seed": seed + " (the seed used is in the returned parameters).",
-         "guidance": "guidance scale; empty for the model's default (a distilled model such as FLUX.2-klein "
-                     "ignores it)."})
-    status = ("The server's warm-up status: whether every engine is ready and what is still compiling. "
-              "Returns an object with ready (true once every declared shape is compiled), progress (0 to 1), "
-              "eta_s (seconds until ready, when known), failed (task names), compiles_since_ready (should stay "
-              "0), engines (chat and image: disabled, loading, ready or failed) and per-task details. Call it "
-              "when chat or generate_image is refused as still warming up.")
-    return {"chat": ("chat", chat), "generate_image": ("generate_image", image), "status": ("warmup_status", status)}
+        "The result is one JSON object: answer (the reply text), reasoning (the model's thinking, empty "
+        "unless thinking is true), done, dropped_turns (old turns left out to fit the context), stats "
+        "(prompt_tokens, bucket, new_tokens, time_to_first_token_s, tokens_per_s, seed, ...) and notices. The "
+        "server keeps no memory between calls: pass earlier turns in history. While the chat engine is still "
+        "warming up the call is refused with a message that says when to retry (warmup_status tells)."), {
+        "message": {"type": "string", "description": f"the user's message (at most {s.max_prompt_chars} "
+                                                     "characters)."},
+        "history": {"type": "array", "items": turn, "maxItems": s.max_history_messages, "default": [],
+                    "description": "earlier turns, oldest first, as objects {\"role\": \"user\" or \"assistant\", "
+                                   "\"content\": text}; empty (the default) for a new chat. The oldest turns are "
+                                   f"dropped when the prompt exceeds {s.buckets[-1]} tokens."},
+        "system_prompt": {"type": "string", "default": "",
+                          "description": "a system prompt; empty (the default) for none."},
+        "thinking": {"type": "boolean", "default": False,
+                     "description": "true to let the model reason before answering (Qwen3 thinking mode; slower); "
+                                    "default false."},
+        "temperature": {"type": _nullable("number"), "minimum": MIN_TEMPERATURE, "maximum": 2.0, "default": None,
+                        "description": f"sampling temperature, {MIN_TEMPERATURE:g} to 2; null (the default) for "
+                                       f"{think['temperature']:g} with thinking, else {plain['temperature']:g}."},
+        "top_p": {"type": _nullable("number"), "exclusiveMinimum": 0, "maximum": 1.0, "default": None,
+                  "description": f"nucleus sampling, above 0 and at most 1; null (the default) for "
+                                 f"{think['top_p']:g} with thinking, else {plain['top_p']:g}."},
+        "top_k": {"type": "integer", "minimum": 0, "maximum": MAX_TOP_K, "default": plain["top_k"],
+                  "description": f"top-k sampling, 0 (off) to {MAX_TOP_K}; default {plain['top_k']}."},
+        "max_new_tokens": {"type": "integer", "minimum": 1, "maximum": s.max_new_tokens,
+                           "default": s.max_new_tokens,
+                           "description": f"most tokens in the reply, 1 to {s.max_new_tokens} (default "
+                                          f"{s.max_new_tokens})."},
+        "greedy": {"type": "boolean", "default": False,
+                   "description": "true for deterministic greedy decoding (temperature, top_p and top_k are then "
+                                  "ignored); default false."},
+        "seed": _seed("reply")}, needed=("message",), output=reply)
+
+
+def image_tool(backend: Backend) -> Tool:
+    s = backend.settings
+    sizes = [size.label for size in s.sizes]
+    image = {"type": "object", "description": "the parameters of one image, as its PNG embeds them", "properties": {
+        "prompt": {"type": "string"}, "seed": {"type": "integer"}, "steps": {"type": "integer"},
+        "size": {"type": "string"}, "width": {"type": "integer"}, "height": {"type": "integer"},
+        "guidance": {"type": _nullable("number")}, "seconds": {"type": "number"}},
+        "required": ["prompt", "seed", "steps", "size", "width", "height"]}
+    result = {"type": "object", "required": ["images"], "properties": {
+        "images": {"type": "array", "items": image,
+                   "description": "one entry per image, in the order of the image blocks"}}}
+    return Tool("generate_image", "generate_image", (
+        f"Generate images from a text prompt with {backend.model_id('image')} (one by default). Only these "
+        f"precompiled sizes exist on this server: {', '.join(sizes)} (width x height); any other size is "
+        "refused. The result is one PNG image block per image and a JSON object {\"images\": [...]} with each "
+        "image's parameters (prompt, size, steps, seed, guidance, seconds) in the same order; each PNG embeds "
+        "its parameters. A size still compiling is refused with its expected wait (warmup_status tells)."), {
+        "prompt": {"type": "string", "description": f"what to draw (at most {s.max_prompt_chars} characters)."},
+        "size": {"type": "string", "enum": sizes, "default": sizes[0],
+                 "description": f"one of {', '.join(sizes)} (default {sizes[0]})."},
+        "steps": {"type": "integer", "minimum": 1, "maximum": s.max_steps, "default": s.default_steps,
+                  "description": f"denoising steps, 1 to {s.max_steps} (default {s.default_steps})."},
+        "seed": _seed("image (the seed used is in the returned parameters; several images take seed, seed+1, "
+                      "...)"),
+        "guidance": {"type": _nullable("number"), "minimum": GUIDANCE_MIN, "maximum": GUIDANCE_MAX,
+                     "default": None,
+                     "description": f"guidance scale, {GUIDANCE_MIN:g} to {GUIDANCE_MAX:g}; null (the default) for "
+                                    "the model's own (a distilled model such as FLUX.2-klein ignores it)."},
+        "images": {"type": "integer", "minimum": 1, "maximum": s.max_images_per_run, "default": 1,
+                   "description": f"how many images to make, one after another, 1 to {s.max_images_per_run} "
+                                  "(default 1)."},
+        "preview": {"type": "boolean", "default": False,
+                    "description": "true to compute live preview frames while the image denoises; an MCP "
+                                   "result holds only the finished images, so false (the default) here."}},
+        needed=("prompt",), output=result)
+
+
+def status_tool() -> Tool:
+    engine = {"type": "object", "description": "state: disabled, loading, ready or failed"}
+    result = {"type": "object", "required": ["ready", "progress", "failed", "compiles_since_ready", "engines"],
+              "properties": {
+                  "ready": {"type": "boolean"}, "progress": {"type": "number"},
+                  "eta_s": {"type": _nullable("number")}, "failed": {"type": "array", "items": {"type": "string"}},
+                  "compiles_since_ready": {"type": "integer"},
+                  "engines": {"type": "object", "additionalProperties": engine},
+                  "tasks": {"type": "array", "items": {"type": "object"}}}}
+    return Tool("warmup_status", "status", (
+        "The server's warm-up status: whether every engine is ready and what is still compiling. "
+        "Returns a JSON object with ready (true once every declared shape is compiled), progress (0 to 1), "
+        "eta_s (seconds until ready, when known), failed (task names), compiles_since_ready (should stay "
+        "0), engines (chat and image: disabled, loading, ready or failed) and per-task details. Call it "
+        "when chat or generate_image is refused as still warming up."), output=result)
+
+
+def mcp_tools(backend: Backend) -> dict[str, Tool]:
+    """api_name -> the tool it becomes."""
+    return {tool.api_name: tool for tool in (chat_tool(backend), image_tool(backend), status_tool())}
+
+
+def structured(tool: Tool, outputs: list) -> dict:
+    """The endpoint's outputs as the tool's JSON result (image files are handed back apart as blocks)."""
+    if tool.api_name == "generate_image":
+        params = outputs[1] if isinstance(outputs[1], list) else [outputs[1]]
+        return {"images": params}
+    result = dict(outputs[0])
+    result.pop("delta", None)  # a streamed update's increment: the whole reply is in answer
+    return result
+
+
+def image_files(tool: Tool, outputs: list) -> list[dict]:
+    """The endpoint's PNG outputs (Gradio's file data: path, url, ...), one per image."""
+    if tool.api_name != "generate_image":
+        return []
+    return outputs[0] if isinstance(outputs[0], list) else [outputs[0]]
+
+
+def as_text(result: dict) -> str:
+    return json.dumps(result, ensure_ascii=False, default=str)
 
 
 def describe_tools(demo: gr.Blocks, backend: Backend) -> list[str]:
@@ -79,57 +267,15 @@ def describe_tools(demo: gr.Blocks, backend: Backend) -> list[str]:
     Other public endpoints (e.g. the image tab's PNG paste-back) stay API endpoints but are not
     listed as tools: Gradio lists a function as a tool unless its ``_mcp_type`` says otherwise.
     """
-    docs = tool_docs(backend)
+    tools = mcp_tools(backend)
     named = []
     for block_fn in demo.fns.values():
         if block_fn.fn is None or block_fn.api_name is None or block_fn.api_visibility != "public":
             continue
-        if block_fn.api_name in docs:
-            name, doc = docs[block_fn.api_name]
-            block_fn.fn.__name__, block_fn.fn.__doc__ = name, doc
-            named.append(name)
+        if block_fn.api_name in tools:
+            tool = tools[block_fn.api_name]
+            block_fn.fn.__name__, block_fn.fn.__doc__ = tool.name, tool.docstring
+            named.append(tool.name)
         else:
             block_fn.fn._mcp_type = "api-only"
     return named
-
-
-def loopback_login(demo: gr.Blocks, auth: tuple[str, str] | None):
-    """A FastAPI lifespan that makes the MCP server's loopback client log in with ``auth``.
-
-    Gradio's MCP server calls queued tools through a ``gradio_client.Client`` of its own URL,
-    created on the first call without credentials; with ``--auth`` every such call would be
-    refused. The server object exists once the app is built, so the lifespan (run at start-up)
-    replaces its client factory with one that logs in.
-    """
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        server = getattr(demo, "mcp_server_obj", None)
-        if server is not None:
-            if auth is not None:
-                server._get_or_create_client = lambda: _logged_in_client(server, auth)
-            server._execute_tool_without_progress = _outputs_as_list(server._execute_tool_without_progress)
-        yield
-
-    return lifespan
-
-
-def _outputs_as_list(execute):
-    """Gradio 6.31 wraps a multi-output result (a tuple) in a list when the client sends no progress
-    token, so the PNG of generate_image came back as the text of a tuple, not as an MCP image; unwrap it."""
-
-    async def without_progress(job):
-        outputs = await execute(job)
-        return list(outputs[0]) if len(outputs) == 1 and isinstance(outputs[0], tuple) else outputs
-
-    return without_progress
-
-
-def _logged_in_client(server, auth: tuple[str, str]):
-    from gradio_client import Client
-
-    if server._client_instance is None:  # same options as Gradio's own factory, plus the login
-        server._client_instance = Client(server.local_url, auth=auth, download_files=False, verbose=False,
-                                         analytics_enabled=False, ssl_verify=False, _skip_components=False,
-                                         headers={"x-gradio-user": "mcp"})
-    return server._client_instance

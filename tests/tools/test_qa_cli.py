@@ -115,5 +115,6 @@ def test_cli_through_the_openai_api_gives_the_same_cells_as_through_gradio(serve
     assert [c.image_png for c in v1.cells] == [c.image_png for c in gradio.cells]
     chat = next(c for c in v1.cells if c.kind == "chat")
     assert chat.stats["new_tokens"] >= 1 and chat.stats["time_to_first_token_s"] > 0
-    limits = openai_cells.server_settings(openai_cells.served_models(openai_cells.connect(url.rstrip("/") + "/v1", None)))
+    client = openai_cells.connect(url.rstrip("/") + "/v1", None)
+    limits = openai_cells.server_settings(openai_cells.served_models(client))
     assert [s.label for s in limits.sizes] == ["64x64", "96x64"] and limits.max_new_tokens == 200

@@ -130,13 +130,13 @@ def test_mcp_lists_and_calls_every_tool(mcp_app):
     assert f"1 to {backend.settings.max_steps}" in described.inputSchema["properties"]["steps"]["description"]
     assert "200" in tools["chat"].inputSchema["properties"]["max_new_tokens"]["description"]  # --max-new-tokens
 
-    assert not status.isError and "'ready': True" in status.content[0].text
+    assert not status.isError and json.loads(status.content[0].text)["ready"] is True
     assert not image.isError
     png = next(c for c in image.content if c.type == "image")
     assert png.mimeType == "image/png"
     assert Image.open(io.BytesIO(base64.b64decode(png.data))).size == (96, 64)
-    assert any("'seed': 5" in c.text for c in image.content if c.type == "text")
-    assert not chat.isError and "'done': True" in chat.content[0].text
+    assert any(json.loads(c.text)["images"][0]["seed"] == 5 for c in image.content if c.type == "text")
+    assert not chat.isError and json.loads(chat.content[0].text)["done"] is True
     assert wrong.isError and "64x64" in wrong.content[0].text and "96x64" in wrong.content[0].text  # allowed sizes
 
 

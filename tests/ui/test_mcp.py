@@ -1,0 +1,221 @@
+"""MCP tools as agents call them: the official ``mcp`` client against a running app (``--mcp``), and each
+tool's input schema against the subset of JSON Schema that strict function calling takes.
+
+The subset checked (``strict_problems``, ``parameter_problems``): what OpenAI's strict function calling
+requires, which also keeps clients that convert text arguments by a property's ``type`` (the MCP
+Inspector CLI) and Gemini's JSON-schema parameters working:
+
+- every property has a ``type``: one JSON type, or a pair ``[type, "null"]``;
+- no ``oneOf``, ``anyOf``, ``allOf``, ``not``, ``$ref`` or ``$defs`` anywhere;
+- every object has ``additionalProperties: false`` and a ``required`` that lists every property;
+- every array has ``items``;
+- every parameter has a description; a ``default`` (valid against its own schema) unless the call
+  must send it; numbers and whole numbers their bounds (``minimum`` or ``exclusiveMinimum``, ``maximum``).
+
+Not checked: annotation keywords a provider may not take (OpenAI's strict mode does not list ``default``
+among its keywords: a strict client drops it; each description repeats the default in words).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+
+import httpx
+import jsonschema
+import pytest
+from PIL import Image
+from support.app import start_app
+
+from neuron_backend.runtime import Backend
+from ui.mcp_tools import mcp_tools
+
+JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
+UNIONS = ("oneOf", "anyOf", "allOf", "not", "$ref", "$defs")
+NEEDED = {"message", "prompt"}  # the one argument each tool cannot do without
+
+
+def strict_problems(schema: dict, where: str = "schema") -> list[str]:
+    """What keeps ``schema`` (and every schema inside it) out of the strict subset (see the module's docstring)."""
+    problems = [f"{where}: {word}" for word in UNIONS if word in schema]
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if kind is None or not set(kinds) <= JSON_TYPES or (isinstance(kind, list) and (len(kind) != 2
+                                                                                     or "null" not in kind)):
+        problems.append(f"{where}: type {kind!r}")
+    if "object" in kinds:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            problems.append(f"{where}: additionalProperties is not false")
+        if sorted(schema.get("required", [])) != sorted(properties):
+            problems.append(f"{where}: required {schema.get('required')} is not every property")
+        for name, sub in properties.items():
+            problems += strict_problems(sub, f"{where}.{name}")
+    if "array" in kinds:
+        problems += strict_problems(schema["items"], f"{where}[]") if "items" in schema else [f"{where}: no items"]
+    return problems
+
+
+def parameter_problems(schema: dict) -> list[str]:
+    """Parameters without a description, a default or (numbers) their bounds; defaults their schema refuses."""
+    problems = []
+    for name, sub in schema["properties"].items():
+        kinds = sub["type"] if isinstance(sub["type"], list) else [sub["type"]]
+        if not sub.get("description"):
+            problems.append(f"{name}: no description")
+        if name not in NEEDED:
+            if "default" not in sub:
+                problems.append(f"{name}: no default")
+            else:
+                try:
+                    jsonschema.validate(sub["default"], sub)
+                except jsonschema.ValidationError:
+                    problems.append(f"{name}: its default {sub['default']!r} is not valid against its schema")
+        if {"integer", "number"} & set(kinds) and not (
+                ("minimum" in sub or "exclusiveMinimum" in sub) and "maximum" in sub):
+            problems.append(f"{name}: no minimum or maximum")
+    return problems
+
+
+def test_every_tool_schema_keeps_to_the_strict_subset(tiny_settings):
+    tools = mcp_tools(Backend(tiny_settings))
+    assert {tool.name for tool in tools.values()} == {"chat", "generate_image", "warmup_status"}
+    for tool in tools.values():
+        jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+        jsonschema.Draft202012Validator.check_schema(tool.output)
+        assert strict_problems(tool.input_schema) == [], tool.name
+        assert parameter_problems(tool.input_schema) == [], tool.name
+    chat = tools["chat"].input_schema["properties"]
+    assert chat["max_new_tokens"]["maximum"] == tiny_settings.max_new_tokens
+    assert chat["seed"]["type"] == ["integer", "null"] and chat["seed"]["maximum"] == 2**32 - 1
+    image = tools["generate_image"].input_schema["properties"]
+    assert image["steps"]["maximum"] == tiny_settings.max_steps
+    assert image["images"]["maximum"] == tiny_settings.max_images_per_run
+    assert image["size"]["enum"] == [size.label for size in tiny_settings.sizes]
+
+
+# ----- the tools served, through the official client ---------------------------------------------
+@pytest.fixture(scope="module")
+def mcp_app(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mcp-tools")
+    demo, backend, url = start_app(root, "--mcp")
+    yield backend, url, root
+    demo.close()
+
+
+def _session(url: str, calls, transport: str = "http"):
+    """Open an MCP session at ``url`` (streamable HTTP or SSE) and run ``calls(session)``."""
+    from mcp import ClientSession
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def run():
+        client = streamable_http_client(url) if transport == "http" else sse_client(url)
+        async with client as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                return await calls(session)
+
+    return asyncio.run(asyncio.wait_for(run(), timeout=240))
+
+
+@pytest.mark.slow
+def test_the_documented_urls_serve_the_strict_schemas(mcp_app):
+    """``/gradio_api/mcp`` (streamable HTTP; a path that ends in /mcp is what the MCP Inspector CLI reads
+    as HTTP) and ``/gradio_api/mcp/sse`` (SSE) list the same tools with the strict schemas."""
+    backend, url, _ = mcp_app
+
+    async def listed(session):
+        return {tool.name: tool for tool in (await session.list_tools()).tools}
+
+    http = _session(url + "gradio_api/mcp", listed)
+    sse = _session(url + "gradio_api/mcp/sse", listed, transport="sse")
+    assert set(http) == set(sse) == {"chat", "generate_image", "warmup_status"}
+    for name, tool in http.items():
+        assert strict_problems(tool.inputSchema) == [], name
+        assert parameter_problems(tool.inputSchema) == [], name
+        assert tool.outputSchema is not None and tool.outputSchema["type"] == "object"
+        assert sse[name].inputSchema == tool.inputSchema
+    assert "images" in http["generate_image"].outputSchema["properties"]
+    served = httpx.get(url + "gradio_api/mcp/schema").json()  # Gradio's schema route shows the same
+    assert {t["name"]: t["inputSchema"] for t in served if t["meta"]["mcp_type"] == "tool"} == {
+        name: t.inputSchema for name, t in http.items()}
+
+
+@pytest.mark.slow
+def test_every_tool_called_with_numbers_returns_json_and_one_image_block_per_image(mcp_app):
+    backend, url, root = mcp_app
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    numbers = {"message": "Hello", "history": history, "system_prompt": "Be brief.", "temperature": 0.5,
+               "top_p": 0.9, "top_k": 10, "max_new_tokens": 4, "seed": 11}
+    as_text = {**numbers, "temperature": "0.5", "top_p": "0.9", "top_k": "10", "max_new_tokens": "4",
+               "seed": "11", "greedy": "false"}  # the form some clients send numbers in (older Inspector CLIs)
+
+    progress = []
+
+    async def on_progress(step, total, message):
+        progress.append(message)
+
+    async def calls(session):
+        return (await session.call_tool("chat", numbers), await session.call_tool("chat", as_text),
+                await session.call_tool("generate_image", {"prompt": "a lighthouse", "size": "96x64", "steps": 1,
+                                                           "seed": 7, "images": 2, "guidance": None}),
+                await session.call_tool("warmup_status", {}),
+                await session.call_tool("generate_image", {"prompt": "a lighthouse", "steps": 1, "seed": 3},
+                                        progress_callback=on_progress))  # Gradio's path with progress updates
+
+    chat, chat_text, image, status, followed = _session(url + "gradio_api/mcp", calls)
+    for result in (chat, chat_text, image, status, followed):
+        assert not result.isError, result.content[0].text
+        assert result.content[0].type == "text" and json.loads(result.content[0].text) == result.structuredContent
+    reply = chat.structuredContent
+    assert reply["done"] is True and isinstance(reply["answer"], str) and "delta" not in reply
+    assert reply["stats"]["seed"] == 11 and reply["stats"]["max_new_tokens"] == 4
+    assert 1 <= reply["stats"]["new_tokens"] <= 4
+    assert chat_text.structuredContent["answer"] == reply["answer"]  # same seed, same settings, same reply
+
+    blocks = [c for c in image.content if c.type == "image"]
+    params = image.structuredContent["images"]
+    assert len(blocks) == len(params) == 2
+    assert [p["seed"] for p in params] == [7, 8] and all(p["size"] == "96x64" for p in params)
+    for block, param in zip(blocks, params, strict=True):
+        png = Image.open(io.BytesIO(base64.b64decode(block.data)))
+        assert block.mimeType == "image/png" and png.format == "PNG" and png.size == (96, 64)
+        assert json.loads(png.text["showcase"])["seed"] == param["seed"]  # the PNG as written, parameters in it
+    texts = " ".join(c.text for c in image.content if c.type == "text")
+    assert str(root) not in texts and "/tmp" not in texts and "gradio_api/file" not in texts  # no server path
+    assert progress and [c.type for c in followed.content] == ["text", "image"]
+    assert followed.structuredContent["images"][0]["seed"] == 3
+    assert status.structuredContent["ready"] is True and status.structuredContent["compiles_since_ready"] == 0
+    assert str(root) not in status.content[0].text  # no login: no server folder
+
+
+@pytest.mark.slow
+def test_bad_arguments_get_a_message_that_says_what_is_allowed(mcp_app):
+    backend, url, _ = mcp_app
+    refused = {
+        "chat": [({"message": "Hi", "max_new_tokens": 900}, ["max_new_tokens", "1 to 200"]),
+                 ({"message": "Hi", "temperature": "warm"}, ["temperature", "0.01 to 2"]),
+                 ({"message": "Hi", "colour": "red"}, ["colour", "message, history", "max_new_tokens, greedy, seed"]),
+                 ({}, ["message"])],
+        "generate_image": [({"prompt": "x", "images": 9}, ["1 to 4"]),
+                           ({"prompt": "x", "steps": 1, "size": "512x512"}, ["64x64, 96x64"])],
+        "warmup_status": [({"verbose": True}, ["verbose"])],
+        "draw": [({}, ["chat, generate_image, warmup_status"])],
+    }
+
+    async def calls(session):
+        results = [(name, args, words, await session.call_tool(name, args))
+                   for name, cases in refused.items() for args, words in cases]
+        return results, await session.call_tool("chat", {"message": "Still there?", "max_new_tokens": 2})
+
+    results, after = _session(url + "gradio_api/mcp", calls)
+    for name, args, words, result in results:
+        text = result.content[0].text
+        assert result.isError, (name, args)
+        assert all(word in text for word in words), (name, args, text)
+        for python in ("Traceback", "Input validation error", "NoneType", "not valid under any", "view API", "/tmp"):
+            assert python not in text, (name, args, text)
+    assert not after.isError and after.structuredContent["done"] is True  # the app keeps working
