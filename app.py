@@ -96,12 +96,19 @@ def annex_routes(backend) -> list:
 
 
 def launch(backend, **kwargs):
-    """Start warm-up in the background and serve the UI at once."""
+    """Serve the UI, then start warm-up in the background, then block (unless ``prevent_thread_lock``).
+
+    In this order because ``launch()`` checks once that the server answers (a ``HEAD /`` with a 3 s
+    timeout) and fails the start when it does not: a warm-up thread already loading gigabytes of weights
+    can starve that check on a busy host."""
     import ui  # Gradio: imported here so the torchrun followers never load it
 
+    demo, launched = ui.serve(backend, tabs=annex_tabs(), details=annex_details(), routes=annex_routes(backend),
+                              chat_extras=annex_chat_extras(), **{**kwargs, "prevent_thread_lock": True})
     backend.start()
-    return ui.serve(backend, tabs=annex_tabs(), details=annex_details(), routes=annex_routes(backend),
-                    chat_extras=annex_chat_extras(), **kwargs)
+    if not kwargs.get("prevent_thread_lock"):
+        demo.block_thread()
+    return demo, launched
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -302,3 +302,38 @@ def test_saved_chats_keep_their_key_and_secret_across_restarts(tmp_path):
     first, second = saved_chats_state(), saved_chats_state()
     assert first == second and [key for key, _ in first] == [SAVED_CHATS_KEY]
     assert len(first[0][1]) >= 16
+
+
+# ----- start-up order ----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_page_answers_before_warm_up_starts(tmp_path):
+    """``app.launch`` serves first and warms up after: Gradio's own start-up check (one ``HEAD /`` with a 3 s
+    timeout) must not compete with a warm-up thread that loads the weights."""
+    import threading
+
+    from support.app import free_port
+
+    import app
+    from neuron_backend.runtime import Backend
+    from neuron_backend.settings import parse_settings
+
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
+                               "--port", str(free_port())], env={})
+    backend = Backend(settings, hooks=app.annex_hooks())
+    answered = []
+
+    def start():  # what the server says at the moment warm-up would begin (nothing is loaded here)
+        try:
+            answered.append(httpx.get(f"http://127.0.0.1:{settings.port}/healthz", timeout=5).status_code)
+        except httpx.HTTPError as exc:
+            answered.append(type(exc).__name__)
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        return thread
+
+    backend.runner.start = start
+    demo, _ = app.launch(backend, prevent_thread_lock=True, quiet=True)
+    try:
+        assert answered == [200]
+    finally:
+        demo.close()
