@@ -17,7 +17,7 @@ from .chat import static_cache
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .messages import tr
-from .metrics import Metrics
+from .metrics import Metrics, readiness
 from .settings import Settings
 from .shapes import ShapeKey, engine_name, shape_keys
 from .warmup import (
@@ -318,14 +318,19 @@ class Backend:
                                    "eta_s": self.runner.eta_until(name, task.shape)}
         return out
 
+    def readiness(self) -> tuple[bool, dict]:
+        """Whether every enabled engine serves every declared shape, and /readyz's body: the one answer that
+        /readyz, /status, MCP's warmup_status and the page's header give."""
+        return readiness(self.runner.tasks)
+
     def status(self) -> dict:
         """The warm-up snapshot plus what runs where (JSON-serialisable)."""
         snap = self.runner.snapshot()
         engines = {name: self._engine_state(name) for name in ENGINES}
         snap.update(
-            # ready: warm-up over AND every enabled engine serves (a failed engine is not ready)
+            # ready: /readyz's answer (every enabled engine serves every declared shape; a failed one is not)
             warmup_done=snap["ready"],
-            ready=snap["ready"] and all(e["state"] == "ready" for e in engines.values() if e["state"] != "disabled"),
+            ready=self.readiness()[0] and all(e["state"] in ("ready", "disabled") for e in engines.values()),
             fallbacks=dict(self.fallbacks),
             banner=self.banner(),
             demo=self.settings.demo,

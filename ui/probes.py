@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from neuron_backend.metrics import CONTENT_TYPE, readiness
+from neuron_backend.metrics import CONTENT_TYPE
 from neuron_backend.runtime import Backend
 
 PROTECTED_PREFIXES = ("/metrics", "/gradio_api/mcp")
@@ -40,7 +40,7 @@ def probe_routes(backend: Backend) -> list[Route]:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        ready, body = readiness(backend.runner.tasks)
+        ready, body = backend.readiness()
         return JSONResponse(body, status_code=200 if ready else 503)
 
     def metrics(request: Request) -> Response:  # sync: Starlette runs it on a worker thread

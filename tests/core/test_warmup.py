@@ -99,6 +99,12 @@ def test_failing_shape_is_isolated(tmp_path, monkeypatch):
     assert states == {"prefill-32": "ready", "prefill-64": "ready", "prefill-128": "ready",
                       "64x64": "ready", "96x64": "failed"}
     assert "simulated compiler crash" in next(t["error"] for t in snap["tasks"] if t["shape"] == "96x64")
+    # One readiness answer: a failed shape is not ready in /status (and MCP's warmup_status, which reads it)
+    # nor in /readyz, although warm-up is over and both engines serve.
+    assert snap["warmup_done"] is True and snap["engines"]["image"]["state"] == "ready"
+    assert snap["ready"] is False and backend.readiness()[0] is False
+    assert [name for name in backend.readiness()[1]["failed"]] == [
+        next(t["name"] for t in snap["tasks"] if t["shape"] == "96x64")]
     with pytest.raises(ShapeFailedError, match="simulated compiler crash"):
         backend.generate_image(ImageRequest(prompt="a cat", size="96x64", steps=1, seed=1))
     assert backend.generate_image(ImageRequest(prompt="a cat", size="64x64", steps=1, seed=1)).image.size == (64, 64)
