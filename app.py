@@ -4,9 +4,10 @@ The entry point only: settings, the compile-cache folders, the torchrun branch, 
 ``ui.serve``. The page lives in ``ui/``, the engines in ``neuron_backend/``. Run ``python app.py
 --help`` for every flag, ``python app.py --doctor`` for a first-run checklist of this host.
 
-Order matters on Trainium (docs/trainium.md): the settings and the NEFF cache variables come first,
-without torch; ``import torch`` then autoloads torch-neuronx, which reads them, and a torch /
-torch-neuronx mismatch fails right there, so that import is guarded with a message saying what to do.
+Order matters on Trainium (docs/trainium.md): the settings, this interpreter's folder first on ``PATH``
+(TorchNeuron runs the ``neuronx-cc`` it finds there) and the NEFF cache variables come first, without
+torch; ``import torch`` then autoloads torch-neuronx, which reads them, and a broken Neuron install fails
+right there, so that import is guarded with a message saying what to do.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from importlib import metadata
 
 from neuron_backend.compile_cache import configure_compile_cache  # imports no torch
 from neuron_backend.errors import ShowcaseError
+from neuron_backend.neuron_install import interpreter_bin_first, load_failure  # imports no torch
 from neuron_backend.settings import parse_settings
 
 log = logging.getLogger("showcase.app")
 
-MISMATCH_HINT = """\
+LOAD_FAILURE = """\
 error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}
   installed: torch {torch}, torch-neuronx {neuronx}
-  torch-neuronx must be the family of the installed torch: 2.13.3.0.* for torch 2.13.0 (what this app is
-  tested with), 2.14.3.0.* for torch 2.14.0 (Neuron 2.33). Fix it with
-      pip install -r requirements-neuron.txt
-  (see docs/trainium.md), then check the host with `python app.py --doctor`.
+  {fix}.
+  Then check the host with `python app.py --doctor`.
   To run on CPU meanwhile: TORCH_DEVICE_BACKEND_AUTOLOAD=0 python app.py --device cpu"""
 
 
@@ -41,14 +41,14 @@ def _version(dist: str) -> str:
 def backend_load_failure(exc: BaseException) -> str | None:
     """The message for a torch-neuronx that ``import torch`` could not load, or None for other errors.
 
-    torch wraps a failing autoload as ``RuntimeError("Failed to load the backend extension: ...")``;
-    an import of torch_neuronx itself can also fail with ``ImportError`` (undefined symbol, wrong package).
+    The fix follows the cause (``neuron_install.load_failure``): the Neuron runtime missing, a glibc older
+    than the wheels', or torch and torch-neuronx of different families.
     """
-    text = str(exc)
-    if not ("Failed to load the backend extension" in text or "torch_neuronx" in text or "torch-neuronx" in text):
+    failure = load_failure(exc)
+    if failure is None:
         return None
-    cause = f"{text} (caused by {type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else text
-    return MISMATCH_HINT.format(cause=cause, torch=_version("torch"), neuronx=_version("torch-neuronx"))
+    return LOAD_FAILURE.format(cause=failure.cause, torch=_version("torch"), neuronx=_version("torch-neuronx"),
+                               fix=failure.fix)
 
 
 def _import_runtime():
@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    interpreter_bin_first()  # before import torch: TorchNeuron runs the neuronx-cc it finds on PATH
     if settings.doctor:
         from tools import doctor
 

@@ -4,12 +4,17 @@ Each line is ``pass``, ``fail`` or ``skipped`` with the reason, and a fix where 
 It runs what applies to this host (on a CPU machine the Neuron checks say why they are skipped) and
 exits non-zero when a check the app needs fails; once ``neuron-ls`` lists devices, torch-neuronx and
 a visible core are needed. Checks, in order: Python; torch and torch-neuronx versions and whether
-their families match; ``import torch`` (which autoloads torch-neuronx); ``neuron-ls`` (2.34's
-``--output-format json``, else 2.33's ``-j``); the cores visible to this process; per placement, a
+their families match; the OS release and glibc (the Neuron 2.33 wheels are for Ubuntu 26.04);
+``neuronx-cc`` on ``PATH`` and, in a venv, the venv's own; ``import torch`` (which autoloads
+torch-neuronx); ``neuron-ls`` (2.34's ``--output-format json``, else 2.33's ``-j``); the cores visible
+to this process; per placement, a
 tiny graph compiled and run from a fresh thread inside that placement's device context (what every
 engine thread does, ``devices.on_device``); the NEFF cache folder, and a second fresh process reading
 back the graph a first one compiled; the counters the panel can read; memory per core; whether every
 file each chosen model needs is in the local Hugging Face cache; free disk for the caches.
+
+Not checked: glibc against a minimum (none is published), the compiler's version or that it runs
+outside the tiny-graph check, the driver's and runtime's versions.
 
 Nothing here downloads anything; the only subprocesses are ``neuron-ls`` and, on Neuron, one
 Python process for the cache check, both with timeouts.
@@ -28,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 from neuron_backend.compile_cache import NEFF_CACHE_ENV, configure_compile_cache
+from neuron_backend.neuron_install import COMPILER, WHEELS_OS, WHEELS_OS_NAME, glibc_version, load_failure, os_release
 from neuron_backend.settings import Settings, parse_settings
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
@@ -46,13 +52,14 @@ class Check:
     detail: str
     fix: str | None = None
     needed: bool = True  # a failed check that is not needed is shown but does not fail the doctor
+    why_not_needed: str = "not needed to start: the app works around it"
 
     def line(self) -> str:
         text = f"{self.status:<7} {self.name}: {self.detail}"
         if self.fix:
             text += f"\n        fix: {self.fix}"
         if self.status == FAIL and not self.needed:
-            text += "\n        (not needed to start: the app works around it)"
+            text += f"\n        ({self.why_not_needed})"
         return text
 
 
@@ -75,7 +82,8 @@ def check_python(neuronx: str | None, neuron_devices: int = 0) -> Check:
     v = sys.version_info[:2]
     text = f"{sys.version.split()[0]} (the app needs >= 3.10; TorchNeuron 2.33 wheels: 3.12, 3.13, 3.14)"
     if (neuronx is not None or neuron_devices) and v not in NEURON_PYTHONS:
-        return Check(FAIL, "python", text, "use Python 3.12-3.14 for the Neuron install (e.g. python3.12 -m venv)")
+        return Check(FAIL, "python", text, "make the Neuron venv with a Python 3.12-3.14 (python3 -m venv .venv on "
+                     f"{WHEELS_OS_NAME})")
     return Check(PASS, "python", text)
 
 
@@ -100,12 +108,67 @@ def check_versions(neuron_devices: int = 0) -> Check:
     return Check(PASS, "torch / torch-neuronx", f"torch {torch_v}, torch-neuronx {neuronx}: families match{untested}")
 
 
+def check_os(neuron_wanted: bool, release: dict | None = None, glibc: str | None = None) -> Check:
+    """The OS release and glibc; the Neuron 2.33 standalone wheels support Ubuntu 26.04 only."""
+    release = os_release() if release is None else release
+    glibc = glibc_version() if glibc is None else glibc
+    name = release.get("PRETTY_NAME") or " ".join(filter(None, (release.get("NAME"), release.get("VERSION_ID"))))
+    text = f"{name or 'no /etc/os-release'}, {glibc}"
+    unchecked = ("its glibc is not compared with a minimum, which is not published: a too old one fails "
+                 "`import torch` with 'GLIBC_2.xx not found'")
+    if (release.get("ID"), release.get("VERSION_ID")) == WHEELS_OS:
+        return Check(PASS, "OS", f"{text}: what the Neuron 2.33 wheels are built for ({unchecked})")
+    if not neuron_wanted:
+        return Check(PASS, "OS", f"{text} (the CPU install runs here; the Neuron 2.33 wheels need {WHEELS_OS_NAME})")
+    return Check(FAIL, "OS", f"{text}: the Neuron 2.33 standalone wheels support {WHEELS_OS_NAME} only ({unchecked})",
+                 f"run on {WHEELS_OS_NAME} (the TorchNeuron DLAMI; docs/trainium.md)", needed=False,
+                 why_not_needed="not failed outright: the `import torch` check shows whether the wheels load here")
+
+
+def check_compiler(neuron_wanted: bool, executable: str | None = None, path: str | None = None,
+                   venv: bool | None = None) -> Check:
+    """``neuronx-cc`` on ``PATH`` and, in a venv, the one beside this python: TorchNeuron runs the one PATH finds.
+
+    ``executable`` defaults to ``sys.executable``, ``path`` to ``$PATH``, ``venv`` to whether this python
+    runs in a venv. Not checked: that the compiler runs (on Neuron the tiny-graph check compiles with it)."""
+    folder = os.path.dirname(os.path.abspath(executable or sys.executable))
+    venv = sys.prefix != sys.base_prefix if venv is None else venv
+    beside = os.path.join(folder, COMPILER)
+    has_beside = venv and os.path.isfile(beside) and os.access(beside, os.X_OK)
+    found = shutil.which(COMPILER, path=path)
+    activate = f"source {os.path.join(folder, 'activate')}"
+    started = f"`python app.py` puts {folder} first on PATH at start; what else runs from this shell does not"
+    if found is None and has_beside:
+        return Check(FAIL, COMPILER, f"not on PATH, but this venv has {beside}: {started}", activate, needed=False)
+    if found is None and not neuron_wanted:
+        return Check(SKIPPED, COMPILER, "not on PATH (no Neuron install here)", f"on a Trn2/Trn3 host: {INSTALL_FIX}",
+                     needed=False)
+    if found is None:
+        where = f" nor in this venv ({folder})" if venv else ""
+        return Check(FAIL, COMPILER, f"not on PATH{where}: TorchNeuron runs {COMPILER} from PATH, so every compile "
+                     "would fail, eager ops included", INSTALL_FIX)
+    same = has_beside and os.path.samefile(found, beside)
+    if venv and not same and has_beside:
+        return Check(FAIL, COMPILER, f"PATH finds {found} before this venv's {beside}: {started}", activate,
+                     needed=False)
+    if venv and not same:
+        return Check(FAIL, COMPILER, f"PATH finds {found}, but this venv ({folder}) has none: TorchNeuron would run "
+                     "another install's compiler, whose version need not match torch-neuronx", INSTALL_FIX,
+                     needed=neuron_wanted)
+    package = _version("neuronx-cc")
+    own = " (this venv's own)" if same else ""
+    installed = f"package neuronx-cc {package}" if package else "no neuronx-cc package in this python"
+    return Check(PASS, COMPILER, f"{found}{own}, {installed}")
+
+
 def check_import_torch() -> tuple[Check, object | None]:
     try:
         import torch
     except (ImportError, RuntimeError) as exc:
         cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
-        return Check(FAIL, "import torch", f"{exc}{cause}", f"{INSTALL_FIX}; to run on CPU meanwhile: "
+        failure = load_failure(exc)
+        fix = INSTALL_FIX if failure is None or failure.kind == "mismatch" else failure.fix
+        return Check(FAIL, "import torch", f"{exc}{cause}", f"{fix}; to run on CPU meanwhile: "
                      "TORCH_DEVICE_BACKEND_AUTOLOAD=0 python app.py --device cpu"), None
     neuron = "torch.neuron registered" if getattr(torch, "neuron", None) is not None else "no torch.neuron"
     return Check(PASS, "import torch", f"{torch.__version__} ({neuron})"), torch
@@ -370,7 +433,9 @@ def run(settings: Settings, out=None) -> int:
 
     print("Trainium showcase doctor: pass / fail / skipped, with the fix", file=out)
     neuron_ls, neuron_devices = check_neuron_ls()  # first: what the other checks need once devices are there
+    neuron_wanted = bool(neuron_devices) or _version("torch-neuronx") is not None
     emit(check_python(_version("torch-neuronx"), neuron_devices), check_versions(neuron_devices))
+    emit(check_os(neuron_wanted), check_compiler(neuron_wanted))
     imported, torch = check_import_torch()
     emit(imported)
     emit(neuron_ls)

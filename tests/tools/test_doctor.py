@@ -1,4 +1,4 @@
-"""First run from the command line: the doctor, a broken torch-neuronx, the install pins."""
+"""First run from the command line: the doctor, a broken Neuron install, the compiler on PATH, the install pins."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from support import fake_neuron, fake_neuron_ls
+from support.fake_neuronx_cc import write as fake_compiler
 
+from neuron_backend import neuron_install
 from neuron_backend.settings import parse_settings
 from tools import doctor
 
@@ -30,14 +32,25 @@ def _autoload():
 '''
 
 
-def fake_extension(folder: Path) -> Path:
+def fake_extension(folder: Path, source: str = BROKEN_EXTENSION) -> Path:
     folder.mkdir()
-    (folder / "broken_neuronx.py").write_text(BROKEN_EXTENSION)
+    (folder / "broken_neuronx.py").write_text(source)
     info = folder / "torch_neuronx-2.14.3.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.14.3.0.100\n")
     (info / "entry_points.txt").write_text("[torch.backends]\ntorch_neuronx = broken_neuronx:_autoload\n")
     return folder
+
+
+# An installed "torch-neuronx" whose autoload records which neuronx-cc PATH finds at that moment, then
+# fails the way it does on a host without the Neuron runtime.
+NO_RUNTIME_EXTENSION = '''
+import os, shutil
+def _autoload():
+    with open(os.environ["RECORD_AUTOLOAD"], "w") as f:
+        f.write(shutil.which("neuronx-cc") or "")
+    raise ImportError("libnrt.so.1: cannot open shared object file: No such file or directory")
+'''
 
 
 def run(args, env_extra=None, timeout=300):
@@ -60,6 +73,25 @@ def test_a_mismatched_torch_neuronx_gets_a_message_not_a_traceback_and_saw_the_c
     seen = json.loads(record.read_text())
     assert seen == {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "root" / "compile-cache" / "neff"),
                     "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR": str(tmp_path / "root" / "neff-locks")}
+
+
+@pytest.mark.slow
+def test_the_app_runs_its_venvs_compiler_unactivated_and_names_a_missing_runtime(tmp_path):
+    venv_bin = tmp_path / "venv" / "bin"
+    own = fake_compiler(venv_bin)
+    (venv_bin / "python").symlink_to(sys.executable)  # a venv's python is a link; started without activation
+    other = fake_compiler(tmp_path / "other")  # another install's compiler, earlier on PATH
+    ext = fake_extension(tmp_path / "site", NO_RUNTIME_EXTENSION)
+    record = tmp_path / "seen.txt"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ext), "RECORD_AUTOLOAD": str(record),
+           "PATH": f"{other.parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run([str(venv_bin / "python"), "app.py", "--models", "tiny", "--cache-dir", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert out.returncode == 3, out.stderr
+    assert record.read_text() == str(own)  # at `import torch` PATH finds the venv's compiler, not the other
+    assert out.stderr.count(f"put {venv_bin} first on PATH") == 1
+    assert "Traceback" not in out.stderr and "libnrt.so.1: cannot open shared object file" in out.stderr
+    assert "aws-neuronx-runtime-lib" in out.stderr and "must be the family" not in out.stderr
 
 
 @pytest.mark.slow
@@ -196,3 +228,111 @@ def test_backend_load_failure_only_claims_neuron_errors(text, expected):
         sys.path.pop(0)
     message = app.backend_load_failure(RuntimeError(text or "something else"))
     assert (message is None) == (expected is None)
+
+
+def load_error(cause: str) -> RuntimeError:
+    """What torch raises when the torch-neuronx autoload fails with ``cause``."""
+    error = RuntimeError("Failed to load the backend extension: torch_neuronx. You can disable extension "
+                         "auto-loading with TORCH_DEVICE_BACKEND_AUTOLOAD=0.")
+    error.__cause__ = ImportError(cause)
+    return error
+
+
+def test_backend_load_failure_names_a_missing_runtime_or_an_old_glibc_apart_from_a_mismatch():
+    sys.path.insert(0, str(ROOT))
+    try:
+        import app
+    finally:
+        sys.path.pop(0)
+    runtime = app.backend_load_failure(load_error("libnrt.so.1: cannot open shared object file: No such file or "
+                                                  "directory"))
+    assert "aws-neuronx-runtime-lib" in runtime and "driver and runtime packages" in runtime
+    assert "must be the family" not in runtime and "libnrt.so.1" in runtime
+    glibc = app.backend_load_failure(load_error("/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.42' not found "
+                                                "(required by /v/lib/python3.14/site-packages/torch_neuronx/_C.so)"))
+    assert "GLIBC_2.42" in glibc and "Ubuntu 26.04's glibc" in glibc and "must be the family" not in glibc
+    assert neuron_install.glibc_version() in glibc  # the host's own, beside the one needed
+    mismatch = app.backend_load_failure(load_error("torch_neuronx/_C.so: undefined symbol: _ZN3c10"))
+    assert "must be the family" in mismatch and "pip install -r requirements-neuron.txt" in mismatch
+    assert app.backend_load_failure(ImportError("libfoo.so: cannot open shared object file")) is None
+
+
+def test_the_import_torch_check_gives_the_runtimes_fix(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def failing(name, *args, **kwargs):
+        if name == "torch":
+            raise load_error("libnrt.so.1: cannot open shared object file: No such file or directory")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", failing)
+    check, torch = doctor.check_import_torch()
+    assert check.status == "fail" and torch is None and "aws-neuronx-runtime-lib" in check.fix
+
+
+UBUNTU_2604 = {"ID": "ubuntu", "VERSION_ID": "26.04", "PRETTY_NAME": "Ubuntu 26.04 LTS"}
+UBUNTU_2404 = {"ID": "ubuntu", "VERSION_ID": "24.04", "PRETTY_NAME": "Ubuntu 24.04.3 LTS"}
+
+
+def test_doctor_checks_the_os_the_neuron_wheels_support():
+    check = doctor.check_os(True, UBUNTU_2604, "glibc 2.43")
+    assert check.status == "pass" and check.detail.startswith("Ubuntu 26.04 LTS, glibc 2.43: what the Neuron 2.33")
+    assert "not compared with a minimum" in check.detail  # says what it does not check
+    check = doctor.check_os(True, UBUNTU_2404, "glibc 2.39")
+    assert check.status == "fail" and not check.needed and "support Ubuntu 26.04 only" in check.detail
+    assert "Ubuntu 26.04" in check.fix and "`import torch` check shows" in check.line()
+    assert doctor.check_os(False, UBUNTU_2404, "glibc 2.39").status == "pass"  # a CPU host
+    assert doctor.check_os(True, {}, "glibc 2.39").detail.startswith("no /etc/os-release, glibc 2.39")
+
+
+def test_doctor_checks_that_path_finds_the_venvs_own_compiler(tmp_path):
+    venv_bin, other, empty = tmp_path / "venv" / "bin", fake_compiler(tmp_path / "other"), str(tmp_path / "empty")
+    python = str(venv_bin / "python")
+    # none anywhere: skipped on a CPU host, a needed failure on a Neuron one
+    assert doctor.check_compiler(False, python, empty, venv=True).status == "skipped"
+    check = doctor.check_compiler(True, python, empty, venv=True)
+    assert check.status == "fail" and check.needed and "every compile would fail" in check.detail
+    # another install's compiler and none in the venv: not the one that goes with this torch-neuronx
+    check = doctor.check_compiler(True, python, str(other.parent), venv=True)
+    assert check.status == "fail" and check.needed and f"PATH finds {other}, but this venv" in check.detail
+    assert check.fix == doctor.INSTALL_FIX
+    own = fake_compiler(venv_bin)
+    # the venv not activated: the app puts its bin/ first, a shell does not
+    for path in (str(other.parent), empty):
+        check = doctor.check_compiler(True, python, path, venv=True)
+        assert check.status == "fail" and not check.needed and str(own) in check.detail, path
+        assert "`python app.py` puts" in check.detail and check.fix == f"source {venv_bin / 'activate'}"
+    check = doctor.check_compiler(True, python, os.pathsep.join([str(venv_bin), str(other.parent)]), venv=True)
+    assert check.status == "pass" and check.detail.startswith(f"{own} (this venv's own)")
+    assert doctor.check_compiler(True, python, str(other.parent), venv=False).status == "pass"  # no venv
+
+
+def test_no_core_visible_while_neuron_ls_lists_devices_fails_the_whole_doctor(neuron_ls, monkeypatch, tmp_path):
+    neuron_ls("2.33", devices=16)
+    fake_neuron.install(monkeypatch, cores=0)  # torch-neuronx loaded, no core visible to this process
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda dist: {"torch": "2.13.0", "torch-neuronx": "2.13.3.0.5"}.get(
+        dist, real(dist)))
+    compiler = fake_compiler(tmp_path / "cc")
+    monkeypatch.setenv("PATH", f"{compiler.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(doctor, "os_release", lambda: UBUNTU_2604)
+    out = io.StringIO()
+    status = doctor.run(parse_settings(["--models", "tiny", "--cache-dir", str(tmp_path / "root")], env={}), out)
+    text = out.getvalue()
+    assert re.search(r"^pass    torch / torch-neuronx: torch 2.13.0, torch-neuronx 2.13.3.0.5", text, re.M), text
+    assert re.search(r"^fail    cores visible: torch.neuron sees 0 NeuronCores, but neuron-ls lists 16", text, re.M)
+    python_fails = sys.version_info[:2] not in doctor.NEURON_PYTHONS  # this host's Python, not the finding
+    assert status == 1 and text.splitlines()[-1] == f"{1 + python_fails} needed check(s) failed", text
+    assert "everything needed is in place" not in text
+
+
+def test_neuron_requirements_pin_one_release_family_and_the_docs_make_the_venv_with_python3():
+    neuron = ROOT / "requirements-neuron.txt"
+    assert requirement(neuron, "neuronx-cc") == "neuronx-cc==2.28.7631.0"
+    assert requirement(neuron, "nki") == "nki==0.7.0"
+    assert "Ubuntu 26.04" in neuron.read_text()
+    for page in ("README.md", "docs/trainium.md"):
+        text = (ROOT / page).read_text()
+        assert "python3 -m venv .venv" in text and not re.search(r"python3\.\d+ -m venv", text), page
