@@ -9,8 +9,11 @@
   diffusers drops it with a warning on every load and Flux2KleinPipeline never upcasts. Here the
   value is registered back on the VAE's config, and on a 16-bit load the VAE stays in float32
   with its decoder fed float32 latents, as diffusers' other pipelines do for ``force_upcast``;
-- a non-distilled checkpoint (model_index ``is_distilled: false``, e.g. FLUX.2-klein-base-4B)
-  defaults to the pipeline's documented 50 steps instead of 4, unless ``--default-steps`` is given;
+- a non-distilled checkpoint defaults to the pipeline's documented 50 steps instead of 4, unless
+  ``--default-steps`` is given. Distilled or not is read from the loaded pipeline's config, as
+  Flux2KleinPipeline itself reads it: a model_index.json without ``is_distilled`` (FLUX.2-klein-base-4B's
+  public copy has none) is not distilled (the pipeline's ``is_distilled=False`` default), runs 50 steps
+  and classifier-free guidance;
 - a load error keeps its cause: diffusers' "Unable to load weights from checkpoint file" hides
   the reason in ``__context__``; the whole chain is in the message.
 """
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
@@ -110,13 +112,18 @@ def keep_force_upcast(pipe, folder: Path) -> bool:
     return True
 
 
-def default_steps(folder: Path, settings) -> int:
+def is_distilled(pipe) -> bool:
+    """Whether a loaded pipeline is step-distilled: its config's ``is_distilled``, False when absent.
+
+    Flux2KleinPipeline registers ``is_distilled=False`` unless model_index.json says otherwise, and
+    uses classifier-free guidance exactly when it is False; the step default follows the same value.
+    """
+    return bool(pipe.config.get("is_distilled", False))
+
+
+def default_steps(distilled: bool, settings) -> int:
     """Steps when a request names none: --default-steps if given, else 4 (distilled) or 50 (base)."""
     if getattr(settings, "default_steps_set", False):
         return settings.default_steps
-    try:
-        distilled = json.loads((Path(folder) / "model_index.json").read_text()).get("is_distilled", True)
-    except (OSError, ValueError):
-        distilled = True
     steps = settings.default_steps if distilled else NON_DISTILLED_STEPS
     return min(steps, settings.max_steps)

@@ -17,7 +17,7 @@ from support.qwen3 import tokenizer_files
 from neuron_backend import memory
 from neuron_backend.devices import resolve_placements
 from neuron_backend.errors import ConfigError, EngineUnavailableError
-from neuron_backend.image.engine import ImageEngine, ImageRequest
+from neuron_backend.image.engine import DEFAULT_GUIDANCE, ImageEngine, ImageRequest
 from neuron_backend.image.loading import cause_chain
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
@@ -88,6 +88,21 @@ def test_non_distilled_checkpoints_default_to_50_steps(tmp_path, flux_folder):
     given = image_engine(settings_for(tmp_path, "--default-steps", "4"), base)
     assert given.validate(ImageRequest("x", "64x64")).steps == 4
     assert image_engine(settings_for(tmp_path), flux_folder).default_steps == 4  # distilled: 4
+
+
+@pytest.mark.slow
+def test_a_model_index_without_is_distilled_runs_as_the_pipeline_reads_it(tmp_path, flux_folder):
+    # FLUX.2-klein-base-4B's public model_index.json has no is_distilled; Flux2KleinPipeline then
+    # registers False and applies classifier-free guidance, so the default is 50 steps with guidance 4.0.
+    base = copy(flux_folder, tmp_path / "base")
+    index = json.loads((base / "model_index.json").read_text())
+    del index["is_distilled"]
+    (base / "model_index.json").write_text(json.dumps(index))
+    engine = image_engine(settings_for(tmp_path), base)
+    assert engine._pipe.config.is_distilled is False and engine.distilled is False
+    request = engine.validate(ImageRequest("x", "64x64"))
+    assert (engine.default_steps, request.steps, request.guidance) == (50, 50, DEFAULT_GUIDANCE)
+    assert engine.describe()["guidance"]["used"] is True and engine.describe()["steps"]["default"] == 50
 
 
 def test_the_page_and_status_offer_the_models_own_default_steps(tmp_path, flux_folder):
