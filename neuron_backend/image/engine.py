@@ -139,6 +139,7 @@ class ImageEngine:
             raise EngineUnavailableError(tr("Could not load the image model {model} from {folder}: {cause}",
                                             model=self.model_id, folder=str(folder),
                                              cause=loading.cause_chain(exc))) from exc
+        loading.check_text_layers(pipe, self.model_id)  # else every image fails with a bare IndexError
         self.default_steps = loading.default_steps(loading.is_distilled(pipe), self.settings)
         pipe.set_progress_bar_config(disable=True)
         if self.placement.compile:
