@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -11,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import gradio as gr
 import httpx
 import pytest
 from gradio_client import Client, handle_file
@@ -147,6 +149,22 @@ def test_a_lone_surrogate_in_the_prompt_is_refused_plainly(warm_app):
     assert json.loads(events["error"])["error"] == ("The prompt holds a lone surrogate ('\\ud800') at character 2, "
                                                     "which is not valid Unicode; send UTF-8 text.")
     assert image(Client(url, verbose=False), prompt="a cat")[1]["prompt"] == "a cat"  # and the app serves on
+
+
+@pytest.mark.parametrize("seed", [None, 2**40], ids=["empty", "too large"])
+def test_the_image_tabs_seed_box_refuses_what_is_not_a_seed(warm_app, seed):
+    # A Seed box left empty (or holding more digits than a browser number keeps) sends None.
+    from ui import create_demo
+
+    backend, _ = warm_app
+    press = next(f.fn for f in create_demo(backend).fns.values() if f.name == "press_generate")
+
+    async def pressed():
+        return [update async for update in press("a cat", "64x64", 1, 1, seed, False, None, False)]
+
+    with pytest.warns(UserWarning, match=r"^Seed must be a whole number from 0 to 4294967295, not |^Seed \d+ is out"):
+        updates = asyncio.run(pressed())
+    assert updates == [(gr.skip(),) * 8]  # nothing started; the page shows the refusal as a toast
 
 
 HOSTILE_PNGS = {  # the JSON chunk of a dropped PNG
