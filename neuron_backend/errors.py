@@ -53,6 +53,10 @@ class EngineUnavailableError(ShowcaseError):
     """An engine is disabled or failed to load."""
 
 
+class IncompatibleModelError(EngineUnavailableError):
+    """A model's parts do not fit the pipeline that runs them (e.g. too few text-encoder layers)."""
+
+
 class BusyError(ShowcaseError):
     """Too many requests are waiting; try again shortly."""
 

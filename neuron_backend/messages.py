@@ -97,6 +97,23 @@ def fields(template: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(template) if name}
 
 
+def shown_value(value: object) -> str:
+    """A refused value as a message may echo it: a short repr, or the digit count of a huge integer.
+
+    ``str()`` of an integer over 4300 digits raises ValueError (Python's int_max_str_digits), and a
+    long text would bury the message: both are shortened here, never echoed whole.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**40:
+        return tr("a whole number of about {digits} digits", digits=int(value.bit_length() * 0.30103) + 1)
+    if isinstance(value, str) and len(value) > 40:
+        return repr(value[:37]) + "..."
+    try:
+        text = repr(value)
+    except ValueError:
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def said(exc: BaseException) -> str:
     """An error's message: the Message it carries (translatable), else its text."""
     return exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], Message) else str(exc)

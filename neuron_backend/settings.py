@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, InvalidRequestError
-from .messages import tr
+from .messages import shown_value, tr
 from .shapes import ImageSize, parse_size
 
 ENV_PREFIX = "SHOWCASE_"
+MAX_INT_CHARS = 20  # the longest whole-number setting read (a signed 64-bit value has at most 20 characters)
 
 # name, type, help; the env var is SHOWCASE_<NAME upper, dashes as underscores>.
 _FLAGS: tuple[tuple[str, str, str], ...] = (
@@ -129,17 +130,21 @@ def _parse_bool(flag: str, text: str) -> bool:
 
 
 def _as_int(flag: str, value: object) -> int:
+    text = str(value).strip()
+    if len(text) > MAX_INT_CHARS:  # int() of over 4300 digits raises its own ValueError; no setting is that big
+        raise ConfigError(f"--{flag}", f"{shown_value(text)} ({len(text)} characters) is too long",
+                          f"a whole number of at most {MAX_INT_CHARS} digits")
     try:
-        return int(str(value).strip())
+        return int(text)
     except ValueError:
-        raise ConfigError(f"--{flag}", f"{value!r} is not a whole number") from None
+        raise ConfigError(f"--{flag}", f"{shown_value(value)} is not a whole number") from None
 
 
 def _as_float(flag: str, value: object) -> float:
     try:
         return float(str(value).strip())
     except ValueError:
-        raise ConfigError(f"--{flag}", f"{value!r} is not a number") from None
+        raise ConfigError(f"--{flag}", f"{shown_value(value)} is not a number") from None
 
 
 def _choice(flag: str, value: object, choices: Sequence[str]) -> str:

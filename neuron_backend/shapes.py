@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .errors import InvalidRequestError, PromptTooLongError, ShapeFailedError, ShapeNotReadyError
-from .messages import Message, tr
+from .messages import Message, shown_value, tr
 
 # ----- the declared shapes --------------------------------------------------------------------------
 # FLUX.2's VAE downsamples by 8 and the transformer patchifies by 2: sides are multiples of 16.
@@ -81,7 +81,11 @@ def shape_keys(settings, engine: str) -> list[ShapeKey]:
 
 
 def parse_size(text: object) -> ImageSize:
-    """Parse "WxH" into an ImageSize; raise InvalidRequestError saying what is allowed."""
+    """Parse "WxH" into an ImageSize; raise InvalidRequestError saying what is allowed.
+
+    A side of more digits than MAX_SIDE has is refused before ``int()``, which raises its own
+    ValueError past 4300 digits; refused values are echoed shortened (``shown_value``).
+    """
     if isinstance(text, ImageSize):
         return text
     if isinstance(text, (tuple, list)) and len(text) == 2 and all(isinstance(v, int) for v in text):
@@ -90,15 +94,25 @@ def parse_size(text: object) -> ImageSize:
         match = _SIZE_RE.match(text) if isinstance(text, str) else None
         if match is None:
             raise InvalidRequestError(tr("Image size {text} is malformed: write it as WIDTHxHEIGHT, e.g. '1024x1024'.",
-                                         text=repr(text)))
+                                         text=shown_value(text)))
+        if any(len(side.lstrip("0")) > len(str(MAX_SIDE)) for side in match.groups()):
+            raise _invalid_size(shown_value(text.strip()))
         width, height = int(match.group(1)), int(match.group(2))
     for side in (width, height):
         if side <= 0 or side > MAX_SIDE or side % SIZE_MULTIPLE:
-            raise InvalidRequestError(tr("Image size {size} is invalid: both sides must be multiples of {multiple} "
-                                         "between {multiple} and "
-                                         "{max_side}.", size=f"{width}x{height}", multiple=SIZE_MULTIPLE,
-                                          max_side=MAX_SIDE))
+            raise _invalid_size(f"{_side(width)}x{_side(height)}")
     return ImageSize(width, height)
+
+
+def _side(value: int) -> str:
+    """A side as a size label shows it; a huge one by its digit count (str() raises past 4300 digits)."""
+    return str(value) if abs(value) < 10**40 else f"<{int(abs(value).bit_length() * 0.30103) + 1} digits>"
+
+
+def _invalid_size(size: str) -> InvalidRequestError:
+    return InvalidRequestError(tr("Image size {size} is invalid: both sides must be multiples of {multiple} "
+                                  "between {multiple} and {max_side}.", size=size, multiple=SIZE_MULTIPLE,
+                                  max_side=MAX_SIDE))
 
 
 def choose_bucket(prompt_tokens: int, buckets: tuple[int, ...]) -> int:

@@ -306,8 +306,19 @@ def read_conversation(path: str, limits: HistoryLimits) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidRequestError(tr("The file is not a JSON conversation export ({error}).",
-                                     error=type(exc).__name__)) from None
+                                     error=_unreadable(exc))) from None
     return load_document(data, limits)
+
+
+def _unreadable(exc: Exception) -> str:
+    """Why a file did not read as JSON, in plain words (not Python's exception or its message)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return tr("it is not UTF-8 text")
+    if isinstance(exc, RecursionError):
+        return tr("its JSON is nested deeper than an export ever is")
+    if isinstance(exc, json.JSONDecodeError):
+        return tr("it is not valid JSON")
+    return tr("it holds a number of over 4300 digits")  # json.loads' other ValueError: int() refuses those
 
 
 def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: list, reply_records: gr.State):

@@ -20,6 +20,7 @@ from PIL import Image
 
 from neuron_backend.errors import CancelledError, ShowcaseError
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
+from neuron_backend.image.inputs import whole_number
 from neuron_backend.image.paste_back import PastedSettings, read_settings
 from neuron_backend.messages import Message, tr
 from neuron_backend.runtime import Backend
@@ -173,8 +174,9 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     @partial(drops_early_cancels, cancels)
     async def press_generate(text, size_label, n_steps, n_images, seed_value, randomize_seed, guidance_value,
                              want_preview, progress=gr.Progress()):
-        chosen = random.randint(0, SEED_MAX) if randomize_seed else seed_value
-        run = ImageRun(backend, ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=int(chosen),
+        # The Seed box sends None when empty, or when it holds more digits than a browser number keeps.
+        chosen = random.randint(0, SEED_MAX) if randomize_seed else whole_number(tr("Seed"), seed_value, 0, SEED_MAX)
+        run = ImageRun(backend, ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=chosen,
                                              guidance=None if backend.image_distilled() else guidance_value,
                                              count=int(n_images or 1)),
                        preview=bool(want_preview) and settings.image_preview)

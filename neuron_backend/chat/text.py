@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 from ..errors import InvalidRequestError
-from ..messages import LANGUAGES, tr
+from ..messages import LANGUAGES, shown_value, tr
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EXPORT_FORMAT = "trainium-showcase-chat"
@@ -396,7 +396,7 @@ def _partial_tag_length(text: str, tag: str) -> int:
 
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise InvalidRequestError(tr("{name} must be true or false, got {value}.", name=name, value=_shown(value)))
+        raise InvalidRequestError(tr("{name} must be true or false, got {value}.", name=name, value=shown_value(value)))
     return value
 
 
@@ -413,9 +413,9 @@ def _real(name: str, value: object, default: float, high: float, low: float | No
             raise InvalidRequestError(tr("{name} must be a number from {low} to {high} (for the most likely token "
                                          "every time, use greedy), got "
                                          "{value}.", name=name, low=f"{low:g}", high=f"{high:g}",
-                                          value=_shown(value)))
+                                          value=shown_value(value)))
         raise InvalidRequestError(tr("{name} must be a number above 0 and at most {high}, got {value}.",
-                                     name=name, high=f"{high:g}", value=_shown(value)))
+                                     name=name, high=f"{high:g}", value=shown_value(value)))
     return number
 
 
@@ -426,24 +426,10 @@ def _whole(name: str, value: object, default: int | None, low: int, high: int | 
     if not ok or value < low or (high is not None and value > high):
         if high is not None:
             raise InvalidRequestError(tr("{name} must be a whole number from {low} to {high}, got {value}.",
-                                         name=name, low=low, high=high, value=_shown(value)))
+                                         name=name, low=low, high=high, value=shown_value(value)))
         raise InvalidRequestError(tr("{name} must be a whole number of {low} or more, got {value}.",
-                                     name=name, low=low, value=_shown(value)))
+                                     name=name, low=low, value=shown_value(value)))
     return int(value)
-
-
-def _shown(value: object) -> str:
-    """A short repr of a refused value (a message for a huge integer)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**40:
-        return tr("a whole number of about {digits} digits",
-                  digits=int(value.bit_length() * 0.30103) + 1)  # str() fails past 4300
-    if isinstance(value, str) and len(value) > 40:
-        value = value[:37]
-    try:
-        text = repr(value)
-    except ValueError:
-        text = type(value).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass

@@ -139,7 +139,8 @@ class ImageEngine:
             raise EngineUnavailableError(tr("Could not load the image model {model} from {folder}: {cause}",
                                             model=self.model_id, folder=str(folder),
                                              cause=loading.cause_chain(exc))) from exc
-        self.default_steps = loading.default_steps(folder, self.settings)
+        loading.check_text_layers(pipe, self.model_id)  # else every image fails with a bare IndexError
+        self.default_steps = loading.default_steps(loading.is_distilled(pipe), self.settings)
         pipe.set_progress_bar_config(disable=True)
         if self.placement.compile:
             # dynamic=False: one graph per declared size, reused for any steps, seed or prompt.
@@ -168,8 +169,8 @@ class ImageEngine:
 
     @property
     def distilled(self) -> bool:
-        """Whether the loaded model is step-distilled (no classifier-free guidance)."""
-        return bool(self._loaded_pipe().config.get("is_distilled", False))
+        """Whether the loaded model is step-distilled (no classifier-free guidance); see loading.is_distilled."""
+        return loading.is_distilled(self._loaded_pipe())
 
     def warm_up(self, shape: ImageSize) -> None:
         """Run size ``shape`` (one of ``settings.sizes``) once with 1 step so it compiles; mark it ready or failed.

@@ -9,8 +9,14 @@
   diffusers drops it with a warning on every load and Flux2KleinPipeline never upcasts. Here the
   value is registered back on the VAE's config, and on a 16-bit load the VAE stays in float32
   with its decoder fed float32 latents, as diffusers' other pipelines do for ``force_upcast``;
-- a non-distilled checkpoint (model_index ``is_distilled: false``, e.g. FLUX.2-klein-base-4B)
-  defaults to the pipeline's documented 50 steps instead of 4, unless ``--default-steps`` is given;
+- a non-distilled checkpoint defaults to the pipeline's documented 50 steps instead of 4, unless
+  ``--default-steps`` is given. Distilled or not is read from the loaded pipeline's config, as
+  Flux2KleinPipeline itself reads it: a model_index.json without ``is_distilled`` (FLUX.2-klein-base-4B's
+  public copy has none) is not distilled (the pipeline's ``is_distilled=False`` default), runs 50 steps
+  and classifier-free guidance;
+- a text encoder with fewer layers than the pipeline's ``text_encoder_out_layers`` (the hidden
+  states of layers 9, 18 and 27 by default) is refused once loaded with the numbers, not at the
+  first image with a bare IndexError;
 - a load error keeps its cause: diffusers' "Unable to load weights from checkpoint file" hides
   the reason in ``__context__``; the whole chain is in the message.
 """
@@ -19,14 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import inspect
 import logging
 from pathlib import Path
 
 import torch
 
-from ..errors import EngineUnavailableError
+from ..errors import EngineUnavailableError, IncompatibleModelError
 from ..memory import MemoryPlan, NotEnoughMemory, free_bytes, plan_image, vae_upcast
+from ..messages import tr
 from ..weights import verify_folder
 
 NON_DISTILLED_STEPS = 50  # Flux2KleinPipeline.__call__'s num_inference_steps default, documented for the base model
@@ -59,6 +66,29 @@ def plan_memory(folder: Path, placement, settings) -> MemoryPlan:
                           free_bytes(placement.kind, core))
     except NotEnoughMemory as exc:
         raise EngineUnavailableError(exc.args[0]) from None  # a Message: shown in the page's language
+
+
+def check_text_layers(pipe, model_id: str) -> None:
+    """Refuse a text encoder with fewer layers than the pipeline reads (``text_encoder_out_layers``).
+
+    The pipeline stacks ``hidden_states[k]`` for each k of its ``text_encoder_out_layers`` default;
+    a model of L layers has L + 1 hidden states (the embeddings first), so each k must be in -(L+1)..L.
+    """
+    parameter = inspect.signature(type(pipe).__call__).parameters.get("text_encoder_out_layers")
+    config = getattr(getattr(pipe, "text_encoder", None), "config", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    if parameter is None or not isinstance(layers, int) or not parameter.default:
+        return
+    wanted = tuple(parameter.default)
+    if all(-(layers + 1) <= k <= layers for k in wanted):
+        return
+    needed = max(k if k >= 0 else -k - 1 for k in wanted)
+    raise IncompatibleModelError(tr(
+        "The image model {model} cannot run: its text encoder has {layers} layers, but {pipeline} reads the "
+        "hidden states of layers {wanted} (text_encoder_out_layers), so it needs at least {needed}. Point "
+        "--image-model at a FLUX.2-klein folder whose text_encoder/ is the one it was trained with.",
+        model=model_id, layers=layers, pipeline=type(pipe).__name__, wanted=", ".join(map(str, wanted)),
+        needed=needed))
 
 
 def cause_chain(exc: BaseException) -> str:
@@ -110,13 +140,18 @@ def keep_force_upcast(pipe, folder: Path) -> bool:
     return True
 
 
-def default_steps(folder: Path, settings) -> int:
+def is_distilled(pipe) -> bool:
+    """Whether a loaded pipeline is step-distilled: its config's ``is_distilled``, False when absent.
+
+    Flux2KleinPipeline registers ``is_distilled=False`` unless model_index.json says otherwise, and
+    uses classifier-free guidance exactly when it is False; the step default follows the same value.
+    """
+    return bool(pipe.config.get("is_distilled", False))
+
+
+def default_steps(distilled: bool, settings) -> int:
     """Steps when a request names none: --default-steps if given, else 4 (distilled) or 50 (base)."""
     if getattr(settings, "default_steps_set", False):
         return settings.default_steps
-    try:
-        distilled = json.loads((Path(folder) / "model_index.json").read_text()).get("is_distilled", True)
-    except (OSError, ValueError):
-        distilled = True
     steps = settings.default_steps if distilled else NON_DISTILLED_STEPS
     return min(steps, settings.max_steps)

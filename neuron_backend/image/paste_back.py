@@ -133,7 +133,7 @@ def _pairs(line: str):
         if value.startswith('"'):
             try:
                 value = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 value = value.strip('"')
         yield key, str(value).strip()
 
@@ -156,7 +156,7 @@ def settings_from_chunks(chunks: dict[str, str], settings: Settings) -> PastedSe
     if JSON_KEY in chunks:
         try:
             loaded = json.loads(chunks[JSON_KEY])
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, an integer over 4300 digits, nested too deep
             loaded = None
         if isinstance(loaded, dict):
             raw, source = {k: loaded.get(k) for k in ("prompt", "size", "steps", "seed", "guidance")}, "showcase"

@@ -85,8 +85,16 @@ def parse_infotext(text: str) -> dict:
         return {"prompt": text}
     result: dict[str, str] = {"prompt": prompt}
     for key, value in settings_pairs(line):
-        result[key.strip()] = json.loads(value) if value.startswith('"') else value.strip()
+        result[key.strip()] = _quoted(value) if value.startswith('"') else value.strip()
     return result
+
+
+def _quoted(value: str) -> str:
+    """A quoted infotext value as its text; a broken quote (a file from elsewhere) as the text inside it."""
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return value.strip('"')
 
 
 def settings_pairs(line: str) -> list[tuple[str, str]]:
@@ -169,11 +177,16 @@ def png_metadata(params: dict) -> PngInfo:
 
 
 def read_png_parameters(path: str | Path) -> dict:
-    """The parameters saved in a PNG: the JSON chunk, else the parsed infotext, else {}."""
+    """The parameters saved in a PNG: the JSON chunk (when it is a JSON object), else the parsed infotext, else {}."""
     with Image.open(path) as image:
         chunks = dict(getattr(image, "text", {}) or {})
     if JSON_KEY in chunks:
-        return json.loads(chunks[JSON_KEY])
+        try:
+            saved = json.loads(chunks[JSON_KEY])
+        except (ValueError, RecursionError):  # not JSON, an integer over 4300 digits, nested too deep
+            saved = None
+        if isinstance(saved, dict):
+            return saved
     if INFOTEXT_KEY in chunks:
         return parse_infotext(chunks[INFOTEXT_KEY])
     return {}

@@ -1,14 +1,16 @@
 """Live preview of a denoising image: latents -> RGB by a fixed linear projection, on the host.
 
-The approach of ComfyUI's Latent2RGB previewer: each latent pixel (one per 8x8 image pixels) is
-mapped to a colour by ``rgb = latent @ factors + bias``, a table fitted once against the VAE. It
-needs no extra model, runs on the CPU from the latents the step callback already has (copied off
-the device), and adds no graph and no device compile: a preview is a few small host ops.
+The approach of ComfyUI's Latent2RGB previewer: each latent pixel (8x8 image pixels with FLUX.2's
+four-level VAE, ``scale`` x ``scale`` in general) is mapped to a colour by
+``rgb = latent @ factors + bias``, a table fitted once against the VAE. It needs no extra model,
+runs on the CPU from the latents the step callback already has (copied off the device), and adds
+no graph and no device compile: a preview is a few small host ops.
 
 How a table is made (``fit_latent_rgb``): draw random latents in the space the transformer denoises
 (patchified, batch-normalised), decode them with the pipeline's own VAE exactly as the pipeline's
-last step does, average-pool the decoded RGB down to the latent grid (8x8 pixels per latent pixel),
-and solve least squares from the latent channels (plus a constant) to those colours.
+last step does, average-pool the decoded RGB down to the latent grid (``scale`` x ``scale`` pixels
+per latent pixel; ``scale`` = 2 ** (VAE levels - 1), the pipeline's ``vae_scale_factor``), and
+solve least squares from the latent channels (plus a constant) to those colours.
 
 Where tables come from:
 - the demo pipeline: fitted at build time by ``demo_models`` and stored in its folder as
@@ -18,9 +20,10 @@ Where tables come from:
   same way on a CPU copy of its VAE (a few seconds, once) and caches it under
   ``<cache-dir>/preview/`` (``cached_or_fitted``).
 
-Packed latents (what the step callback gets) are ``[B, (H/16)*(W/16), 4*C]`` in row-major order
-(the pipeline's ``_pack_latents``); channel ``4*c + 2*i + j`` is channel ``c`` of the sub-pixel
-``(i, j)`` of a 2x2 patch (``_patchify_latents``). ``unpack`` undoes both on the host.
+Packed latents (what the step callback gets) are ``[B, (H/2s)*(W/2s), 4*C]`` (s: ``scale``; with
+FLUX.2's VAE ``[B, (H/16)*(W/16), 4*C]``) in row-major order (the pipeline's ``_pack_latents``);
+channel ``4*c + 2*i + j`` is channel ``c`` of the sub-pixel ``(i, j)`` of a 2x2 patch
+(``_patchify_latents``). ``unpack`` undoes both on the host.
 """
 
 from __future__ import annotations
@@ -40,45 +43,54 @@ log = logging.getLogger("showcase.image")
 
 TABLE_FILE = "latent_rgb.json"
 FIT_SAMPLES = 4  # random latents per fit
-FIT_GRID = 16  # latent tokens per side of each fitted sample (256x256 pixels)
+FIT_GRID = 16  # latent tokens per side of each fitted sample (256x256 pixels with FLUX.2's VAE)
 
 
 @dataclass(frozen=True)
 class LatentRGB:
-    """A fitted table: ``factors`` [C][3] and ``bias`` [3], for latents of C channels."""
+    """A fitted table: ``factors`` [C][3] and ``bias`` [3], for latents of C channels.
+
+    ``scale``: image pixels per latent pixel along a side (the VAE's ``vae_scale_factor``); a table
+    written without one is for FLUX.2's four-level VAE (8).
+    """
 
     factors: tuple[tuple[float, float, float], ...]
     bias: tuple[float, float, float]
     note: str = ""
+    scale: int = 8
 
     @property
     def channels(self) -> int:
         return len(self.factors)
 
     def to_json(self) -> dict:
-        return {"factors": [list(row) for row in self.factors], "bias": list(self.bias), "note": self.note}
+        return {"factors": [list(row) for row in self.factors], "bias": list(self.bias), "note": self.note,
+                "scale": self.scale}
 
     @classmethod
     def from_json(cls, data: dict) -> LatentRGB:
         factors = tuple(tuple(float(v) for v in row) for row in data["factors"])
         bias = tuple(float(v) for v in data["bias"])
+        scale = data.get("scale", 8)
         if not factors or any(len(row) != 3 for row in factors) or len(bias) != 3:
             raise ValueError("a latent RGB table needs factors [C][3] and bias [3]")
-        return cls(factors, bias, str(data.get("note", "")))
+        if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1 or scale & (scale - 1):
+            raise ValueError(f"a latent RGB table's scale must be a power of 2, not {scale!r}")
+        return cls(factors, bias, str(data.get("note", "")), scale)
 
     def render(self, packed: torch.Tensor, width: int, height: int) -> Image.Image:
-        """The preview of the first image of host latents ``packed`` [B, seq, 4C] at 1/8 of (width, height)."""
-        latents = unpack(packed[:1].float(), width, height)[0]  # [C, H/8, W/8]
+        """The preview of the first image of host latents ``packed`` [B, seq, 4C] at 1/scale of (width, height)."""
+        latents = unpack(packed[:1].float(), width, height, self.scale)[0]  # [C, H/s, W/s]
         table = torch.tensor(self.factors, dtype=torch.float32)  # [C, 3]
         rgb = torch.einsum("chw,ck->hwk", latents, table) + torch.tensor(self.bias)
         pixels = ((rgb.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).numpy()
         return Image.fromarray(pixels, mode="RGB")
 
 
-def unpack(packed: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """Packed latents [B, (H/16)*(W/16), 4C] -> VAE-grid latents [B, C, H/8, W/8] (still normalised)."""
+def unpack(packed: torch.Tensor, width: int, height: int, scale: int = 8) -> torch.Tensor:
+    """Packed latents [B, (H/2s)*(W/2s), 4C] -> VAE-grid latents [B, C, H/s, W/s] (still normalised; s: scale)."""
     batch, seq, channels4 = packed.shape
-    rows, cols = height // 16, width // 16
+    rows, cols = height // (2 * scale), width // (2 * scale)  # tokens: 2x2 latent pixels each
     if seq != rows * cols:
         raise ValueError(f"{seq} latent tokens do not match {width}x{height}")
     grid = packed.reshape(batch, rows, cols, channels4 // 4, 2, 2)  # [B, h, w, C, i, j]
@@ -87,32 +99,38 @@ def unpack(packed: torch.Tensor, width: int, height: int) -> torch.Tensor:
 
 @torch.no_grad()
 def fit_latent_rgb(vae, samples: int = FIT_SAMPLES, grid: int = FIT_GRID, seed: int = 0) -> LatentRGB:
-    """Least-squares table from normalised latent channels to the VAE's decoded, 8x8-pooled RGB.
+    """Least-squares table from normalised latent channels to the VAE's decoded, scale x scale-pooled RGB.
 
     ``vae`` is an ``AutoencoderKLFlux2`` on the CPU (the caller copies it there); its batch-norm
-    statistics undo the normalisation exactly as ``Flux2KleinPipeline`` does before decoding.
+    statistics undo the normalisation exactly as ``Flux2KleinPipeline`` does before decoding. Any
+    number of VAE levels: one latent pixel is ``2 ** (levels - 1)`` image pixels along a side.
     """
     channels = vae.config.latent_channels
+    scale = 2 ** (len(vae.config.block_out_channels) - 1)  # Flux2KleinPipeline's vae_scale_factor
+    side = grid * 2 * scale  # pixels along a side of each sample
     generator = torch.Generator().manual_seed(seed)
     vae_dtype = next(vae.parameters()).dtype
     patched = torch.randn(samples, 4 * channels, grid, grid, generator=generator)  # [N, 4C, h, w]
     mean = vae.bn.running_mean.view(1, -1, 1, 1).float()
     std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1).float() + vae.config.batch_norm_eps)
     packed = patched.flatten(2).transpose(1, 2)  # [N, h*w, 4C], the pipeline's packed layout
-    normal = unpack(packed, grid * 16, grid * 16)  # [N, C, 2h, 2w]: the preview's input
-    raw = unpack((patched * std + mean).flatten(2).transpose(1, 2), grid * 16, grid * 16)
-    decoded = vae.decode(raw.to(vae_dtype), return_dict=False)[0].float()  # [N, 3, 16h, 16w] in [-1, 1]
-    pooled = torch.nn.functional.avg_pool2d(decoded, 8)  # [N, 3, 2h, 2w]
+    normal = unpack(packed, side, side, scale)  # [N, C, 2h, 2w]: the preview's input
+    raw = unpack((patched * std + mean).flatten(2).transpose(1, 2), side, side, scale)
+    decoded = vae.decode(raw.to(vae_dtype), return_dict=False)[0].float()  # [N, 3, 2h*s, 2w*s] in [-1, 1]
+    if decoded.shape[-2:] != (side, side):
+        raise ValueError(f"the VAE decoded a {2 * grid}x{2 * grid} latent grid to {decoded.shape[-1]}x"
+                         f"{decoded.shape[-2]} pixels, not the {side}x{side} its {scale}x scale factor implies")
+    pooled = torch.nn.functional.avg_pool2d(decoded, scale)  # [N, 3, 2h, 2w]
     x = normal.permute(0, 2, 3, 1).reshape(-1, channels)
     y = pooled.permute(0, 2, 3, 1).reshape(-1, 3)
     design = torch.cat([x, torch.ones(len(x), 1)], dim=1)
     solution = torch.linalg.lstsq(design.double(), y.double()).solution.float()  # [C+1, 3]
     fitted = design @ solution
     r2 = 1 - ((y - fitted) ** 2).sum() / ((y - y.mean(0)) ** 2).sum().clamp_min(1e-12)
-    note = (f"least squares over {samples} random latents of {grid * 16}x{grid * 16} px decoded by this VAE "
-            f"(8x8-pooled RGB); R^2 {float(r2):.3f}")
+    note = (f"least squares over {samples} random latents of {side}x{side} px decoded by this VAE "
+            f"({scale}x{scale}-pooled RGB); R^2 {float(r2):.3f}")
     rows = tuple(tuple(round(float(v), 6) for v in row) for row in solution[:channels])
-    return LatentRGB(rows, tuple(round(float(v), 6) for v in solution[channels]), note)
+    return LatentRGB(rows, tuple(round(float(v), 6) for v in solution[channels]), note, scale)
 
 
 def write_table(folder: Path, table: LatentRGB) -> Path:

@@ -43,7 +43,7 @@ class PreviewFrame:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def image(self) -> Image.Image:
-        """The preview at 1/8 of the image's size (one pixel per latent pixel)."""
+        """The preview at 1/scale of the image's size (one pixel per latent pixel; 1/8 with FLUX.2's VAE)."""
         with self._lock:
             if self._image is None:
                 self._image = self.table.render(self.latents, self.width, self.height)

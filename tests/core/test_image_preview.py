@@ -16,6 +16,7 @@ from gradio_client import Client, handle_file
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from support.app import start_app
+from support.model_folders import with_one_level_vae
 
 from neuron_backend.devices import CompileCounter, resolve_placements
 from neuron_backend.errors import CancelledError, InvalidRequestError, UnsupportedSizeError
@@ -88,6 +89,22 @@ def test_a_model_without_a_table_gets_one_fitted_once_and_cached(tmp_path, demo_
     assert first is not None and len(cached) == 1
     assert cached_or_fitted(folder, vae, tmp_path / "cache") == first
     assert LatentRGB.from_json(first.to_json()) == first
+
+
+def test_a_one_level_vae_gets_a_preview_at_its_own_scale(tmp_path, settings, demo_models, monkeypatch):
+    # vae_scale_factor 1: one latent pixel per image pixel (FLUX.2's four-level VAE: 8x8 pixels)
+    from neuron_backend.image import steps
+
+    monkeypatch.setattr(steps, "PREVIEW_INTERVAL_S", 0.0)
+    folder = with_one_level_vae(demo_models.image, tmp_path / "one-level")
+    engine = ImageEngine(settings, resolve_placements(settings)["image"], "tiny/one-level-vae")
+    engine.load(folder)
+    table = engine.preview_table
+    assert table is not None and table.scale == 1 and "1x1-pooled" in table.note
+    assert LatentRGB.from_json(table.to_json()) == table
+    frames = []
+    result = engine.generate(ImageRequest("fox", "96x64", steps=3, seed=3), preview=frames.append)
+    assert [f.step for f in frames] == [1, 2] and frames[0].image().size == (96, 64) == result.image.size
 
 
 # -- preview frames, several images ------------------------------------------------------------

@@ -11,13 +11,13 @@ import shutil
 
 import pytest
 import torch
-from support.model_folders import real_flux_layout, truncate
+from support.model_folders import real_flux_layout, truncate, with_text_layers
 from support.qwen3 import tokenizer_files
 
 from neuron_backend import memory
 from neuron_backend.devices import resolve_placements
-from neuron_backend.errors import ConfigError, EngineUnavailableError
-from neuron_backend.image.engine import ImageEngine, ImageRequest
+from neuron_backend.errors import ConfigError, EngineUnavailableError, IncompatibleModelError
+from neuron_backend.image.engine import DEFAULT_GUIDANCE, ImageEngine, ImageRequest
 from neuron_backend.image.loading import cause_chain
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
@@ -90,6 +90,21 @@ def test_non_distilled_checkpoints_default_to_50_steps(tmp_path, flux_folder):
     assert image_engine(settings_for(tmp_path), flux_folder).default_steps == 4  # distilled: 4
 
 
+@pytest.mark.slow
+def test_a_model_index_without_is_distilled_runs_as_the_pipeline_reads_it(tmp_path, flux_folder):
+    # FLUX.2-klein-base-4B's public model_index.json has no is_distilled; Flux2KleinPipeline then
+    # registers False and applies classifier-free guidance, so the default is 50 steps with guidance 4.0.
+    base = copy(flux_folder, tmp_path / "base")
+    index = json.loads((base / "model_index.json").read_text())
+    del index["is_distilled"]
+    (base / "model_index.json").write_text(json.dumps(index))
+    engine = image_engine(settings_for(tmp_path), base)
+    assert engine._pipe.config.is_distilled is False and engine.distilled is False
+    request = engine.validate(ImageRequest("x", "64x64"))
+    assert (engine.default_steps, request.steps, request.guidance) == (50, 50, DEFAULT_GUIDANCE)
+    assert engine.describe()["guidance"]["used"] is True and engine.describe()["steps"]["default"] == 50
+
+
 def test_the_page_and_status_offer_the_models_own_default_steps(tmp_path, flux_folder):
     base = copy(flux_folder, tmp_path / "base")
     index = json.loads((base / "model_index.json").read_text())
@@ -104,6 +119,18 @@ def test_the_page_and_status_offer_the_models_own_default_steps(tmp_path, flux_f
     on_load = next(fn for fn in demo.fns.values() if fn.name == "model_default_steps")
     assert [target[1] for target in on_load.targets] == ["load"]
     assert [block.label for block in on_load.outputs] and on_load.fn() == {"value": 50, "__type__": "update"}
+
+
+def test_a_text_encoder_with_too_few_layers_is_refused_at_load(tmp_path, demo_models):
+    # Flux2KleinPipeline stacks the hidden states of layers 9, 18 and 27: a 4-layer encoder has 5.
+    folder = with_text_layers(demo_models.image, tmp_path / "short", layers=4)
+    engine = ImageEngine(settings_for(tmp_path), resolve_placements(settings_for(tmp_path))["image"], "test/short")
+    with pytest.raises(IncompatibleModelError) as err:
+        engine.load(folder)
+    message = str(err.value)
+    assert isinstance(err.value, EngineUnavailableError) and not engine.loaded
+    assert "text encoder has 4 layers" in message and "layers 9, 18, 27" in message and "at least 27" in message
+    assert "--image-model" in message and "IndexError" not in message
 
 
 def test_truncated_transformer_and_missing_vae_are_named(tmp_path, flux_folder):

@@ -24,7 +24,13 @@ from support.app import start_app
 
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.paste_back import parse_a1111, read_settings
-from neuron_backend.image.png_info import MAX_SETTINGS_CHARS, infotext, parse_infotext, settings_pairs
+from neuron_backend.image.png_info import (
+    MAX_SETTINGS_CHARS,
+    infotext,
+    parse_infotext,
+    read_png_parameters,
+    settings_pairs,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # The pattern the scanner replaces: its pairs are the reference on short lines.
@@ -122,6 +128,46 @@ def test_a_settings_line_over_the_cap_is_refused_or_left_unparsed(tmp_path, tiny
     Image.new("RGB", (8, 8)).save(tmp_path / "long.png", pnginfo=info)
     with pytest.raises(InvalidRequestError, match=f"at most {MAX_SETTINGS_CHARS} characters are read"):
         read_settings(tmp_path / "long.png", tiny_settings)
+
+
+def png_with(path: Path, **texts: str) -> Path:
+    """An 8x8 PNG carrying ``texts`` as text chunks (keyword -> text; zTXt for the JSON one, as ours are)."""
+    info = PngInfo()
+    for keyword, text in texts.items():
+        info.add_text(keyword, text, zip=keyword == "showcase")
+    Image.new("RGB", (8, 8)).save(path, pnginfo=info)
+    return path
+
+
+NESTED = "[" * 100_000 + "]" * 100_000  # json.loads raises RecursionError
+HUGE = "5" * 5000  # int() raises ValueError("Exceeds the limit (4300 digits) ...")
+HOSTILE_PNGS = {  # showcase chunk -> what the refusal says
+    "nested": (NESTED, "has no generation parameters"),
+    "nested prompt": ('{"prompt": ' + NESTED + ', "size": "64x64"}', "has no generation parameters"),
+    "surrogate": (json.dumps({"prompt": "a \ud800 cat", "size": "64x64"}), "lone surrogate"),
+    "huge size": (json.dumps({"prompt": "cat", "size": HUGE + "x64"}), "between 16 and 4096. Allowed sizes: "),
+    "huge number": ('{"prompt": "cat", "size": "64x64", "seed": ' + HUGE + "}", "has no generation parameters"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_PNGS)
+def test_hostile_parameters_are_refused_plainly(tmp_path, tiny_settings, case):
+    chunk, fragment = HOSTILE_PNGS[case]
+    path = png_with(tmp_path / "hostile.png", showcase=chunk)
+    with pytest.raises(InvalidRequestError) as raised:
+        read_settings(path, tiny_settings)
+    message = str(raised.value)
+    assert fragment in message and len(message) < 400
+    assert not any(python in message for python in ("recursion", "Exceeds the limit", "codec", "surrogates not"))
+
+
+def test_png_parameters_survive_broken_json(tmp_path):
+    # read_png_parameters falls back to the infotext when the JSON chunk does not read as an object
+    infotext_only = "a fox\nSteps: 4, Seed: 1, Size: 64x64"
+    for chunk in (NESTED, "[1, 2]", '{"seed": ' + HUGE + "}"):
+        path = png_with(tmp_path / "broken.png", parameters=infotext_only, showcase=chunk)
+        assert read_png_parameters(path) == {"prompt": "a fox", "Steps": "4", "Seed": "1", "Size": "64x64"}
+    assert parse_infotext('a fox\nSteps: 4, Model: "bad \\q escape"')["Model"] == "bad \\q escape"
 
 
 @pytest.fixture(scope="module")

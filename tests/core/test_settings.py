@@ -150,6 +150,21 @@ def test_validation_errors_name_flag_and_allowed_values(argv, flag, fragment):
     assert str(info.value).startswith(flag) and fragment in str(info.value)
 
 
+@pytest.mark.parametrize(("argv", "flag", "fragment"), [
+    (["--sizes", "5" * 5000 + "x64"], "--sizes", "multiples of 16 between 16 and 4096"),
+    (["--sizes", "64x64,64x" + "5" * 5000], "--sizes", "multiples of 16 between 16 and 4096"),
+    (["--port", "5" * 5000], "--port", "a whole number of at most 20 digits"),
+    (["--max-steps", "x" * 5000], "--max-steps", "at most 20 digits"),
+], ids=["width", "height", "port", "not digits"])
+def test_a_5000_character_number_is_refused_shortly(argv, flag, fragment):
+    # int() of over 4300 digits raises Python's own "Exceeds the limit ..." ValueError
+    with pytest.raises(ConfigError) as err:
+        parse(*argv)
+    message = str(err.value)
+    assert err.value.flag == flag and fragment in message
+    assert len(message) < 300 and "Exceeds the limit" not in message and "int_max_str_digits" not in message
+
+
 def test_bad_boolean_environment_variable():
     with pytest.raises(ConfigError, match="SHOWCASE_SHARE"):
         parse("--models", "tiny", env={env_name("share"): "perhaps"})

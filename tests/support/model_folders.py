@@ -73,6 +73,39 @@ def real_flux_layout(demo_image: Path, dst: Path) -> Path:
     return dst
 
 
+def with_one_level_vae(demo_image: Path, dst: Path) -> Path:
+    """The demo pipeline with a one-level VAE (``vae_scale_factor`` 1: one latent pixel per image pixel).
+
+    No preview table in the folder: loading it fits one for this VAE."""
+    import torch
+    from diffusers import AutoencoderKLFlux2
+
+    shutil.copytree(demo_image, dst)
+    (dst / ".complete").unlink(missing_ok=True)
+    (dst / "latent_rgb.json").unlink(missing_ok=True)
+    shutil.rmtree(dst / "vae")
+    torch.manual_seed(0)
+    AutoencoderKLFlux2(block_out_channels=(8,), down_block_types=("DownEncoderBlock2D",),
+                       up_block_types=("UpDecoderBlock2D",), layers_per_block=1, latent_channels=4,
+                       norm_num_groups=8).save_pretrained(dst / "vae")
+    return dst
+
+
+def with_text_layers(demo_image: Path, dst: Path, layers: int) -> Path:
+    """The demo pipeline with a text encoder of ``layers`` layers (the demo's has 28), random weights."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    shutil.copytree(demo_image, dst)
+    (dst / ".complete").unlink(missing_ok=True)
+    config = json.loads((dst / "text_encoder" / "config.json").read_text())
+    config.pop("layer_types", None)  # one per layer: rebuilt for the new count
+    shutil.rmtree(dst / "text_encoder")
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(Qwen3Config(**{**config, "num_hidden_layers": layers})).save_pretrained(dst / "text_encoder")
+    return dst
+
+
 def truncate(path: Path, keep: float = 0.5) -> None:
     """Cut a file to a fraction of its length, like an interrupted download."""
     data = Path(path).read_bytes()

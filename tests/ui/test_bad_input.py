@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -9,9 +12,12 @@ import threading
 import time
 from pathlib import Path
 
+import gradio as gr
+import httpx
 import pytest
-from gradio_client import Client
+from gradio_client import Client, handle_file
 from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 from support.app import start_app
 
 from neuron_backend.demo_models import ensure_demo_models
@@ -110,6 +116,76 @@ def test_unusual_text_is_served(served, text):
     assert chat(client, message=text, max_new_tokens=3)["done"]
     path, params = image(client, prompt=text)
     assert Image.open(path).size == (64, 64) and "\x00" not in params["prompt"]
+
+
+HUGE = "5" * 5000  # int() of it raises Python's "Exceeds the limit (4300 digits) for integer string conversion"
+PYTHON_SAID = ("Exceeds the limit", "int_max_str_digits", "recursion", "codec", "surrogates not allowed")
+
+
+@pytest.mark.parametrize(("kwargs", "fragment"), [
+    ({"size": HUGE + "x64"}, "between 16 and 4096. Allowed sizes: 64x64, 96x64."),
+    ({"size": "64x" + HUGE}, "between 16 and 4096. Allowed sizes: 64x64, 96x64."),
+    ({"seed": HUGE}, "Seed must be a whole number from 0 to 4294967295, not '5555"),
+    ({"steps": HUGE}, "Steps must be a whole number from 1 to "),
+], ids=["width", "height", "seed", "steps"])
+def test_a_5000_digit_value_is_refused_with_what_is_allowed(warm_app, kwargs, fragment):
+    _, url = warm_app
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - gradio_client's AppError; the message is checked
+        image(Client(url, verbose=False), **kwargs)
+    message = str(raised.value)
+    assert fragment in message and len(message) < 300, message[:500]
+    assert not any(said in message for said in PYTHON_SAID)
+
+
+def test_a_lone_surrogate_in_the_prompt_is_refused_plainly(warm_app):
+    # gradio_client cannot send one (it encodes UTF-8 first); a page's JSON.stringify sends it as an escape.
+    _, url = warm_app
+    body = '{"data": ["a \\ud800 cat", "64x64", 1, 1, null, 1, false]}'
+    started = httpx.post(url + "gradio_api/call/generate_image", content=body,
+                         headers={"content-type": "application/json"}, timeout=30)
+    stream = httpx.get(url + f"gradio_api/call/generate_image/{started.json()['event_id']}", timeout=60).text
+    events = dict(zip(re.findall(r"^event: (\w+)$", stream, re.M), re.findall(r"^data: (.*)$", stream, re.M),
+                      strict=True))
+    assert json.loads(events["error"])["error"] == ("The prompt holds a lone surrogate ('\\ud800') at character 2, "
+                                                    "which is not valid Unicode; send UTF-8 text.")
+    assert image(Client(url, verbose=False), prompt="a cat")[1]["prompt"] == "a cat"  # and the app serves on
+
+
+@pytest.mark.parametrize("seed", [None, 2**40], ids=["empty", "too large"])
+def test_the_image_tabs_seed_box_refuses_what_is_not_a_seed(warm_app, seed):
+    # A Seed box left empty (or holding more digits than a browser number keeps) sends None.
+    from ui import create_demo
+
+    backend, _ = warm_app
+    press = next(f.fn for f in create_demo(backend).fns.values() if f.name == "press_generate")
+
+    async def pressed():
+        return [update async for update in press("a cat", "64x64", 1, 1, seed, False, None, False)]
+
+    with pytest.warns(UserWarning, match=r"^Seed must be a whole number from 0 to 4294967295, not |^Seed \d+ is out"):
+        updates = asyncio.run(pressed())
+    assert updates == [(gr.skip(),) * 8]  # nothing started; the page shows the refusal as a toast
+
+
+HOSTILE_PNGS = {  # the JSON chunk of a dropped PNG
+    "nested": "[" * 100_000 + "]" * 100_000,
+    "surrogate": json.dumps({"prompt": "a \ud800 cat", "size": "64x64"}),
+    "huge size": json.dumps({"prompt": "a cat", "size": HUGE + "x64"}),
+}
+
+
+def test_hostile_pasted_pngs_fill_nothing_and_the_app_serves_on(warm_app, tmp_path):
+    # The refusals' words: tests/core/test_png_text.py; here, through /paste_png, no error escapes.
+    _, url = warm_app
+    client = Client(url, verbose=False)
+    for name, chunk in HOSTILE_PNGS.items():
+        info = PngInfo()
+        info.add_text("showcase", chunk, zip=True)
+        path = tmp_path / f"{name}.png"
+        Image.new("RGB", (8, 8)).save(path, pnginfo=info)
+        values = client.predict(handle_file(str(path)), api_name="/paste_png")
+        assert values[0] == {"__type__": "update"}, name  # the form is left as it was; the page shows a toast
+    assert image(client)[1]["seed"] == 1
 
 
 @pytest.mark.slow

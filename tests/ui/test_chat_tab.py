@@ -282,6 +282,24 @@ def test_a_conversation_file_refused_in_arabic(tmp_path):
     assert read_conversation(str(tmp_path / "ok.json"), limits)["messages"][0]["content"] == "hello"
 
 
+@pytest.mark.parametrize(("text", "reason"), [
+    ("[" * 100_000 + "]" * 100_000, "its JSON is nested deeper than an export ever is"),
+    ('{"format": "trainium-showcase-chat", "version": ' + "5" * 5000 + "}", "it holds a number of over 4300 digits"),
+    ("{not json", "it is not valid JSON"),
+], ids=["nested", "huge number", "not JSON"])
+def test_a_conversation_file_that_is_not_json_says_so_plainly(tmp_path, text, reason):
+    from ui.chat_tab import read_conversation
+
+    path = tmp_path / "conversation.json"
+    path.write_text(text)
+    with pytest.raises(InvalidRequestError) as raised:
+        read_conversation(str(path), HistoryLimits())
+    assert str(raised.value) == f"The file is not a JSON conversation export ({reason})."
+    (tmp_path / "latin-1.json").write_bytes(b'{"messages": "caf\xe9"}')
+    with pytest.raises(InvalidRequestError, match=r"\(it is not UTF-8 text\)"):
+        read_conversation(str(tmp_path / "latin-1.json"), HistoryLimits())
+
+
 def test_engine_errors_and_shape_labels_in_arabic(tiny_settings, demo_models):
     from neuron_backend.chat.engine import ChatEngine
     from neuron_backend.devices import HostDevices, resolve_placements
