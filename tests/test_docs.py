@@ -35,3 +35,19 @@ def test_the_readme_is_a_front_door_and_its_links_resolve():
     assert not [link for link in links if not (ROOT / link).exists()]
     for page in (ROOT / "docs").glob("*.md"):
         assert f"docs/{page.name}" in readme, f"README's index lacks docs/{page.name}"
+
+
+def test_the_kubernetes_probes_tolerate_one_slow_answer():
+    """The documented probes: a busy host answered /healthz in over 1 s now and then, so no probe keeps
+    Kubernetes' 1 s default timeout and readiness does not drop a pod on a single miss."""
+    import yaml
+
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(startupProbe:.*?)```", page, re.S)
+    assert block, "docs/api.md has no probe example"
+    probes = yaml.safe_load(block.group(1))
+    assert set(probes) == {"startupProbe", "readinessProbe", "livenessProbe"}
+    for name, probe in probes.items():
+        assert probe.get("timeoutSeconds", 1) >= 3, name
+        assert probe.get("failureThreshold", 3) >= 3, name
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
