@@ -12,7 +12,7 @@ from neuron_backend.runtime import Backend
 
 from .api import add_public_api
 from .chat_tab import CHAT_CSS, build_chat_tab
-from .guards import EarlyCancels, Guards, LoginThrottle
+from .guards import BodyLimit, EarlyCancels, Guards, LoginThrottle, session_jobs
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
 from .mcp_tools import describe_tools, loopback_login
@@ -59,7 +59,8 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
 
 def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None,
                   cancels: EarlyCancels | None = None) -> dict:
-    """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, the guards."""
+    """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, upload and
+    body limits, the guards."""
     settings = backend.settings
 
     def auth_state():  # read per request: Gradio builds its app (and the token table) at launch
@@ -71,7 +72,10 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # /healthz, /readyz, /metrics (ui/probes.py) and /v1 (ui/openai_api.py), as FastAPI routes from the
         # server's first request
         "routes": probe_routes(backend) + openai_routes(backend),
-        "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels),
+        "middleware": [Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
+                                  max_upload_bytes=settings.max_file_size),
+                       Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels,
+                                  session_jobs=session_jobs(demo), max_session_jobs=settings.max_session_jobs),
                        Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
@@ -86,6 +90,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # Generated images and exports live under the cache root, which may sit outside the working
         # directory and the temp dir (the default ~/.cache/...): name exactly those two folders.
         "allowed_paths": [str(p) for p in backend.served_folders()],
+        "max_file_size": settings.max_file_size,  # Gradio's own check of each uploaded file (413 above)
         "app_kwargs": app_kwargs,
         "mcp_server": settings.mcp,
         # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text

@@ -336,7 +336,8 @@ def test_chat_text_is_escaped_outside_code_and_round_trips(text):
 
 # GFM's bare-URL autolinks take every character up to a space or "<" (a backslash before "<" too), and an
 # image fetches its URL: the escaped text starts neither (the browser's view: tests/browser/test_live_text.py).
-STARTS_LIVE = re.compile(r"(?i)(?:ftp|https?)://|www\.|(?<!\\)(?:\\\\)*!\[")  # "!" after an even run of "\\"
+# An image's "!" is live after an even number of backslashes.
+STARTS_LIVE = re.compile(r"(?i)(?:ftp|https?)://|www\.|(?<!\\)(?:\\\\)*!\[")
 
 
 @pytest.mark.parametrize("text", ["see http://x/<img src=http://x/a.png> end", "HTTPS://x/\\<b>", "www.x.org/<i>",
