@@ -293,7 +293,7 @@ class Settings:
     queue_size: int = 16
     max_session_jobs: int = 2  # one session's jobs waiting or running; the next is refused (ui/guards.py)
     max_file_size: int = 64 * 2**20  # an upload: the largest file the page takes (a PNG to paste back, a QA run)
-    max_request_bytes: int = 8 * 2**20  # any other body (a chat's history is at most ~6 bytes a character)
+    max_request_bytes: int = 8 * 2**20  # any other body (a chat history at its limits: ~1.2 MB of JSON)
     max_prompt_chars: int = 20_000
     max_history_messages: int = 200  # a chat request's history, refused above (checked before tokenizing)
     max_history_chars: int = 100_000
