@@ -63,6 +63,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("no-image", "bool", "disable the image engine"),
     ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),
     ("queue-size", "int", "most requests waiting in the queue before 'busy, try again'"),
+    ("max-session-jobs", "int", "most jobs one browser or API session may have waiting or running at once"),
+    ("max-file-size", "int", "largest file one upload may carry, in bytes (refused above)"),
+    ("max-request-bytes", "int", "largest request body any other route accepts, in bytes (refused above)"),
     ("max-prompt-chars", "int", "longest accepted prompt in characters"),
     ("max-history-messages", "int", "most chat history messages one request may carry (refused above)"),
     ("max-history-chars", "int", "most characters of chat history one request may carry (refused above)"),
@@ -293,6 +296,9 @@ class Settings:
     image: bool = True
     warmup_order: tuple[str, ...] = ("chat", "image")
     queue_size: int = 16
+    max_session_jobs: int = 2  # one session's jobs waiting or running; the next is refused (ui/guards.py)
+    max_file_size: int = 64 * 2**20  # an upload: the largest file the page takes (a PNG to paste back, a QA run)
+    max_request_bytes: int = 8 * 2**20  # any other body (a chat history at its limits: ~1.2 MB of JSON)
     max_prompt_chars: int = 20_000
     max_history_messages: int = 200  # a chat request's history, refused above (checked before tokenizing)
     max_history_chars: int = 100_000
@@ -378,6 +384,9 @@ def parse_settings(
         image=not raw.get("no_image", False),
         warmup_order=_parse_list(raw.get("warmup_order", "chat,image")),
         queue_size=_as_int("queue-size", raw.get("queue_size", 16)),
+        max_session_jobs=_as_int("max-session-jobs", raw.get("max_session_jobs", 2)),
+        max_file_size=_as_int("max-file-size", raw.get("max_file_size", 64 * 2**20)),
+        max_request_bytes=_as_int("max-request-bytes", raw.get("max_request_bytes", 8 * 2**20)),
         max_prompt_chars=_as_int("max-prompt-chars", raw.get("max_prompt_chars", 20_000)),
         max_history_messages=_as_int("max-history-messages", raw.get("max_history_messages", 200)),
         max_history_chars=_as_int("max-history-chars", raw.get("max_history_chars", 100_000)),
@@ -472,6 +481,11 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--feedback-max-bytes", f"{s.feedback_max_bytes} is too small", "10000 or more")
     if s.queue_size < 1:
         raise ConfigError("--queue-size", f"{s.queue_size} is not positive", "1 or more")
+    if s.max_session_jobs < 1:
+        raise ConfigError("--max-session-jobs", f"{s.max_session_jobs} is not positive", "1 or more")
+    for flag, value in (("--max-file-size", s.max_file_size), ("--max-request-bytes", s.max_request_bytes)):
+        if value < 65536:
+            raise ConfigError(flag, f"{value} is too small", "65536 (64 KiB) or more")
     if s.max_prompt_chars < 1:
         raise ConfigError("--max-prompt-chars", f"{s.max_prompt_chars} is not positive", "1 or more")
     if s.max_history_messages < 0:

@@ -13,7 +13,7 @@ from neuron_backend.runtime import Backend
 
 from .api import add_public_api
 from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
-from .guards import EarlyCancels, Guards, LoginThrottle
+from .guards import BodyLimit, EarlyCancels, Guards, LoginThrottle, session_jobs
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
 from .mcp_server import mcp_lifespan
@@ -62,7 +62,8 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
 
 def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None,
                   cancels: EarlyCancels | None = None, routes: Sequence[BaseRoute] = ()) -> dict:
-    """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, the guards."""
+    """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, upload and
+    body limits, the guards."""
     settings = backend.settings
 
     def auth_state():  # read per request: Gradio builds its app (and the token table) at launch
@@ -74,7 +75,10 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # /healthz, /readyz, /metrics (ui/probes.py) and the routes app.py hands in (the annex's /v1), as
         # FastAPI routes from the server's first request
         "routes": probe_routes(backend) + list(routes),
-        "middleware": [Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels),
+        "middleware": [Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
+                                  max_upload_bytes=settings.max_file_size),
+                       Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels,
+                                  session_jobs=session_jobs(demo), max_session_jobs=settings.max_session_jobs),
                        Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
@@ -89,6 +93,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # Generated images and exports live under the cache root, which may sit outside the working
         # directory and the temp dir (the default ~/.cache/...): name exactly those two folders.
         "allowed_paths": [str(p) for p in backend.served_folders()],
+        "max_file_size": settings.max_file_size,  # Gradio's own check of each uploaded file (413 above)
         "app_kwargs": app_kwargs,
         "mcp_server": settings.mcp,
         # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text

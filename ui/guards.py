@@ -1,4 +1,7 @@
-"""Two guards in front of Gradio's own routes (ASGI middleware, given to FastAPI through ``app_kwargs``).
+"""Guards in front of Gradio's own routes (ASGI middleware, given to FastAPI through ``app_kwargs``).
+
+- ``BodyLimit``: no request body is read past its limit (``--max-request-bytes``; an upload to
+  ``/gradio_api/upload``: ``--max-file-size`` and its multipart framing); a larger one gets 413.
 
 - ``LoginThrottle``: repeated failed logins from one client get slower: after ``free_failures``
   wrong passwords each further try must wait, the wait doubling up to ``max_delay_s``; while it
@@ -15,6 +18,8 @@
   guard matches such a cancel to the job that session joined for that endpoint within
   ``window_s`` (before or after the cancel), fills in its event id for Gradio (which then drops
   it from the queue) and remembers it, so the handler drops it if it starts anyway.
+- Jobs per session: a join is refused (429) while its session already has ``max_session_jobs`` jobs
+  waiting or running (``session_jobs``), so one session cannot fill the queue ahead of everyone else.
 
 All of them run on the server's event loop; their state is guarded by the GIL-atomic dict operations of a
 single coroutine step (no awaits between a read and its update).
@@ -27,12 +32,17 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from itertools import chain
+
+from neuron_backend.messages import tr
 
 LOGIN_PATHS = ("/login", "/login/")
 CANCEL_PATH = "/gradio_api/cancel"  # (/gradio_api/reset is a no-op in 6.31)
 JOIN_PATH = "/gradio_api/queue/join"
 MAX_TRACKED = 10_000  # clients / sessions remembered; the oldest are forgotten first
+UPLOAD_PATH = "/gradio_api/upload"
 MAX_BODY = 8 * 1024 * 1024  # a /queue/join body larger than this is passed on unread (Gradio refuses it)
+MULTIPART_FRAMING = 64 * 1024  # an upload's body beyond its file: boundaries, part headers, the file name
 
 
 class LoginThrottle:
@@ -162,19 +172,103 @@ class EarlyCancels:
             table.popitem(last=False)
 
 
+class BodyLimit:
+    """413 for a request body over its limit, before the app has read more than the limit.
+
+    A declared ``content-length`` over the limit is refused before anything is read; a body without
+    one (chunked) is counted as the app reads it, and at the limit the app is told the client left
+    while the client gets the 413 (what the app answers after that is dropped).
+    """
+
+    def __init__(self, app, max_bytes: int, max_upload_bytes: int):
+        self.app, self.max_bytes, self.max_upload_bytes = app, max_bytes, max_upload_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        upload = scope["path"].rstrip("/").endswith(UPLOAD_PATH)
+        limit = self.max_upload_bytes + MULTIPART_FRAMING if upload else self.max_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            return await _send_json(send, 413, {"detail": _too_large(upload, limit)})
+        state = {"read": 0, "refused": False, "started": False}
+
+        async def counted_receive():
+            message = await receive()
+            if message["type"] == "http.request" and not state["refused"]:
+                state["read"] += len(message.get("body", b""))
+                if state["read"] > limit:
+                    state["refused"] = True
+                    if not state["started"]:
+                        await _send_json(send, 413, {"detail": _too_large(upload, limit)})
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message):
+            if state["refused"]:
+                return
+            state["started"] = state["started"] or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
+
+
+def _too_large(upload: bool, limit: int) -> str:
+    if upload:
+        return tr("The upload is larger than {mb} MB, the most this server accepts for one file (--max-file-size).",
+                  mb=(limit - MULTIPART_FRAMING) // 2**20)
+    return tr("The request is larger than {kb} KB, the most this server accepts (--max-request-bytes).",
+              kb=limit // 1024)
+
+
+def _content_length(scope) -> int | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def session_jobs(demo) -> Callable[[str, int], int | None]:
+    """How many of a session's jobs wait in Gradio's queue or run, for a join of ``fn_index`` (None: a
+    function with no concurrency limit, which never waits: not capped and not counted).
+
+    Reads Gradio 6.31's queue (``event_queue_per_concurrency_id``, ``active_jobs``) on the event loop,
+    where the queue changes, so the lists are copied before they are walked.
+    """
+
+    def count(session: str, fn_index: int) -> int | None:
+        fn = demo.fns.get(fn_index)
+        queue = getattr(demo, "_queue", None)
+        if fn is None or fn.concurrency_limit is None or queue is None:
+            return None
+        waiting = (e for q in list(queue.event_queue_per_concurrency_id.values()) for e in list(q.queue))
+        running = (e for job in list(queue.active_jobs) if job for e in job)
+        return sum(1 for e in chain(waiting, running)
+                   if e.session_hash == session and e.fn.concurrency_limit is not None)
+
+    return count
+
+
 class Guards:
     """The ASGI middleware: login backoff always, job ownership when the app has auth.
 
     ``auth_state`` returns (auth on, valid tokens, cookie id) of the running Gradio app; it is read
     per request because Gradio builds its app (and its token table) at launch. ``early_cancels``
-    is shared with the API handlers (``ui.api.drops_early_cancels``).
+    is shared with the API handlers (``ui.api.drops_early_cancels``). ``session_jobs`` counts a
+    session's jobs in the queue (``session_jobs(demo)``); None: no cap.
     """
 
     def __init__(self, app, throttle: LoginThrottle, auth_state: Callable[[], tuple[bool, dict, str]],
-                 early_cancels: EarlyCancels | None = None):
+                 early_cancels: EarlyCancels | None = None,
+                 session_jobs: Callable[[str, int], int | None] | None = None, max_session_jobs: int = 2):
         self.app, self.throttle, self.auth_state = app, throttle, auth_state
         self.early_cancels = early_cancels or EarlyCancels()
+        self.session_jobs, self.max_session_jobs = session_jobs, max_session_jobs
         self._owners: OrderedDict[str, str] = OrderedDict()  # session hash -> login token
+        self._joining: dict[str, int] = {}  # session hash -> its capped joins not yet answered
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -187,7 +281,19 @@ class Guards:
             auth, tokens, cookie_id = self.auth_state()
             if auth and (refusal := self._refusal(scope, body, tokens, cookie_id)):
                 return await _send_json(send, *refusal)
-            return await self._early_cancels(scope, body, _replay(messages, receive), send)
+            counted = self._capped_session(body) if path.rstrip("/") == JOIN_PATH else None
+            if counted is False:
+                return await _send_json(send, 429, {"detail": tr(
+                    "This session already has {limit} jobs waiting or running, the most one session may have "
+                    "(--max-session-jobs): wait for the running job to finish, then try again.",
+                    limit=self.max_session_jobs)})
+            try:
+                return await self._early_cancels(scope, body, _replay(messages, receive), send)
+            finally:
+                if counted:
+                    self._joining[counted] -= 1
+                    if not self._joining[counted]:
+                        del self._joining[counted]
         return await self.app(scope, receive, send)
 
     async def _login(self, scope, receive, send):
@@ -209,6 +315,21 @@ class Guards:
             self.throttle.succeeded(client)
         elif status.get("code") in (400, 401):
             self.throttle.failed(client)
+
+    def _capped_session(self, body: bytes) -> str | bool | None:
+        """A join: False when its session is at the cap; else the session, now counted as joining until
+        answered (a join's job enters the queue before its answer); None when the join is not capped."""
+        request = _json_object(body)
+        session, fn_index = request.get("session_hash"), request.get("fn_index")
+        if self.session_jobs is None or not (isinstance(session, str) and isinstance(fn_index, int)):
+            return None
+        held = self.session_jobs(session, fn_index)
+        if held is None:
+            return None
+        if held + self._joining.get(session, 0) >= self.max_session_jobs:
+            return False
+        self._joining[session] = self._joining.get(session, 0) + 1
+        return session
 
     def _refusal(self, scope, body: bytes, tokens: dict, cookie_id: str) -> tuple[int, dict] | None:
         """With auth: (status, body) when this join or cancel is not the login's own, else None."""

@@ -16,7 +16,13 @@ from .i18n import say, speaking
 # Code the Markdown renderer shows verbatim: fenced blocks and inline code spans (escapes stay out of them).
 _CODE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)|(`+)(?!`).+?(?<!`)\2(?!`)",
                    re.M | re.S)
-_ESCAPABLE = re.compile(r"(\\*)([<&])")
+# What makes Markdown text live, each escaped with a backslash outside code: "<" (HTML), "&" (entities),
+# "!" before "[" (an image: a remote fetch without a click), and the ":" of "http://" / "https://" / "ftp://"
+# and the "." of "www." (GFM's bare-URL autolinks take every character up to a space or "<", an escaping
+# backslash included, so a tag right after a URL was live). Each alternative is asserted before the
+# backslashes in front of its character, so the same pattern finds them in the escaped text too.
+_ESCAPABLE = re.compile(r"(?:(?:(?<=https)|(?<=http)|(?<=ftp))(?=\\*://)|(?<=www)(?=\\*\.)|(?=\\*(?:[<&]|!\[)))"
+                        r"(\\*)([<&!:.])", re.IGNORECASE)
 
 
 def chat_stats_text(stats) -> str:
@@ -101,8 +107,11 @@ def markdown_literal(text: str) -> str:
 
     Every ``<`` and ``&`` outside code gets a backslash (backslashes already in front of one are
     doubled), so the page's Markdown renderer shows ``List<String>`` and ``<div style=...>`` as text
-    instead of parsing a tag (which its sanitizer then deletes or keeps live). Code spans and fenced
-    blocks are shown verbatim by the renderer and are left alone. ``markdown_unliteral`` undoes it.
+    instead of parsing a tag (which its sanitizer then deletes or keeps live). So do the ``!`` of an
+    image (``![a](url)`` shows as ``!`` and a link: nothing is fetched) and the ``:`` or ``.`` that
+    starts a bare URL (``http://x/<img>`` is text, not an autolink that swallows the backslash before
+    ``<``; bare URLs are not links, ``[text](url)`` ones are). Code spans and fenced blocks are shown
+    verbatim by the renderer and are left alone. ``markdown_unliteral`` undoes it.
     """
     return _outside_code(text, lambda part: _ESCAPABLE.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), part))
 

@@ -95,7 +95,8 @@ def message_text(content: object, where: str) -> str:
 
 
 def normalize_history(history: object, limits: HistoryLimits) -> tuple[dict, ...]:
-    """Plain ``{"role", "content"}`` turns from UI or API history; folded bubbles are dropped."""
+    """Plain ``{"role", "content"}`` turns from UI or API history; folded bubbles are dropped (their
+    text still counts toward ``limits.chars``, and each is one of ``limits.messages``)."""
     if history is None:
         return ()
     if isinstance(history, Mapping) and "messages" in history:  # a whole exported conversation
@@ -113,13 +114,13 @@ def normalize_history(history: object, limits: HistoryLimits) -> tuple[dict, ...
         if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
             raise InvalidRequestError(tr("History item {index} is not valid: it must be {allowed}.",
                                          index=i, allowed=_ALLOWED))
-        if is_bubble(item):  # reasoning / notice bubbles are shown, never fed back
-            continue
         text = message_text(item.get("content"), tr("The content of history item {index}", index=i))
-        total += len(text)
+        total += len(text)  # folded bubbles too: never fed back, but carried and shown all the same
         if total > limits.chars:
             raise InvalidRequestError(tr("The history holds more than {limit} characters; this server accepts at most "
                                          "{limit}. Send only the newest messages.", limit=limits.chars))
+        if is_bubble(item):  # reasoning / notice bubbles are shown, never fed back
+            continue
         text = clean_text(tr("The content of history item {index}", index=i), text, limits.message_chars)
         if item["role"] == "assistant":
             text = strip_reasoning(text)

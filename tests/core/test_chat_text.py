@@ -182,6 +182,19 @@ def test_history_limits_refuse_before_any_tokenizing(builder):
     assert [m["content"] for m in kept] == ["z" * 30, "w"]
 
 
+def test_folded_bubbles_count_toward_the_history_limits():
+    """Reasoning and notice bubbles are never fed back, but a request carries them: they count."""
+    limits = HistoryLimits(messages=4, chars=50)
+    bubble = {"role": "assistant", "content": "x" * 10**6, "metadata": {"title": "💭 Reasoning"}}
+    with pytest.raises(InvalidRequestError, match="more than 50 characters"):
+        normalize_history([{"role": "user", "content": "hi"}, bubble], limits)
+    with pytest.raises(InvalidRequestError, match="5 messages; this server accepts at most 4"):
+        normalize_history([{**bubble, "content": "x"}] * 5, limits)
+    small = [{"role": "user", "content": "hi"}, {**bubble, "content": "x" * 40}, {"role": "assistant", "content": "a"}]
+    assert normalize_history(small, limits) == ({"role": "user", "content": "hi"},
+                                                {"role": "assistant", "content": "a"})
+
+
 def test_one_normaliser_for_the_ui_and_the_api():
     limits = HistoryLimits()
     ui = [{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]},

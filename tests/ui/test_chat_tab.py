@@ -352,6 +352,20 @@ def test_chat_text_is_escaped_outside_code_and_round_trips(text):
     assert "<" not in outside.replace("\\<", "") and "&" not in outside.replace("\\&", "")
 
 
+# GFM's bare-URL autolinks take every character up to a space or "<" (a backslash before "<" too), and an
+# image fetches its URL: the escaped text starts neither (the browser's view: tests/browser/test_live_text.py).
+# An image's "!" is live after an even number of backslashes.
+STARTS_LIVE = re.compile(r"(?i)(?:ftp|https?)://|www\.|(?<!\\)(?:\\\\)*!\[")
+
+
+@pytest.mark.parametrize("text", ["see http://x/<img src=http://x/a.png> end", "HTTPS://x/\\<b>", "www.x.org/<i>",
+                                  "![a](http://x/i.png)", "\\![a][r]\n\n[r]: ftp://x/i.png", "http\\://x a.b: c"])
+def test_chat_text_starts_no_autolink_and_no_image(text):
+    escaped = markdown_literal(text)
+    assert markdown_unliteral(escaped) == text
+    assert not STARTS_LIVE.search(escaped), escaped
+
+
 def test_chatbot_sends_escaped_text_and_hands_back_the_original():
     from ui.chat_tab import LiteralChatbot
 
