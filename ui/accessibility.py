@@ -1,0 +1,101 @@
+"""What the page needs to pass axe-core with zero critical and zero serious findings: theme colours at
+4.5:1 or better, and two repairs of Gradio's own markup.
+
+- ``THEME``: Gradio's default theme with darker fills where its text fails WCAG AA contrast: white on
+  the primary orange (#f97316, 2.8:1) becomes white on orange-700 (5.2:1); white on the stop red
+  (#ef4444, 3.8:1) becomes red-700 (6.5:1); the subdued grey of slider limits, info lines, the
+  upload's "or" and the footer (#bbbbc2, 1.9:1) becomes neutral-600. ``CSS`` does the same for the
+  JSON viewer's syntax colours in the light theme.
+- ``HEAD``: a script that repairs Gradio 6.31's markup as it appears (a MutationObserver, as the
+  components render and re-render):
+  - the chat examples' container says ``role="list"`` but holds buttons (axe
+    ``aria-required-children``, critical): it becomes a ``group``;
+  - an empty image, file or gallery box is a ``div`` with an ``aria-label`` and no role
+    (``aria-prohibited-attr``, serious): it gets ``role="img"``, which allows the label ("Empty value");
+  - the fold title of a reasoning or notice bubble is a ``role="button"`` holding a nameless arrow
+    ``<button>`` (``nested-interactive``, serious; ``button-name``, critical): the arrow is disabled and
+    hidden from assistive technology, and ``CSS`` lets a click on it reach the title, which stays the one
+    control (its own keyboard handling is Gradio's);
+  - the picture in an Image box sits in a nameless ``<button>`` (``button-name``): it is named after
+    its box's label;
+  - the Python snippet's syntax colours (CodeMirror with a dark palette, 2.0-3.7:1 on white) are
+    darkened token by token, keeping their hue, until each reads at 5:1 on white (light theme only).
+
+``tests/browser/test_accessibility.py`` runs axe-core on every tab in both languages.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+THEME = gr.themes.Default().set(
+    button_primary_background_fill="*primary_700",
+    button_primary_background_fill_dark="*primary_700",
+    button_primary_background_fill_hover="*primary_800",
+    button_primary_background_fill_hover_dark="*primary_800",
+    button_cancel_background_fill="#b91c1c",
+    button_cancel_background_fill_dark="#b91c1c",
+    button_cancel_background_fill_hover="#991b1b",
+    button_cancel_background_fill_hover_dark="#991b1b",
+    body_text_color_subdued="*neutral_600",
+)
+
+# A click on the disabled arrow goes to the fold title under it, and the arrow keeps its look. The JSON
+# viewer (the image's parameters) keeps its dark-theme syntax colours in dark mode; on white they read at
+# 2.0-3.9:1, so the light theme gets darker ones of the same hues (5.5-7.7:1).
+CSS = """
+[role="button"] button[disabled][aria-hidden="true"] { pointer-events: none; opacity: 1; cursor: pointer; }
+body:not(.dark) .gradio-container .json-node {
+  --text-color: #9a3412; --string-color: #b4441f; --number-color: #1e5a6b; --bracket-color: #3f6464;
+  --square-bracket-color: #a8323c; --punctuation-color: #47615f;
+}
+"""
+
+HEAD = r"""<script>
+(() => {
+  const repair = () => {
+    for (const box of document.querySelectorAll('.examples[role="list"]')) {
+      box.setAttribute("role", "group");
+    }
+    for (const empty of document.querySelectorAll('div.empty[aria-label]:not([role])')) {
+      empty.setAttribute("role", "img");
+    }
+    for (const arrow of document.querySelectorAll('[role="button"] button:not([aria-hidden])')) {
+      arrow.disabled = true;  // not focusable (a negative tabindex still is, to assistive technology)
+      arrow.setAttribute("aria-hidden", "true");
+    }
+    for (const picture of document.querySelectorAll('.image-container > button:not([aria-label])')) {
+      const label = picture.closest(".block")?.querySelector('[data-testid="block-label"]');
+      picture.setAttribute("aria-label", (label && label.textContent.trim()) || "Image");
+    }
+    if (!document.body.classList.contains("dark")) {
+      for (const token of document.querySelectorAll(".cm-content span:not([data-contrast])")) {
+        token.dataset.contrast = "checked";
+        readable(token);
+      }
+    }
+  };
+  const luminance = (r, g, b) => {
+    const f = (c) => ((c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const readable = (token) => {
+    let [r, g, b] = (getComputedStyle(token).color.match(/[\d.]+/g) || []).slice(0, 3).map(Number);
+    if (b === undefined) return;
+    let steps = 0;
+    while (1.05 / (luminance(r, g, b) + 0.05) < 5 && steps++ < 40) { r *= 0.93; g *= 0.93; b *= 0.93; }
+    if (steps) token.style.color = `rgb(${Math.round(r)}, ${Math.round(g)}, ${Math.round(b)})`;
+  };
+  let queued = false;  // one repair per frame, however many nodes a streamed reply changes
+  const soon = () => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; repair(); });
+  };
+  const start = () => {
+    repair();
+    new MutationObserver(soon).observe(document.body, {subtree: true, childList: true});
+  };
+  if (document.body) start(); else document.addEventListener("DOMContentLoaded", start);
+})();
+</script>"""
