@@ -1,20 +1,35 @@
 """Prometheus metrics of one Backend (``prometheus_client``), served as ``GET /metrics`` by the UI.
 
 Each Backend has its own ``CollectorRegistry``, so several backends (tests) live in one process.
-Request outcomes and latencies are observed once per request in ``Backend`` methods, never per
-token or per denoising step; the warm-up tasks, engine states and the recompile alarm are read
-from the warm-up runner when Prometheus scrapes, so they cost nothing between scrapes.
+Request outcomes and engine latencies are observed once per request in ``Backend`` methods, never per
+token or per denoising step. What a user waits for is observed where the request arrives: the web
+endpoints and tabs (``ui/request_metrics.py``) from the moment the event joined Gradio's queue, the
+``/v1`` routes from the request's arrival, each to its last update. The warm-up tasks, engine states,
+build facts and the recompile alarm are read when Prometheus scrapes, so they cost nothing between
+scrapes; every warm-up task keeps the same series through its transitions (its state is a 0/1 series
+per state, never a label that moves).
 """
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from .errors import CancelledError, ShowcaseError
+from .errors import (
+    BusyError,
+    CancelledError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    ShapeFailedError,
+    ShapeNotReadyError,
+    ShowcaseError,
+)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 disable_created_metrics()  # no *_created series: start times of each label set are noise on a dashboard
@@ -24,6 +39,17 @@ OUTCOMES = ("ok", "cancelled", "rejected", "error")  # rejected: a ShowcaseError
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKENS_PER_S_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 IMAGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+# What a user waits for: a queue of 16 users in front of a Neuron image is minutes.
+WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
+IMAGE_STEPS_PER_S_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200)
+# The endpoints a user waits on: the public API, the two tabs (their events are private), and /v1.
+WEB_ENDPOINTS = ("/chat", "/generate_image", "chat_tab", "image_tab")
+V1_ENDPOINTS = {"models": "/v1/models", "chat": "/v1/chat/completions", "images": "/v1/images/generations",
+                "files": "/v1/images/files"}
+QUEUE = "queue"  # a join that Gradio's queue (or the guard in front of it) refused: no handler ran
+REFUSAL_REASONS = ("bad_input", "busy", "not_ready", "failed_shape", "auth", "other")
+TASK_STATES = ("queued", "running", "ready", "failed", "skipped")
+BUILD_LABELS = ("chat_model", "image_model", "device", "dtype", "torch", "torch_neuronx", "gradio", "version")
 
 
 class Metrics:
@@ -34,7 +60,9 @@ class Metrics:
     """
 
     def __init__(self, tasks: Callable[[], list], engine_states: Callable[[], dict[str, str]],
-                 compiles_since_ready: Callable[[], int]):
+                 compiles_since_ready: Callable[[], int], build_info: Callable[[], dict[str, str]] | None = None):
+        """``build_info``: the values of ``BUILD_LABELS``, read at each scrape (a fallback to a demo model
+        changes what runs)."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("showcase_requests", "Engine requests by endpoint (chat, image) and outcome "
@@ -56,14 +84,30 @@ class Metrics:
         self.v1_tokens = Counter("showcase_v1_tokens", "/v1 chat tokens by kind (prompt, completion)", ["kind"],
                                  registry=r)
         self.feedback = Counter("showcase_feedback_marks", "Chat replies marked by users", ["rating"], registry=r)
+        self.latency = Histogram("showcase_request_duration_seconds", "End to end, per endpoint: joined Gradio's "
+                                 "queue (/v1: the request arrived) to its last update or byte; refusals included",
+                                 ["endpoint"], buckets=WAIT_BUCKETS, registry=r)
+        self.queue_wait = Histogram("showcase_queue_wait_seconds", "Joined Gradio's queue to the handler's start, "
+                                    "per endpoint", ["endpoint"], buckets=WAIT_BUCKETS, registry=r)
+        self.refusals = Counter("showcase_refusals", "Requests refused, by endpoint (queue: refused when joining "
+                                "Gradio's queue) and reason (" + ", ".join(REFUSAL_REASONS) + ")",
+                                ["endpoint", "reason"], registry=r)
+        self.image_steps_per_s = Histogram("showcase_image_steps_per_second", "Image: denoising steps done per "
+                                           "second of the pipeline call (text encoding and decode included), per "
+                                           "image and precompiled size", ["size"],
+                                           buckets=IMAGE_STEPS_PER_S_BUCKETS, registry=r)
         for endpoint in ("chat", "image"):  # export zeros before the first request
             self.in_progress.labels(endpoint)
             for outcome in OUTCOMES:
                 self.requests.labels(endpoint, outcome)
         for kind in ("prompt", "completion"):
             self.v1_tokens.labels(kind)
+        for endpoint in (*WEB_ENDPOINTS, *V1_ENDPOINTS.values()):
+            self.latency.labels(endpoint)
+        for endpoint in WEB_ENDPOINTS:
+            self.queue_wait.labels(endpoint)
         self.queue_depth: Callable[[], int] | None = None
-        r.register(_StateCollector(self, tasks, engine_states, compiles_since_ready))
+        r.register(_StateCollector(self, tasks, engine_states, compiles_since_ready, build_info))
 
     def track(self, endpoint: str) -> _Tracked:
         """``with metrics.track("chat") as t:`` counts the request once with its outcome (``t.outcome``
@@ -78,8 +122,21 @@ class Metrics:
             self.tokens_per_s.observe(stats.tokens_per_s)
         self.new_tokens.inc(stats.new_tokens)
 
-    def observe_image(self, size: str, seconds: float) -> None:
+    def observe_image(self, size: str, seconds: float, steps_done: int | None = None) -> None:
         self.image_seconds.labels(size).observe(seconds)
+        if steps_done and seconds > 0:
+            self.image_steps_per_s.labels(size).observe(steps_done / seconds)
+
+    def observe_queue_wait(self, endpoint: str, seconds: float) -> None:
+        self.queue_wait.labels(endpoint).observe(max(0.0, seconds))
+
+    def observe_latency(self, endpoint: str, seconds: float) -> None:
+        """One request's end-to-end time (see ``latency``)."""
+        self.latency.labels(endpoint).observe(max(0.0, seconds))
+
+    def refused(self, endpoint: str, reason: str) -> None:
+        """One refusal; ``reason`` is one of REFUSAL_REASONS (anything else counts as "other")."""
+        self.refusals.labels(endpoint, reason if reason in REFUSAL_REASONS else "other").inc()
 
     def observe_v1(self, route: str, status: int, error_type: str | None = None) -> None:
         """One answered /v1 request (an error also under its OpenAI error type)."""
@@ -113,7 +170,7 @@ class _Tracked:
     def images(self, results: list) -> list:
         """Observe each ImageResult's seconds under its size; a stopped run counts as cancelled."""
         for result in results:
-            self.metrics.observe_image(str(result.params.get("size")), result.seconds)
+            self.metrics.observe_image(str(result.params.get("size")), result.seconds, result.params.get("steps_done"))
             if result.stopped:
                 self.outcome = "cancelled"
         return results
@@ -133,26 +190,66 @@ class _Tracked:
         self.metrics.requests.labels(self.endpoint, self.outcome).inc()
 
 
-class _StateCollector:
-    """Warm-up tasks, engine states, the recompile alarm and the queue depth, read when scraped."""
+def refusal_reason(exc: ShowcaseError) -> str | None:
+    """The refusal label of a backend error a user was shown (None: a cancel, which is no refusal)."""
+    if isinstance(exc, CancelledError):
+        return None
+    if isinstance(exc, InvalidRequestError):
+        return "bad_input"
+    if isinstance(exc, BusyError):
+        return "busy"
+    if isinstance(exc, ShapeFailedError):
+        return "failed_shape"
+    if isinstance(exc, (ShapeNotReadyError, EngineUnavailableError)):  # warming up, disabled or failed to load
+        return "not_ready"
+    return "other"
 
-    def __init__(self, metrics: Metrics, tasks, engine_states, compiles_since_ready):
+
+def app_version(pyproject: Path = Path(__file__).resolve().parents[1] / "pyproject.toml") -> str:
+    """The project's version as pyproject.toml declares it ("unknown" without one)."""
+    try:
+        match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(encoding="utf-8"), re.MULTILINE)
+    except OSError:
+        match = None
+    return match.group(1) if match else "unknown"
+
+
+class _StateCollector:
+    """Warm-up tasks, engine states, build facts, the recompile alarm and the queue depth, read when scraped.
+
+    Each warm-up task is named by (engine, kind, shape) in every series from the first scrape on: its
+    state is one 0/1 series per state, its durations are 0 until it starts, so a transition changes
+    values, never the set of series.
+    """
+
+    def __init__(self, metrics: Metrics, tasks, engine_states, compiles_since_ready, build_info=None):
         self._metrics, self._tasks, self._states, self._compiles = metrics, tasks, engine_states, compiles_since_ready
+        self._build_info = build_info
 
     def describe(self) -> Iterable:
         return []  # metrics are produced at collect time only
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        tasks = self._tasks()
-        seconds = GaugeMetricFamily("showcase_warmup_task_seconds", "Warm-up task duration (elapsed while "
-                                    "running)", labels=["engine", "kind", "shape", "state"])
+        tasks, now = self._tasks(), time.time()
+        task_labels = ["engine", "kind", "shape"]
+        seconds = GaugeMetricFamily("showcase_warmup_task_seconds", "Warm-up task duration: elapsed while "
+                                    "running, final once ended, 0 while queued", labels=task_labels)
+        running = GaugeMetricFamily("showcase_warmup_task_running_seconds", "Seconds the warm-up task has been "
+                                    "running (0 unless running): a long compile shows while it runs",
+                                    labels=task_labels)
+        state = GaugeMetricFamily("showcase_warmup_task_state", "Warm-up task state (1 for the current one)",
+                                  labels=[*task_labels, "state"])
         for t in tasks:
-            if t.seconds is not None:
-                seconds.add_metric([t.engine, t.kind, t.shape or "", t.state], t.seconds)
-        yield seconds
+            key = [t.engine, t.kind, t.shape or ""]
+            live = max(0.0, now - t.started_at) if t.state == "running" and t.started_at else None
+            seconds.add_metric(key, live if live is not None else t.seconds or 0.0)
+            running.add_metric(key, live or 0.0)
+            for name in TASK_STATES:
+                state.add_metric([*key, name], 1.0 if t.state == name else 0.0)
+        yield from (seconds, running, state)
         states = GaugeMetricFamily("showcase_warmup_tasks", "Warm-up tasks by state", labels=["state"])
-        for state in ("queued", "running", "ready", "failed", "skipped"):
-            states.add_metric([state], sum(t.state == state for t in tasks))
+        for name in TASK_STATES:
+            states.add_metric([name], sum(t.state == name for t in tasks))
         yield states
         yield GaugeMetricFamily("showcase_warmup_cache_hits", "Compile tasks served from the persistent compile "
                                 "cache", value=sum(bool(t.cache_hit) for t in tasks))
@@ -161,9 +258,15 @@ class _StateCollector:
         engine = GaugeMetricFamily("showcase_engine_state", "Engine state (1 for the current one)",
                                    labels=["engine", "state"])
         for name, current in self._states().items():
-            for state in ENGINE_STATES:
-                engine.add_metric([name, state], 1.0 if state == current else 0.0)
+            for engine_state in ENGINE_STATES:
+                engine.add_metric([name, engine_state], 1.0 if engine_state == current else 0.0)
         yield engine
+        if self._build_info is not None:
+            facts = self._build_info()
+            info = GaugeMetricFamily("showcase_build_info", "What this server runs: models, device, dtype and "
+                                     "versions (always 1)", labels=list(BUILD_LABELS))
+            info.add_metric([str(facts.get(name) or "") for name in BUILD_LABELS], 1.0)
+            yield info
         depth = self._metrics.queue_depth
         if depth is not None:
             yield GaugeMetricFamily("showcase_queue_depth", "Requests waiting in the web queue", value=depth())

@@ -22,6 +22,7 @@ from .image_tab import IMAGE_CSS, build_image_tab
 from .mcp_server import mcp_lifespan
 from .mcp_tools import describe_tools
 from .probes import AuthGate, probe_routes, queue_depth
+from .request_metrics import QueueRefusals
 from .status_panel import build_status_panel, wire_refresh
 
 
@@ -78,7 +79,9 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # /healthz, /readyz, /metrics (ui/probes.py) and the routes app.py hands in (the annex's /v1), as
         # FastAPI routes from the server's first request
         "routes": probe_routes(backend) + list(routes),
-        "middleware": [Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
+        # QueueRefusals first (outermost): it counts the joins refused by the guards and by Gradio's queue
+        "middleware": [Middleware(QueueRefusals, metrics=backend.metrics),
+                       Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
                                   max_upload_bytes=settings.max_file_size),
                        Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels,
                                   session_jobs=session_jobs(demo), max_session_jobs=settings.max_session_jobs),

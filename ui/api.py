@@ -27,6 +27,7 @@ from neuron_backend.runtime import Backend
 from .guards import EarlyCancels
 from .i18n import localized
 from .presentation import visitor_status
+from .request_metrics import measured, queued_at
 
 SEED_MAX = 2**32 - 1
 # Only the API client that cancelled could read it (and it has gone): English, like the API's other text.
@@ -145,6 +146,7 @@ class ImageRun:
     """
 
     def __init__(self, backend: Backend, request: ImageRequest, preview: bool):
+        self.queued_at = queued_at()  # when its event joined Gradio's queue (time.monotonic()): the tab's clock
         self.backend, self.call = backend, backend.start_image(request, preview=preview)
         self.started = time.perf_counter()
 
@@ -268,6 +270,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
 
     # Gradio reads the return hint as the type of each streamed update (hence ChatReply, not Iterator).
     @user_errors
+    @measured(backend.metrics, "/chat")
     @partial(drops_early_cancels, cancels)
     def chat(message: str, history: list[dict[str, Any]] | None = None, system_prompt: str | None = None,
              thinking: bool = False, temperature: float | None = None, top_p: float | None = None,
@@ -304,6 +307,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
         api_trigger = gr.Button()
 
     @user_errors
+    @measured(backend.metrics, "/generate_image")
     @partial(drops_early_cancels, cancels)
     async def generate_image_api(prompt: str, size: str | None = None, steps: int | None = None,
                                  seed: int | None = None, guidance: float | None = None, images: int = 1,

@@ -29,6 +29,7 @@ from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown
 from .guards import EarlyCancels
 from .i18n import localized, say, t
 from .presentation import python_snippet, size_choice_label
+from .request_metrics import RequestClock, measured
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
@@ -171,6 +172,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
         return str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
 
     @refusals_as_toast(outputs=8)
+    @measured(backend.metrics, "image_tab", ends=False)  # show_images ends the request
     @partial(drops_early_cancels, cancels)
     async def press_generate(text, size_label, n_steps, n_images, seed_value, randomize_seed, guidance_value,
                              want_preview, progress=gr.Progress()):
@@ -190,14 +192,21 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
 
     async def show_images(run, past, request: gr.Request):
         """What the run made (stopped: so far), or its refusal as a toast; the session has no run after it."""
+        # The run's request ends here: its clock started when press_generate joined the queue.
+        clock = None if run is None else RequestClock(backend.metrics, "image_tab", since=run.queued_at, waited=False)
         try:
             if run is None:  # Stop took the request out of the queue before its turn
                 raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
             made = [{"path": path, "params": dict(params, wall_s=round(time.perf_counter() - run.started, 3))}
                     for path, params in await run.finished()]
         except ShowcaseError as exc:
+            if clock is not None:
+                clock.refused(exc)
             gr.Warning(shown(exc))
             return (gr.skip(),) * 7 + (None,)
+        finally:
+            if clock is not None:
+                clock.finish()
         items, first = [*past, *made], made[0]["params"]
         shown_params = params_view(first) if len(made) == 1 else [params_view(m["params"]) for m in made]
         return (gr.update(value=made[0]["path"], label=t("Image")), [m["path"] for m in made], shown_params,

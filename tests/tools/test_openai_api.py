@@ -229,6 +229,36 @@ def test_metrics_count_v1_requests_tokens_and_errors(served):
     assert grew("showcase_v1_tokens_total", kind="prompt") == usage.prompt_tokens
 
 
+def test_v1_end_to_end_time_ends_at_the_last_byte_and_refusals_count_by_reason(served):
+    backend, client = served
+    engine, url, path = backend.engine("chat"), str(client.base_url).removesuffix("v1/"), "/v1/chat/completions"
+    before = httpx.get(url + "metrics").text
+    start = time.monotonic()
+    with slowed(engine):
+        chunks = iter(_chat(client, max_tokens=60, temperature=0, stream=True))
+        next(chunks), next(chunks)  # the role chunk, then the first text
+        assert engine.busy
+        during = httpx.get(url + "metrics").text
+        rest = list(chunks)
+    wall = time.monotonic() - start
+    assert rest and _metric(during, "showcase_request_duration_seconds_count", endpoint=path) == _metric(
+        before, "showcase_request_duration_seconds_count", endpoint=path)  # still streaming: not ended yet
+    with pytest.raises(openai.BadRequestError):
+        _chat(client, n=3)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=HELLO)
+    after = httpx.get(url + "metrics").text
+
+    def grew(name, **labels):
+        return _metric(after, name, **labels) - _metric(before, name, **labels)
+
+    assert grew("showcase_request_duration_seconds_count", endpoint=path) == 3
+    assert grew("showcase_request_duration_seconds_sum", endpoint=path) >= 0.02 * len(rest)  # the whole stream
+    assert grew("showcase_request_duration_seconds_sum", endpoint=path) <= wall + 5
+    assert grew("showcase_refusals_total", endpoint=path, reason="bad_input") == 2
+    assert grew("showcase_refusals_total", endpoint=path, reason="busy") == 0
+
+
 @pytest.mark.slow
 def test_a_full_queue_is_429(guarded):
     backend, url = guarded

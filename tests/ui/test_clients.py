@@ -78,8 +78,11 @@ def test_probes_and_metrics_during_and_after_warm_up(tmp_path):
         assert _metric(text, "showcase_chat_time_to_first_token_seconds_count") == 1
         assert _metric(text, "showcase_chat_new_tokens_total") == update["stats"]["new_tokens"]
         assert _metric(text, "showcase_warmup_tasks", state="ready") == len(backend.runner.tasks)
+        # The task's series keep their labels through its transitions: its state is a 0/1 series per state.
         assert _metric(text, "showcase_warmup_task_seconds", engine="image", kind="compile",
-                       shape=held.task.shape, state="ready") is not None
+                       shape=held.task.shape) is not None
+        assert _metric(text, "showcase_warmup_task_state", engine="image", kind="compile", shape=held.task.shape,
+                       state="ready") == 1
         assert _metric(text, "showcase_compiles_since_ready") is not None
         assert _metric(text, "showcase_requests_in_progress", endpoint="chat") == 0
     finally:

@@ -45,6 +45,7 @@ from starlette.routing import Route
 from neuron_backend.chat.text import ChatRequest, ChatUpdate
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.image.png_info import png_metadata
+from neuron_backend.metrics import V1_ENDPOINTS
 from neuron_backend.runtime import Backend
 from ui.api import ImageRun
 
@@ -196,23 +197,33 @@ class OpenAIRoutes:
     def _answer(self, route: str, handler):
         """The handler behind auth, with refusals in OpenAI's schema, counted in the metrics."""
 
+        metrics, path = self.backend.metrics, V1_ENDPOINTS[route]
+
         async def endpoint(request: Request) -> Response:
+            arrived = time.monotonic()  # no web queue in front of /v1: the clock starts at the request
             try:
                 _authorized(request, self.backend.settings)
                 response = await handler(request)
             except ApiError as exc:
-                response = _error_response(exc)
-                self.backend.metrics.observe_v1(route, exc.status, exc.type)
-                return response
+                metrics.observe_v1(route, exc.status, exc.type)
+                self._refused(path, exc)
+                metrics.observe_latency(path, time.monotonic() - arrived)
+                return _error_response(exc)
             except Exception:
                 log.exception("/v1 %s failed", route)
                 error = ApiError(500, "The server failed on this request; its log says why.", code="server_error")
-                self.backend.metrics.observe_v1(route, 500, error.type)
+                metrics.observe_v1(route, 500, error.type)
+                metrics.observe_latency(path, time.monotonic() - arrived)
                 return _error_response(error)
-            self.backend.metrics.observe_v1(route, response.status_code)
-            return response
+            metrics.observe_v1(route, response.status_code)
+            return _timed(response, lambda: metrics.observe_latency(path, time.monotonic() - arrived))
 
         return endpoint
+
+    def _refused(self, path: str, error: ApiError) -> None:
+        reason = _refusal_reason(error)
+        if reason is not None:
+            self.backend.metrics.refused(path, reason)
 
     # ----- models ---------------------------------------------------------------------------------
     def describe_model(self, engine: str) -> dict:
@@ -313,6 +324,7 @@ class OpenAIRoutes:
                     update = await pump.next()
                 except ShowcaseError as exc:  # after the first token only a stop or a failure can end it
                     error = refusal(self.backend, "chat", exc)
+                    self._refused(V1_ENDPOINTS["chat"], error)
                     yield f"data: {json.dumps({'error': {'message': error.message, 'type': error.type}})}\n\n"
                     return
             yield event({}, text.finish_reason)
@@ -376,6 +388,37 @@ class OpenAIRoutes:
                     return FileResponse(path, media_type="image/png")
         raise ApiError(404, f"No image named {name[:80]!r} here (old images are removed as new ones are saved).",
                        code="file_not_found")
+
+
+def _refusal_reason(error: ApiError) -> str | None:
+    """The refusal label of a /v1 error answer (None: a server failure, which is no refusal)."""
+    if error.status == 401:
+        return "auth"
+    if error.status == 429:
+        return "busy"
+    if error.status == 503:
+        return "failed_shape" if error.code == "shape_failed" else "not_ready"
+    return "bad_input" if 400 <= error.status < 500 else None
+
+
+def _timed(response: Response, done: Callable[[], None]) -> Response:
+    """``response`` with ``done()`` called after its last byte: at the end of a stream, else now."""
+    if not isinstance(response, StreamingResponse):
+        done()
+        return response
+    body = response.body_iterator
+
+    async def timed_body():
+        try:
+            async for chunk in body:
+                yield chunk
+        finally:
+            if hasattr(body, "aclose"):  # a client gone mid-stream: the reply's own finally runs now (stops it)
+                await body.aclose()
+            done()
+
+    response.body_iterator = timed_body()
+    return response
 
 
 def _error_response(error: ApiError) -> JSONResponse:
