@@ -5,6 +5,10 @@ Gradio serves a returned file only from the working directory, the temp dir or a
 ``delete_cache``). So a file written here is needed only until Gradio has copied it, and the
 folder can stay small: at most ``limit`` files and ``max_bytes`` bytes, the oldest removed first,
 and files older than ``max_age_s`` removed at start and on every write.
+
+A file is written under a temporary name (``.tmp-*``) and renamed into place; a process killed while
+writing leaves that file behind. Such a leftover, one not written to for ``STALE_TMP_S``, is removed
+at start and on every write (a write in progress keeps its file's modification time recent).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ EXPORTS_DIR_NAME = "exports"
 DEFAULT_LIMIT = 64
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_AGE_S = 24 * 3600.0
+TMP_PREFIX = ".tmp-"
+STALE_TMP_S = 600.0  # a temporary file not written to for this long belongs to no write in progress
 
 
 class ExportFolder:
@@ -40,6 +46,7 @@ class ExportFolder:
         self.limit, self.max_bytes, self.max_age_s = max(1, limit), max_bytes, max_age_s
         self._lock = threading.Lock()
         self._produce_lock = threading.Lock()  # write_keyed: one production at a time
+        self._writing: set[str] = set()  # names of this process's temporary files in progress
         with self._lock:
             self._prune(keep=None)  # leftovers of earlier runs
 
@@ -55,7 +62,7 @@ class ExportFolder:
         with self._lock:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / f"{safe_prefix}-{stamp}-{uuid.uuid4().hex[:8]}{suffix}"
-            tmp = self.folder / f".tmp-{uuid.uuid4().hex}"
+            tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex}"
             try:
                 tmp.write_bytes(payload)
                 os.replace(tmp, path)
@@ -80,13 +87,15 @@ class ExportFolder:
             if path.is_file():
                 return path
             self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = self.folder / f".tmp-{uuid.uuid4().hex}"
+            tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+            self._writing.add(tmp.name)
             try:
                 produce(tmp, self.max_bytes)
                 with self._lock:
                     os.replace(tmp, path)
                     self._prune(keep=path)
             finally:
+                self._writing.discard(tmp.name)
                 tmp.unlink(missing_ok=True)
         return path
 
@@ -99,13 +108,15 @@ class ExportFolder:
     def files(self) -> list[Path]:
         """The exported files, oldest first."""
         try:
-            entries = [p for p in self.folder.iterdir() if p.is_file() and not p.name.startswith(".tmp-")]
+            entries = [p for p in self.folder.iterdir() if p.is_file() and not p.name.startswith(TMP_PREFIX)]
         except OSError:
             return []
         return sorted(entries, key=lambda p: (_mtime(p), p.name))
 
     def _prune(self, keep: Path | None) -> None:
-        """Drop files past the age, count and byte bounds, oldest first (never ``keep``)."""
+        """Drop files past the age, count and byte bounds, oldest first (never ``keep``), and stale temporary
+        files (``_drop_stale_temporaries``)."""
+        self._drop_stale_temporaries()
         files = self.files()
         now = time.time()
         sizes = {p: _size(p) for p in files}
@@ -122,6 +133,23 @@ class ExportFolder:
                 log.warning("could not remove old export %s: %s", path, exc)
                 continue
             total, count = total - sizes[path], count - 1
+
+
+    def _drop_stale_temporaries(self) -> None:
+        """Remove ``.tmp-*`` files of writes that died (a killed export), never one this process is writing
+        (``produce`` may write its own ``<tmp>.tmp`` beside it, so the prefix is what counts)."""
+        try:
+            leftovers = [p for p in self.folder.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_file()]
+        except OSError:
+            return
+        now = time.time()
+        for path in leftovers:
+            if any(path.name.startswith(live) for live in self._writing) or now - _mtime(path) <= STALE_TMP_S:
+                continue
+            try:
+                path.unlink()
+            except OSError as exc:
+                log.warning("could not remove an unfinished export %s: %s", path, exc)
 
 
 def _mtime(path: Path) -> float:

@@ -55,6 +55,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("port", "int", "port to listen on"),
     ("share", "bool", "create a public Gradio share link"),
     ("auth", "str", "user:password protecting the UI and the API"),
+    ("login-max-age", "float", "hours a login lasts; an older login token is forgotten and its browser logs in again"),
+    ("forwarded-allow-ips", "str", "comma-separated proxy addresses whose X-Forwarded-For the server trusts (a proxy "
+                                   "on this host: 127.0.0.1); default none: every client is its own address"),
     ("api-key", "str", "bearer key the OpenAI-compatible /v1 routes ask for (with --auth, /v1 needs one)"),
     ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp"),
     ("feedback-max-bytes", "int", "size of the feedback file (chat 👍/👎 marks) before it is rotated; "
@@ -289,6 +292,8 @@ class Settings:
     port: int = 7860
     share: bool = False
     auth: tuple[str, str] | None = None
+    login_max_age_h: float = 24.0  # a login token older than this is forgotten (ui/guards.py)
+    forwarded_allow_ips: str = ""  # uvicorn's FORWARDED_ALLOW_IPS: peers whose X-Forwarded-For is trusted
     api_key: str | None = field(default=None, repr=False)  # /v1 bearer key; with auth and none, /v1 is closed
     mcp: bool = False  # serve the public endpoints as MCP tools too
     feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
@@ -377,6 +382,8 @@ def parse_settings(
         port=_as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
+        login_max_age_h=_as_float("login-max-age", raw.get("login_max_age", 24.0)),
+        forwarded_allow_ips=str(raw.get("forwarded_allow_ips", "")).strip(),
         api_key=_parse_api_key(raw["api_key"]) if "api_key" in raw else None,
         mcp=bool(raw.get("mcp", False)),
         feedback_max_bytes=_as_int("feedback-max-bytes", raw.get("feedback_max_bytes", 2_000_000)),
@@ -481,6 +488,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--feedback-max-bytes", f"{s.feedback_max_bytes} is too small", "10000 or more")
     if s.queue_size < 1:
         raise ConfigError("--queue-size", f"{s.queue_size} is not positive", "1 or more")
+    if not s.login_max_age_h > 0:
+        raise ConfigError("--login-max-age", f"{s.login_max_age_h} is not positive", "hours, more than 0")
     if s.max_session_jobs < 1:
         raise ConfigError("--max-session-jobs", f"{s.max_session_jobs} is not positive", "1 or more")
     for flag, value in (("--max-file-size", s.max_file_size), ("--max-request-bytes", s.max_request_bytes)):

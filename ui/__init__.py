@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -84,7 +85,8 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
                        Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
                                   max_upload_bytes=settings.max_file_size),
                        Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels,
-                                  session_jobs=session_jobs(demo), max_session_jobs=settings.max_session_jobs),
+                                  session_jobs=session_jobs(demo), max_session_jobs=settings.max_session_jobs,
+                                  login_max_age_s=settings.login_max_age_h * 3600),
                        Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
@@ -120,5 +122,8 @@ def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequenc
     demo = create_demo(backend, cancels, tabs, details, chat_extras)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     backend.metrics.queue_depth = queue_depth(demo)
+    # Gradio starts uvicorn without proxy settings; uvicorn reads the peers whose X-Forwarded-For it trusts
+    # from this variable as the server starts (its own default: 127.0.0.1 and ::1, i.e. anyone on this host).
+    os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes), **kwargs})
     return demo, launched

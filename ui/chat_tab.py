@@ -255,6 +255,13 @@ def remember_reply(records: dict | None, request, update) -> dict:
     return records
 
 
+def produced_reply(records: dict | None, answer: str) -> dict:
+    """The record of ``answer`` when this server produced it in this session, else {} (a reply typed by the
+    client, or one a loaded conversation file brought: its stats are the file's, not measured here)."""
+    record = (records or {}).get(reply_key(answer)) or {}
+    return {} if record.get("loaded") else record
+
+
 # ----- conversation files: Export JSON / Markdown, Load JSON ---------------------------------------------
 MAX_FILE_OVERHEAD = 1_000_000  # bytes a loaded file may hold beyond its history's character limit
 
@@ -349,9 +356,9 @@ def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: 
         document = read_conversation(file if isinstance(file, str) else file.name, limits)
         settings = document["settings"]
         records = dict(records or {})
-        for m in document["messages"]:
-            if m["role"] == "assistant" and m.get("stats"):
-                records[reply_key(m["content"])] = {"settings": settings, "stats": m["stats"]}
+        for m in document["messages"]:  # kept for Export, marked loaded: a 👍/👎 never stores the file's stats
+            if m["role"] == "assistant" and m.get("stats") and not produced_reply(records, m["content"]):
+                records[reply_key(m["content"])] = {"settings": settings, "stats": m["stats"], "loaded": True}
         ranges = {"temperature": (0.05, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 100),
                   "max_new_tokens": (1, backend.settings.max_new_tokens), "seed": (-1, 2**32 - 1)}
         values = [document["system_prompt"] or ""]

@@ -3,10 +3,16 @@
 - ``BodyLimit``: no request body is read past its limit (``--max-request-bytes``; an upload to
   ``/gradio_api/upload``: ``--max-file-size`` and its multipart framing); a larger one gets 413.
 
-- ``LoginThrottle``: repeated failed logins from one client get slower: after ``free_failures``
-  wrong passwords each further try must wait, the wait doubling up to ``max_delay_s``; while it
-  waits, every login from that client (the right password too) is refused with 429 and
-  ``Retry-After``. A success forgets the client.
+- ``LoginThrottle``: repeated failed logins from one client to one user name get slower: after
+  ``free_failures`` wrong passwords each further try must wait, the wait doubling up to ``max_delay_s``;
+  while it waits, every login of that user name from that address (the right password too) is refused
+  with 429 and ``Retry-After``; other user names from the same address are not. A success forgets the
+  pair. The address is the one the server reports: uvicorn replaces it with X-Forwarded-For only from
+  the peers ``--forwarded-allow-ips`` names (none by default), so a client cannot reset its count by
+  sending a new X-Forwarded-For.
+- Login expiry: Gradio 6.31 keeps a login token until logout or restart. The guard notes when each
+  token was issued (the cookie of a successful ``/login``) and removes it from Gradio's token table once
+  it is older than ``login_max_age_s``; that browser then logs in again.
 - Job ownership under ``--auth``: Gradio 6.31's ``POST /gradio_api/cancel`` checks no login at
   all; given a session hash and an event id it ends anyone's job. With auth on, the guard binds
   each session hash to the login token that first joined the queue with it, and lets only that
@@ -33,6 +39,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from itertools import chain
+from urllib.parse import parse_qs
 
 from neuron_backend.messages import tr
 
@@ -46,7 +53,7 @@ MULTIPART_FRAMING = 64 * 1024  # an upload's body beyond its file: boundaries, p
 
 
 class LoginThrottle:
-    """Per-client backoff for failed logins. ``clock`` is injectable for tests."""
+    """Backoff for failed logins per client key (the guards use (address, user name)). ``clock`` is injectable."""
 
     def __init__(self, free_failures: int = 5, base_delay_s: float = 1.0, max_delay_s: float = 60.0,
                  forget_after_s: float = 900.0, clock: Callable[[], float] = time.monotonic):
@@ -54,7 +61,7 @@ class LoginThrottle:
         self.forget_after_s, self.clock = forget_after_s, clock
         self._clients: OrderedDict[str, tuple[int, float, float]] = OrderedDict()  # failures, last, locked until
 
-    def retry_after(self, client: str) -> float:
+    def retry_after(self, client) -> float:
         """Seconds before ``client`` may try to log in again (0: now)."""
         entry = self._clients.get(client)
         if entry is None:
@@ -66,7 +73,7 @@ class LoginThrottle:
             return 0.0
         return max(0.0, locked_until - now)
 
-    def failed(self, client: str) -> None:
+    def failed(self, client) -> None:
         now = self.clock()
         failures, _, _ = self._clients.pop(client, (0, now, now))
         failures += 1
@@ -76,7 +83,7 @@ class LoginThrottle:
         while len(self._clients) > MAX_TRACKED:
             self._clients.popitem(last=False)
 
-    def succeeded(self, client: str) -> None:
+    def succeeded(self, client) -> None:
         self._clients.pop(client, None)
 
 
@@ -256,21 +263,27 @@ class Guards:
     """The ASGI middleware: login backoff always, job ownership when the app has auth.
 
     ``auth_state`` returns (auth on, valid tokens, cookie id) of the running Gradio app; it is read
-    per request because Gradio builds its app (and its token table) at launch. ``early_cancels``
+    per request because Gradio builds its app (and its token table) at launch; tokens older than
+    ``login_max_age_s`` (by ``clock``) are removed from that table. ``early_cancels``
     is shared with the API handlers (``ui.api.drops_early_cancels``). ``session_jobs`` counts a
     session's jobs in the queue (``session_jobs(demo)``); None: no cap.
     """
 
     def __init__(self, app, throttle: LoginThrottle, auth_state: Callable[[], tuple[bool, dict, str]],
                  early_cancels: EarlyCancels | None = None,
-                 session_jobs: Callable[[str, int], int | None] | None = None, max_session_jobs: int = 2):
+                 session_jobs: Callable[[str, int], int | None] | None = None, max_session_jobs: int = 2,
+                 login_max_age_s: float = 24 * 3600.0, clock: Callable[[], float] = time.monotonic):
         self.app, self.throttle, self.auth_state = app, throttle, auth_state
+        self.login_max_age_s, self.clock = login_max_age_s, clock
+        self._issued: OrderedDict[str, float] = OrderedDict()  # login token -> when it was issued, oldest first
         self.early_cancels = early_cancels or EarlyCancels()
         self.session_jobs, self.max_session_jobs = session_jobs, max_session_jobs
         self._owners: OrderedDict[str, str] = OrderedDict()  # session hash -> login token
         self._joining: dict[str, int] = {}  # session hash -> its capped joins not yet answered
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self._issued:
+            self._expire_logins()
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         path = scope["path"]
@@ -297,24 +310,41 @@ class Guards:
         return await self.app(scope, receive, send)
 
     async def _login(self, scope, receive, send):
-        client = (scope.get("client") or ("unknown", 0))[0]
+        body, messages = await _read_body(receive)
+        client = ((scope.get("client") or ("unknown", 0))[0], _login_user(scope, body))
         wait = self.throttle.retry_after(client)
         if wait > 0:
             seconds = math.ceil(wait)
             return await _send_json(send, 429, {"detail": f"Too many failed logins: try again in {seconds} s."},
                                     [(b"retry-after", str(seconds).encode())])
         status = {}
+        _, _, cookie_id = self.auth_state()
 
         async def watching_send(message):
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
+                for key, value in message.get("headers", ()):
+                    token = _cookie_token(key, value, cookie_id)
+                    if message["status"] == 200 and token:
+                        self._issued[token] = self.clock()
             await send(message)
 
-        await self.app(scope, receive, watching_send)
+        await self.app(scope, _replay(messages, receive), watching_send)
         if status.get("code") == 200:
             self.throttle.succeeded(client)
         elif status.get("code") in (400, 401):
             self.throttle.failed(client)
+
+    def _expire_logins(self) -> None:
+        """Remove login tokens older than ``login_max_age_s`` from Gradio's token table (oldest first)."""
+        _, tokens, _ = self.auth_state()
+        now = self.clock()
+        while self._issued:
+            token, issued = next(iter(self._issued.items()))
+            if now - issued <= self.login_max_age_s and len(self._issued) <= MAX_TRACKED:
+                break
+            del self._issued[token]
+            tokens.pop(token, None)
 
     def _capped_session(self, body: bytes) -> str | bool | None:
         """A join: False when its session is at the cap; else the session, now counted as joining until
@@ -376,6 +406,28 @@ class Guards:
             await send(message)
 
         return await self.app(scope, receive, watching_send)
+
+
+def _login_user(scope, body: bytes) -> str:
+    """The user name of a login form (URL-encoded, as Gradio's page and gradio_client send it; "" otherwise)."""
+    content_type = next((v for k, v in scope.get("headers", ()) if k.lower() == b"content-type"), b"")
+    if not content_type.lower().startswith(b"application/x-www-form-urlencoded"):
+        return ""
+    try:
+        users = parse_qs(body.decode("utf-8", "replace"), max_num_fields=16).get("username") or [""]
+    except ValueError:  # more fields than a login form has
+        return ""
+    return users[0].strip()[:256]
+
+
+def _cookie_token(key: bytes, value: bytes, cookie_id: str) -> str | None:
+    """The login token a ``set-cookie`` header of Gradio's ``/login`` carries, else None."""
+    if key.lower() != b"set-cookie":
+        return None
+    name, _, rest = value.decode("latin-1").partition("=")
+    if name.strip() not in (f"access-token-{cookie_id}", f"access-token-unsecure-{cookie_id}"):
+        return None
+    return rest.split(";", 1)[0].strip() or None
 
 
 def _login_token(scope, cookie_id: str) -> str | None:

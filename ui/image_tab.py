@@ -25,7 +25,7 @@ from neuron_backend.image.paste_back import PastedSettings, read_settings
 from neuron_backend.messages import Message, tr
 from neuron_backend.runtime import Backend
 
-from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown
+from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown, user_errors
 from .guards import EarlyCancels
 from .i18n import localized, say, t
 from .presentation import python_snippet, size_choice_label
@@ -220,8 +220,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
         return (gr.update(value=item["path"], label=t("Image")), [item["path"]], params_view(item["params"]),
                 image_snippet(base_url(request), item["params"]))
 
-    @refusals_as_toast(outputs=7)
-    def drop_png(path):
+    def pasted_fields(path):
+        """The form values a PNG stores: prompt, size, steps, seed, randomize, guidance, the note (skip: kept)."""
         if not path:
             return (gr.skip(),) * 7
         pasted = read_settings(path, settings)
@@ -248,8 +248,13 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                    api_visibility="private")
     gallery.select(pick_image, session_images, [image_out, png_file, params_out, snippet],
                    api_visibility="private")
-    dropped.upload(drop_png, dropped, [prompt, size, steps, seed, randomize, guidance, paste_note],
-                   api_name="paste_png")
+    # The page shows a refusal as one toast; /paste_png (a hidden trigger, never clicked in the page) raises it
+    # as a Gradio error, so an API client gets the message instead of a success full of skipped updates.
+    pasted = [prompt, size, steps, seed, randomize, guidance, paste_note]
+    dropped.upload(refusals_as_toast(outputs=7)(pasted_fields), dropped, pasted, api_visibility="private")
+    with gr.Column(visible=False):
+        paste_trigger = gr.Button()
+    paste_trigger.click(user_errors(pasted_fields), dropped, pasted, api_name="paste_png")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")
     return ImageTab(size=size, guidance=guidance, steps=steps)

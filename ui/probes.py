@@ -86,7 +86,7 @@ class AuthGate:
 
     ``auth_state`` returns (auth on, valid tokens, cookie id) of the running Gradio app, read per
     request (Gradio builds its token table at launch). ``throttle`` is the login backoff
-    (``ui.guards.LoginThrottle``: ``retry_after``, ``failed``, ``succeeded`` by client address).
+    (``ui.guards.LoginThrottle``: ``retry_after``, ``failed``, ``succeeded`` by (client address, user name)).
     """
 
     def __init__(self, app, auth: tuple[str, str] | None, auth_state: Callable[[], tuple[bool, dict, str]],
@@ -99,9 +99,9 @@ class AuthGate:
         _, tokens, cookie_id = self.auth_state()
         if _login_token(scope, cookie_id) in tokens:
             return await self.app(scope, receive, send)
-        client = (scope.get("client") or ("unknown", 0))[0]
         credentials = _basic_credentials(scope)
         if credentials is not None:
+            client = ((scope.get("client") or ("unknown", 0))[0], credentials[0])  # (address, user), as /login
             wait = self.throttle.retry_after(client)
             if wait > 0:
                 return await _refuse(send, 429, "Too many failed logins: try again later.",

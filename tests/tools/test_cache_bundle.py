@@ -201,11 +201,41 @@ def _sparse(members):
     return out
 
 
+def _gnu_sparse(members):
+    """A listed file turned into an old-GNU sparse member (type byte ``S``): tarfile reads holes as zeros."""
+    out = []
+    for info, data in members:
+        if info.name == "files/neff/MODULE_1/model.neff":
+            info.type = tarfile.GNUTYPE_SPARSE
+        out.append((info, data))
+    return out
+
+
+def _listed(*files: tuple[str, bytes]):
+    """A change that adds ``files`` (cache-relative path, bytes) to the archive and to its manifest."""
+
+    def change(members):
+        out = []
+        for info, data in members:
+            if info.name == "manifest.json":
+                described = json.loads(data)
+                for rel, content in files:
+                    described["files"][rel] = {"sha256": hashlib.sha256(content).hexdigest(), "bytes": len(content)}
+                data = json.dumps(described).encode()
+            out.append((info, data))
+        return [*out, *((tarfile.TarInfo(f"files/{rel}"), content) for rel, content in files)]
+
+    return change
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("change, reason", [
     (_tamper_file, "sha256|bytes"), (_tamper_manifest, "sha256"), (_escape, "outside files/"),
     (_absolute, "outside files/"), (_symlink, "not a regular file"), (_unlisted, "disagree"),
-    (_no_manifest, "no manifest.json"), (_sparse, "sparse file"),
+    (_no_manifest, "no manifest.json"), (_sparse, "sparse file"), (_gnu_sparse, "sparse file"),
+    (_listed(("manifest.json", b"{}")), "never carries"), (_listed((".bundle-x/entry", b"e")), "never carries"),
+    (_listed(("neff/x", b"file"), ("neff/x/y", b"under")), "neff/x is both a file and a folder"),
+    (_listed(("neff/x/y", b"under"), ("neff/x", b"file")), "neff/x is both a file and a folder"),
 ])
 def test_bad_archives_are_refused_whole(tmp_path, exported, change, reason):
     _, out = exported

@@ -87,6 +87,28 @@ def test_an_attacker_filling_its_budget_cannot_remove_other_sessions_marks(serve
     assert "What is a NEFF?" in [r["prompt"] for r in rows]
 
 
+def test_a_loaded_conversation_cannot_give_a_mark_made_up_stats(served):
+    """Load JSON fills the session's reply records for Export; a 👍 on such a reply stores no stats."""
+    url, index, log = served
+    demo_fns = httpx.get(url + "config", timeout=30).json()["dependencies"]
+    load = next(d["id"] for d in demo_fns if d.get("api_name") == "load_conversation")
+    made_up = {"new_tokens": 9999, "tokens_per_s": 123456.0, "seed": 7, "finish_reason": "eos"}
+    document = {"format": "trainium-showcase-chat", "version": 1, "model": "x", "system_prompt": None,
+                "settings": {"temperature": 0.3, "seed": 7},
+                "messages": [{"role": "user", "content": "Crafted question"},
+                             {"role": "assistant", "content": "Crafted answer", "stats": made_up}]}
+    uploaded = httpx.post(url + "gradio_api/upload", timeout=30,
+                          files={"files": ("crafted.json", json.dumps(document).encode(), "application/json")})
+    path = uploaded.json()[0]
+    file_data = {"path": path, "orig_name": "crafted.json", "meta": {"_type": "gradio.FileData"}}
+    answer = httpx.post(url + "gradio_api/run/predict", timeout=30,
+                        json={"fn_index": load, "data": [file_data, None], "session_hash": "s-loaded"})
+    assert answer.status_code == 200, answer.text
+    assert _mark(url, index, "s-loaded", "Crafted question", "Crafted answer").status_code == 200
+    [mark] = log.marks()
+    assert mark["reply"] == "Crafted answer" and mark["stats"] == {} and mark["settings"] == {}
+
+
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
 def test_a_mark_with_a_line_separator_survives_later_comments_and_marks(tmp_path, separator):
     log = FeedbackLog(tmp_path)

@@ -16,6 +16,7 @@ import gradio as gr
 import httpx
 import pytest
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from support.app import start_app
@@ -167,24 +168,27 @@ def test_the_image_tabs_seed_box_refuses_what_is_not_a_seed(warm_app, seed):
     assert updates == [(gr.skip(),) * 8]  # nothing started; the page shows the refusal as a toast
 
 
-HOSTILE_PNGS = {  # the JSON chunk of a dropped PNG
-    "nested": "[" * 100_000 + "]" * 100_000,
-    "surrogate": json.dumps({"prompt": "a \ud800 cat", "size": "64x64"}),
-    "huge size": json.dumps({"prompt": "a cat", "size": HUGE + "x64"}),
+HOSTILE_PNGS = {  # the JSON chunk of a dropped PNG, and what the refusal says
+    "nested": ("[" * 100_000 + "]" * 100_000, "drop a PNG saved by this app"),
+    "surrogate": (json.dumps({"prompt": "a \ud800 cat", "size": "64x64"}), "not valid Unicode"),
+    "huge size": (json.dumps({"prompt": "a cat", "size": HUGE + "x64"}), "Allowed sizes"),
 }
 
 
 def test_hostile_pasted_pngs_fill_nothing_and_the_app_serves_on(warm_app, tmp_path):
-    # The refusals' words: tests/core/test_png_text.py; here, through /paste_png, no error escapes.
+    # The refusals' words: tests/core/test_png_text.py; here, through /paste_png, an API client gets the
+    # refusal as a Gradio error (not a success of skipped updates), never Python's own message or a path.
     _, url = warm_app
     client = Client(url, verbose=False)
-    for name, chunk in HOSTILE_PNGS.items():
+    for name, (chunk, words) in HOSTILE_PNGS.items():
         info = PngInfo()
         info.add_text("showcase", chunk, zip=True)
         path = tmp_path / f"{name}.png"
         Image.new("RGB", (8, 8)).save(path, pnginfo=info)
-        values = client.predict(handle_file(str(path)), api_name="/paste_png")
-        assert values[0] == {"__type__": "update"}, name  # the form is left as it was; the page shows a toast
+        with pytest.raises(AppError) as refused:
+            client.predict(handle_file(str(path)), api_name="/paste_png")
+        message = str(refused.value)
+        assert words in message and "Traceback" not in message and str(tmp_path) not in message, (name, message)
     assert image(client)[1]["seed"] == 1
 
 

@@ -12,16 +12,58 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 from gradio_client import Client
-from support.app import warm_backend
+from support.app import free_port, warm_backend
 
 import ui
 from neuron_backend.image.engine import ImageRequest
+from neuron_backend.runtime import Backend
+from neuron_backend.settings import parse_settings
 from ui.guards import BodyLimit, LoginThrottle
 
+ADA = ("127.0.0.1", "ada")  # the login backoff's key: (address, user name)
 
-def _login(url: str, password: str, client: httpx.Client | None = None) -> httpx.Response:
+
+def _login(url: str, password: str, client: httpx.Client | None = None, user: str = "ada",
+           headers: dict | None = None) -> httpx.Response:
     post = (client or httpx).post
-    return post(f"{url}login", data={"username": "ada", "password": password}, timeout=10)
+    return post(f"{url}login", data={"username": user, "password": password}, headers=headers, timeout=10)
+
+
+@pytest.fixture
+def auth_app(tmp_path):
+    """The page with --auth on the tiny chat model (no warm-up: logins need no engine), its throttle and demo."""
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
+                               "--port", str(free_port()), "--auth", "ada:lovelace", "--login-max-age", "0.001"],
+                              env={})
+    throttle = LoginThrottle(free_failures=2, base_delay_s=30.0, max_delay_s=60.0)
+    demo, (_, url, _) = ui.serve(Backend(settings), throttle=throttle, prevent_thread_lock=True, quiet=True)
+    try:
+        yield url, throttle, demo
+    finally:
+        demo.close()
+
+
+def test_the_login_backoff_is_per_user_name_and_ignores_forged_forwarded_for(auth_app):
+    url, throttle, _ = auth_app
+    assert [_login(url, "guess", user="eve").status_code for _ in range(4)] == [400, 400, 400, 429]
+    assert _login(url, "lovelace").status_code == 200  # another user name from the same address: not locked
+    forged = [_login(url, "guess", user="eve", headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
+              for n in range(3)]
+    assert forged == [429] * 3  # a new X-Forwarded-For from loopback is still the same client
+    assert throttle.retry_after(("127.0.0.1", "eve")) > 0 and throttle.retry_after(ADA) == 0
+
+
+def test_a_login_token_expires_after_login_max_age(auth_app):
+    url, _, demo = auth_app
+    with httpx.Client() as client:
+        assert _login(url, "lovelace", client).status_code == 200
+        assert client.get(f"{url}gradio_api/info", timeout=10).status_code == 200
+        assert len(demo.server_app.tokens) == 1
+        time.sleep(3.7)  # --login-max-age 0.001 h: 3.6 s
+        assert client.get(f"{url}gradio_api/info", timeout=10).status_code == 401
+        assert demo.server_app.tokens == {}
+        assert _login(url, "lovelace", client).status_code == 200  # logging in again works
+        assert client.get(f"{url}gradio_api/info", timeout=10).status_code == 200
 
 
 @pytest.mark.slow
@@ -38,11 +80,11 @@ def test_repeated_login_failures_get_refused_until_the_window_passes(tmp_path, d
         assert locked.status_code == 429 and "try again in" in locked.json()["detail"]  # even the right one
         assert int(locked.headers["retry-after"]) >= 1
         deadline = time.monotonic() + 10
-        while throttle.retry_after("127.0.0.1") > 0:  # the lock's own clock, not a guessed sleep
+        while throttle.retry_after(ADA) > 0:  # the lock's own clock, not a guessed sleep
             assert time.monotonic() < deadline
-            time.sleep(throttle.retry_after("127.0.0.1"))
+            time.sleep(throttle.retry_after(ADA))
         assert _login(url, "lovelace").status_code == 200  # after the window the right password works
-        assert throttle.retry_after("127.0.0.1") == 0 and _login(url, "wrong").status_code == 400  # forgotten
+        assert throttle.retry_after(ADA) == 0 and _login(url, "wrong").status_code == 400  # forgotten
     finally:
         demo.close()
 

@@ -14,9 +14,10 @@ an archive whose sha256 differs before anything is extracted. The archive is has
 one open file, so the bytes checked are the bytes installed.
 
 Past the pin, installing still checks the archive: only regular, non-sparse files, relative paths
-inside ``files/``, no links, bounded sizes and member count, room for the declared sizes on the disk,
-every member read only up to its declared size, every file's sha256 checked against the manifest and
-the manifest's list checked against the archive, all before anything is written to the cache. Files
+inside ``files/`` (none both a file and a folder, none a name export never packs), no links, bounded
+sizes and member count, room for the declared sizes on the disk, every member read only up to its
+declared size, every file's sha256 checked against the manifest and the manifest's list checked
+against the archive, all before anything is written to the cache. Files
 are verified in a staging folder inside the cache root; every target is checked (no link, no
 non-folder on the way, no folder in its place) before the first move; files are then moved into place
 one by one (``os.replace``), and a failed move puts back what the earlier ones replaced: a refused
@@ -111,17 +112,18 @@ def _free_bytes(folder: Path) -> int:
     return shutil.disk_usage(path).free
 
 
+def _not_carried(rel: str) -> bool:
+    """Whether a cache-relative path is one a bundle never carries: the live manifest and the write probe at
+    the top, staging folders (``.bundle-*``), locks and temporary files. Export skips them; install refuses them."""
+    parts = PurePosixPath(rel).parts
+    return (len(parts) == 1 and parts[0] in SKIP_NAMES) or parts[0].startswith(".bundle-") \
+        or rel.endswith((".lock", ".tmp"))
+
+
 def _cache_files(folder: Path) -> list[Path]:
     """Regular files of the cache worth carrying (no locks, probes, staging or the live manifest)."""
-    out = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if path.is_symlink() or not path.is_file() or rel.parts[0].startswith(".bundle-"):
-            continue
-        if path.name in SKIP_NAMES and len(rel.parts) == 1 or path.suffix in (".lock", ".tmp"):
-            continue
-        out.append(path)
-    return out
+    return [path for path in sorted(folder.rglob("*"))
+            if not path.is_symlink() and path.is_file() and not _not_carried(path.relative_to(folder).as_posix())]
 
 
 def write_live_manifest(cache_root: Path, described: dict, artifacts: bytes | None) -> Path:
@@ -237,7 +239,12 @@ def _member_path(name: str) -> str:
             or len(path.parts) < 2:
         raise CacheBundleError(tr("refused: archive member {name} is outside files/ (paths must stay in the cache)",
                                   name=repr(name)))
-    return PurePosixPath(*path.parts[1:]).as_posix()
+    rel = PurePosixPath(*path.parts[1:]).as_posix()
+    if _not_carried(rel):
+        raise CacheBundleError(tr("refused: archive member {name} is a name a bundle never carries (the cache's "
+                                  "own manifest.json, .write-test, .bundle-* staging folders, .lock and .tmp "
+                                  "files)", name=repr(name)))
+    return rel
 
 
 def read_manifest(tar: tarfile.TarFile) -> tuple[dict, dict[str, tarfile.TarInfo]]:
@@ -263,6 +270,9 @@ def read_manifest(tar: tarfile.TarFile) -> tuple[dict, dict[str, tarfile.TarInfo
         if total > MAX_TOTAL_BYTES:
             raise CacheBundleError(tr("refused: the files add up to more than {limit} bytes", limit=MAX_TOTAL_BYTES))
         members[_member_path(info.name)] = info
+    folders = {parent.as_posix() for rel in members for parent in PurePosixPath(rel).parents}
+    if clashes := sorted(folders & set(members)):
+        raise CacheBundleError(tr("refused: {rel} is both a file and a folder in the archive", rel=clashes[0]))
     if found is None:
         raise CacheBundleError(tr("refused: no {manifest} in the archive (not a bundle made by python -m tools.cache "
                                   "export)", manifest=MANIFEST))
@@ -357,7 +367,11 @@ def install(source: str, here: Mapping, cache_root: Path, sha256: str | None) ->
             staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=folder))
             try:
                 for rel, info in members.items():
-                    _stage(tar, info, rel, described["files"][rel], staging)
+                    try:
+                        _stage(tar, info, rel, described["files"][rel], staging)
+                    except OSError as exc:  # said without the server's paths
+                        raise CacheBundleError(tr("could not stage {rel} ({error}); nothing installed", rel=rel,
+                                                  error=exc.strerror or type(exc).__name__)) from None
                 report.installed_files, report.present_files = _move_into_place(staging, folder,
                                                                                 described["files"])
             finally:
@@ -457,7 +471,7 @@ def _move_into_place(staging: Path, folder: Path, files: Mapping[str, Mapping]) 
             except OSError:
                 pass
         raise CacheBundleError(tr("could not move {rel} into the cache ({error}); the files already moved were put "
-                                  "back", rel=rel, error=str(exc))) from None
+                                  "back", rel=rel, error=exc.strerror or type(exc).__name__)) from None
     finally:
         shutil.rmtree(replaced, ignore_errors=True)
     return len(moves), present

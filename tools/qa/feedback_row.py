@@ -2,7 +2,8 @@
 comment on that mark (Gradio; ``app.py`` hands ``wire_feedback`` to the chat tab as an extra row).
 
 The mark goes to ``tools.qa.feedback`` with the reply's settings and stats (remembered per reply in the
-session when it finished, so only a reply this server produced in this session carries them). A session
+session when it finished, so only a reply this server produced in this session carries them; a reply
+that a loaded conversation file brought carries none). A session
 stores at most ``MAX_MARKS_PER_SESSION`` marks (counted in a ``gr.State``, which lives on the server: the
 page cannot reset it short of opening a new session).
 """
@@ -14,7 +15,7 @@ import gradio as gr
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.runtime import Backend
 from ui.api import shown
-from ui.chat_tab import reply_key
+from ui.chat_tab import produced_reply
 from ui.i18n import say, t
 
 from .feedback import FeedbackLog, session_budget_left
@@ -68,7 +69,7 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
         try:
             session_budget_left(count or 0)
             prompt, reply, turn = marked_reply(history, evt.index)
-            record = (remembered or {}).get(reply_key(reply), {})
+            record = produced_reply(remembered, reply)  # {} unless this server produced the reply here
             new_id = log.record(rating, prompt, reply, record.get("settings"), record.get("stats"), turn=turn)
         except ShowcaseError as exc:
             raise gr.Error(shown(exc)) from None
