@@ -24,14 +24,19 @@ from ui.status_panel import counters_lines, task_rows
 
 @pytest.fixture
 def neuron(monkeypatch):
-    """Two fake NeuronCores; placements keep their cores but hold CPU tensors; counters restored after."""
+    """Two fake NeuronCores; placements keep their cores but hold CPU tensors; counters restored after.
+
+    Dynamo's caches are emptied before and after: a graph compiled in another test would run through
+    that test's fake, out of this one's sight (no compile submitted here, no compiled call counted)."""
+    torch._dynamo.reset()
     fake = fake_neuron.install(monkeypatch, cores=2)
     monkeypatch.setattr(CompileCounter, "mode", "auto")  # neuron counters while torch.neuron exists
     real = devices.resolve_placements
     monkeypatch.setattr(devices, "resolve_placements",
                         lambda s, host=None: {k: fake_neuron.cpu_backed(p) for k, p in real(s, host).items()})
     fake_neuron.place_on_load(monkeypatch, fake)
-    return fake
+    yield fake
+    torch._dynamo.reset()
 
 
 def neuron_backend(root, *extra) -> Backend:
