@@ -35,7 +35,7 @@ import functools
 import logging
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -276,8 +276,9 @@ def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
     """``attempt(*args)``, warming up shape ``key``; on Neuron, when it fails, note the error in
     ``engine.shapes.eager[key]`` and run it once more. A second failure is raised.
 
-    The engine runs a shape listed in ``shapes.eager`` eager (chat: generate with
-    ``disable_compile=True``; image: the uncompiled transformer), in warm-up and when serving.
+    The image engine runs a size listed in ``shapes.eager`` with its transformer uncompiled, in
+    warm-up and when serving. The chat engine, whose buckets share graphs, falls back per graph
+    (``GraphFallbacks``).
     """
     placement, fell_back = engine.placement, engine.shapes.eager
     try:
@@ -291,6 +292,64 @@ def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
         return attempt(*args)
 
 
+class GraphFallbacks:
+    """The compiled graphs of one engine that failed to compile on Neuron: each is attempted once.
+
+    A graph is a hashable key (chat: ``static_cache.Graph``, a query length over a cache window). A
+    shape's warm-up runs under the first of its plans that holds no failed graph; a plan is the set of
+    graphs the shape runs compiled (chat: prefill chunks and decode, then decode alone, then none).
+    When a plan fails, the graphs it compiles and the next plan does not take the blame (those that
+    no earlier warm-up ran, if any), and the next plan runs. So a later shape that would run a failed
+    graph goes straight to a plan without it, instead of compiling it again (minutes each on Neuron).
+
+    On Neuron a compile error need not come at trace time: the compile is submitted asynchronously,
+    and its error is raised at the graph's first run or at the next synchronize (which raises and
+    clears pending errors), and only for the graphs that fail. So an ``attempt`` must synchronize
+    before it returns, and the plans, not the traceback, tell which graphs failed. Off Neuron, or with
+    compile off, a failure is raised as it is (``falls_back_to_eager``); so is a failure of the last
+    plan (no graph compiled) and a device mix-up ("Inconsistent device IDs": a bug, not a compile).
+
+    Thread-safety: ``warm_up`` runs on the warm-up thread; ``compiled`` is read by request threads.
+    """
+
+    def __init__(self, placement: Placement):
+        self.placement = placement
+        self.failed: dict[Hashable, str] = {}  # graph -> its compile error (short_error)
+        self._ran: set = set()  # graphs that ran compiled in a warm-up that succeeded
+        self._chosen: dict[ShapeKey, frozenset] = {}  # shape -> the graphs it runs compiled
+
+    def compiled(self, key: ShapeKey, default: frozenset) -> frozenset:
+        """The graphs shape ``key`` runs compiled: its plan, or ``default`` before its warm-up chose one."""
+        return self._chosen.get(key, default)
+
+    def warm_up(self, key: ShapeKey, plans: Sequence[frozenset], attempt: Callable[[], object]) -> frozenset:
+        """``attempt()`` under each usable plan in turn (an empty plan last) until one succeeds; return that plan.
+
+        ``attempt`` reads the plan it runs under through ``compiled(key)``.
+        """
+        plans = list(dict.fromkeys([*plans, frozenset()]))
+        for index, graphs in enumerate(plans):
+            if graphs & self.failed.keys():
+                continue
+            self._chosen[key] = graphs
+            try:
+                attempt()
+            except Exception as exc:
+                if not graphs or not falls_back_to_eager(self.placement) or "Inconsistent device IDs" in str(exc):
+                    raise
+                self._blame(key, graphs - plans[index + 1], short_error(exc))
+                continue
+            self._ran |= graphs
+            return graphs
+        raise AssertionError("unreachable: the empty plan is never skipped")
+
+    def _blame(self, key: ShapeKey, graphs: frozenset, error: str) -> None:
+        blamed = (graphs - self._ran) or graphs
+        self.failed.update(dict.fromkeys(blamed, error))
+        log.warning("%s: %d graph(s) failed to compile on %s (%s); running without them: %s", key, len(blamed),
+                    self.placement.device, ", ".join(map(str, sorted(blamed))), error)
+
+
 def short_error(exc: BaseException) -> str:
     """'Type: first line (Cause: first line)', at most 300 characters: dynamo wraps a backend's error."""
     def first(e: BaseException) -> str:
@@ -301,13 +360,6 @@ def short_error(exc: BaseException) -> str:
     if inner is not None and first(inner) not in text:
         text += f" ({type(inner).__name__}: {first(inner)})"
     return text[:300]
-
-
-def eager_generate_kwargs(kwargs: dict) -> dict:
-    """generate() arguments with compiling turned off (no compiled decode, no compiled prefill chunks)."""
-    out = {k: v for k, v in kwargs.items() if k not in ("compile_config", "prefill_chunk_size")}
-    out["disable_compile"] = True
-    return out
 
 
 @contextlib.contextmanager

@@ -153,7 +153,9 @@ class ShapeRegistry:
         self._states = {key: ShapeState() for key in keys}
         self._lock = threading.Lock()
         self.gated = False
-        self.eager: dict[ShapeKey, str] = {}  # shape -> the compile error it fell back from (devices.compile_or_eager)
+        # shape -> why it runs (partly) eager: the compile error it fell back from (devices.compile_or_eager,
+        # chat: which graphs failed, devices.GraphFallbacks)
+        self.eager: dict[ShapeKey, str] = {}
 
     def keys(self) -> list[ShapeKey]:
         return list(self._states)

@@ -123,7 +123,8 @@ def task_rows(status: dict) -> list[list]:
         if task.get("detail") and task["kind"] in ("weights", "load") and task["state"] in ("running", "ready"):
             state += f" · {localized(task['detail'])}"  # download bytes/rate, the model folder, the memory estimate
         if task.get("detail") and task["kind"] in ("compile", "bundle") and task["state"] == "ready":
-            # "eager fallback: <error>" (devices.compile_or_eager), the bundle's summary
+            # "eager fallback: …" (devices.compile_or_eager; chat: which graph, devices.GraphFallbacks),
+            # the bundle's summary
             state += f" · {localized(task['detail'])}"
         if task["state"] in ("queued", "running") and task["expected_s"] is not None:
             state += say(" (expected {eta})", eta=fmt_seconds(task["expected_s"]))

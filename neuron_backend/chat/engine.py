@@ -43,9 +43,9 @@ from transformers import (
 from transformers.utils import is_accelerate_available
 
 from .. import devices, parallel
-from ..devices import CompileCounter, Placement, compile_or_eager, eager_generate_kwargs, on_device, synchronize
+from ..devices import CompileCounter, GraphFallbacks, Placement, on_device, synchronize
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
-from ..messages import tr
+from ..messages import joined, tr
 from ..settings import Settings
 from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
 from . import static_cache
@@ -90,6 +90,7 @@ class ChatEngine:
                                       shape=self.shape_labels[first],
                                        context=settings.context_length, windows=windows)
         self._caches: dict[int, WindowedStaticCache] = {}  # by batch size: one per engine in practice
+        self.graphs = GraphFallbacks(placement)  # the compiled graphs that failed on Neuron (warm_up)
         self.model = self.tokenizer = None
         self._prompts: PromptBuilder | None = None  # made by load()
         self._jobs = SerialJobs()
@@ -148,7 +149,10 @@ class ChatEngine:
         """Generate two tokens at this bucket (the first call also compiles the decode graph).
 
         Marks the shape ready, or failed (and re-raises) so requests for it are refused. On Neuron a
-        bucket whose compile fails is warmed up and served eager (``disable_compile=True``).
+        graph that fails to compile is left out per graph (``devices.GraphFallbacks``): a failed prefill
+        chunk graph makes the bucket's prefill run eager and keeps its decode compiled; a failed decode
+        graph makes it all eager (``disable_compile=True``); a later bucket never compiles it again.
+        ``shapes.eager[shape]`` then says which graph failed and why (the warm-up table shows it).
         """
         if shape not in self.shape_labels:
             raise InvalidRequestError(tr("Unknown chat shape {shape}; allowed: {allowed}.", shape=repr(str(shape)),
@@ -174,7 +178,9 @@ class ChatEngine:
                     for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
                         pass
 
-            compile_or_eager(self, shape, attempt)
+            compiled = self.graphs.warm_up(shape, self._plans(bucket), attempt)
+            if note := self._fallback_note(bucket, compiled):
+                self.shapes.eager[shape] = note
         except Exception as exc:
             self.shapes.mark_failed(shape, f"{type(exc).__name__}: {exc}")
             raise
@@ -270,14 +276,38 @@ class ChatEngine:
         )
         if not request.greedy:  # passed only when sampling: generate() warns about unused flags
             kwargs.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k)
-        return self._eager_if_fallen_back({**kwargs, **self._compile_kwargs()}, prompt.bucket)
+        return {**kwargs, **self._compile_kwargs(prompt.bucket)}
 
-    def _compile_kwargs(self) -> dict:
-        """generate() flags of the compile choice: compiled decode, and compiled prefill chunks if on."""
+    def _compile_kwargs(self, bucket: int) -> dict:
+        """generate() flags of the compile choice: compiled decode, and compiled prefill chunks if on,
+        less the graphs that failed on Neuron (the bucket's plan, chosen by its warm-up)."""
         if self._compile_config is None:
             return {"disable_compile": True}
-        chunked = {"prefill_chunk_size": self.prefill_chunk} if self.prefill_chunk else {}
+        full = self._plans(bucket)[0]
+        compiled = self.graphs.compiled(PromptBucket(bucket), full)
+        if not compiled:  # a decode graph failed: no compiled call at all
+            return {"disable_compile": True}
+        chunked = {"prefill_chunk_size": self.prefill_chunk} if self.prefill_chunk and compiled == full else {}
         return {"compile_config": self._compile_config, **chunked}
+
+    def _plans(self, bucket: int) -> list[frozenset]:
+        """The graphs this bucket may run compiled, most first: prefill chunks and decode, decode alone, none."""
+        windows = self._windows()
+        decode = static_cache.decode_graphs(bucket, windows)
+        return [static_cache.prefill_graphs(bucket, self.prefill_chunk, windows) | decode, decode, frozenset()]
+
+    def _fallback_note(self, bucket: int, compiled: frozenset) -> str | None:
+        """Which of this bucket's graphs failed to compile, why, and how the bucket runs now (None: none failed)."""
+        ordered = sorted(self._plans(bucket)[0], key=lambda g: (g.tokens == 1, g))  # prefill chunks first
+        failed = {g: self.graphs.failed[g] for g in ordered if g in self.graphs.failed}
+        if not failed:
+            return None
+        errors = {error: [g.label for g in failed if failed[g] == error] for error in dict.fromkeys(failed.values())}
+        why = joined([tr("{graphs} failed to compile ({error})", graphs=joined(graphs), error=error)
+                      for error, graphs in errors.items()], "{a}; {b}")
+        runs = tr("the prefill runs eager, the decode compiled") if compiled else \
+            tr("the prefill and the decode run eager")
+        return tr("{runs}: {why}", runs=runs, why=why)
 
     def _windows(self) -> tuple[int, ...]:
         return declared(self.settings.cache_windows, self.settings.context_length)
@@ -373,13 +403,10 @@ class ChatEngine:
     def _generate_batch(self, window_floor: int = 0, **kwargs) -> torch.Tensor:
         """model.generate with what every call shares: the fixed static cache and the compile choice."""
         batch = kwargs["input_ids"].shape[0]
-        kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor), **self._compile_kwargs())
+        kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor),
+                      **self._compile_kwargs(kwargs["input_ids"].shape[1]))
         with on_device(self.placement):  # the scheduler's thread, or the warm-up thread (devices.on_device)
-            return self.model.generate(**self._eager_if_fallen_back(kwargs, kwargs["input_ids"].shape[1]))
-
-    def _eager_if_fallen_back(self, kwargs: dict, bucket: int) -> dict:
-        """generate() kwargs, uncompiled for a bucket whose compile failed on Neuron (devices.compile_or_eager)."""
-        return eager_generate_kwargs(kwargs) if PromptBucket(bucket) in self.shapes.eager else kwargs
+            return self.model.generate(**kwargs)
 
     def _warm_up_batch(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:
         """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""

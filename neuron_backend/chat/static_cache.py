@@ -55,6 +55,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from transformers import StaticCache
@@ -175,6 +176,35 @@ def graph_windows(bucket: int, chunk: int, windows: Sequence[int]) -> tuple[int,
     """The cache windows of this bucket's chunk graphs, in order (windows: the declared ones, ascending)."""
     ends = range(chunk, bucket + 1, chunk)
     return tuple(dict.fromkeys(next((w for w in windows if w >= end), windows[-1]) for end in ends))
+
+
+class Graph(NamedTuple):
+    """One graph of the compiled forward: ``[B, tokens]`` queries over ``window`` cache positions.
+
+    ``tokens`` is 1 for a decode step and the chunk for a prefill chunk; a graph keeps its key in
+    every bucket that runs it, which is how a graph that failed to compile is known again.
+    """
+
+    tokens: int
+    window: int
+
+    @property
+    def label(self) -> str:
+        """The graph as the warm-up table names it (a message: English as str)."""
+        if self.tokens == 1:
+            return tr("decode over window {window}", window=self.window)
+        return tr("prefill chunk of {tokens} tokens over window {window}", tokens=self.tokens, window=self.window)
+
+
+def prefill_graphs(bucket: int, chunk: int, windows: Sequence[int]) -> frozenset[Graph]:
+    """The chunk graphs of this bucket's compiled prefill (none when the prefill runs eager: ``chunk`` 0)."""
+    return frozenset(Graph(chunk, w) for w in graph_windows(bucket, chunk, windows)) if chunk else frozenset()
+
+
+def decode_graphs(bucket: int, windows: Sequence[int]) -> frozenset[Graph]:
+    """The decode graphs a reply at this bucket may run: every window from the one its first new token needs."""
+    first = window_for(windows, bucket + 1)
+    return frozenset(Graph(1, w) for w in windows if w >= first)
 
 
 def label(bucket: int, chunk: int, windows: Sequence[int]) -> str:

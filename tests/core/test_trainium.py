@@ -18,19 +18,25 @@ from neuron_backend.compile_counters import CompileCounter
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from ui.presentation import visitor_status
 from ui.status_panel import counters_lines, task_rows
 
 
 @pytest.fixture
 def neuron(monkeypatch):
-    """Two fake NeuronCores; placements keep their cores but hold CPU tensors; counters restored after."""
+    """Two fake NeuronCores; placements keep their cores but hold CPU tensors; counters restored after.
+
+    Dynamo's caches are emptied before and after: a graph compiled in another test would run through
+    that test's fake, out of this one's sight (no compile submitted here, no compiled call counted)."""
+    torch._dynamo.reset()
     fake = fake_neuron.install(monkeypatch, cores=2)
     monkeypatch.setattr(CompileCounter, "mode", "auto")  # neuron counters while torch.neuron exists
     real = devices.resolve_placements
     monkeypatch.setattr(devices, "resolve_placements",
                         lambda s, host=None: {k: fake_neuron.cpu_backed(p) for k, p in real(s, host).items()})
     fake_neuron.place_on_load(monkeypatch, fake)
-    return fake
+    yield fake
+    torch._dynamo.reset()
 
 
 def neuron_backend(root, *extra) -> Backend:
@@ -127,6 +133,61 @@ def test_a_failed_compile_on_neuron_falls_back_to_eager_and_serves(neuron, tmp_p
     image = in_thread(lambda: backend.generate_image(ImageRequest("a fox", "64x64", steps=1, seed=3)))
     assert image.image.size == (64, 64)
     assert not neuron.compiled_calls  # nothing ran compiled
+
+
+CHUNK_FAILS = "neuronx-cc: prefill chunk graph failed (exit 70)"
+# A first turn of each bucket (32 and 64 tokens with the demo tokenizer's template)
+PROMPTS = ["hi", "Tell me about the weather on the coast today."]
+
+
+def chat_backend(root, *extra) -> Backend:
+    """Chat only, buckets 32 and 64 over a 256-token cache: one prefill chunk graph (32 tokens) shared by both."""
+    return neuron_backend(root, "--no-image", "--chat-buckets", "32,64", "--context-length", "256",
+                          "--max-new-tokens", "6", *extra)
+
+
+def replies(backend) -> list:
+    return [in_thread(lambda m=m: list(backend.stream_chat({"message": m, "history": [], "greedy": True}))[-1])
+            for m in PROMPTS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("surfaces_at", ["execution", "synchronize"])
+def test_a_failing_prefill_chunk_graph_keeps_decode_compiled_and_the_same_tokens(neuron, tmp_path, surfaces_at):
+    # Neuron: the compile error comes at the graph's first run or the next synchronize, for query length > 1 only
+    neuron.deferred_error, neuron.deferred_at, neuron.failing = CHUNK_FAILS, surfaces_at, lambda query: query > 1
+    backend = chat_backend(tmp_path / "fallback")
+    backend.runner.run()
+    assert [t.state for t in backend.runner.tasks] == ["ready"] * len(backend.runner.tasks), \
+        [(t.name, t.error) for t in backend.runner.tasks]
+    neuron.compiled_queries.clear()
+    served = replies(backend)
+    assert sorted(r.stats.bucket for r in served) == [32, 64]
+    # the prefill ran eager (no compiled call of 32 tokens), every decode step compiled
+    assert neuron.compiled_queries == [1] * sum(r.stats.new_tokens - 1 for r in served)
+    assert all(r.stats.compiled_graphs == 0 for r in served)  # and nothing compiled after warm-up
+    eager = chat_backend(tmp_path / "eager", "--compile", "off")
+    eager.runner.run()
+    assert [(r.reasoning, r.answer, r.stats.new_tokens) for r in served] == \
+        [(r.reasoning, r.answer, r.stats.new_tokens) for r in replies(eager)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", ["1", "2"])
+def test_a_failed_prefill_chunk_graph_compiles_once_and_the_status_names_it(neuron, tmp_path, batch):
+    neuron.deferred_error, neuron.failing = CHUNK_FAILS, lambda query: query > 1
+    backend = chat_backend(tmp_path, "--chat-batch", batch)
+    backend.runner.run()
+    # the failed chunk graph is not submitted again by bucket 64; the decode graph compiled once
+    assert sorted(neuron.compile_attempts) == [1, 32]
+    compile_tasks = [t for t in backend.runner.tasks if t.kind == "compile"]
+    assert [t.state for t in compile_tasks] == ["ready", "ready"], [(t.name, t.error) for t in compile_tasks]
+    status = visitor_status(backend)  # what /status answers
+    for task in [t for t in status["tasks"] if t["kind"] == "compile"]:
+        assert task["detail"].startswith("eager fallback: the prefill runs eager, the decode compiled"), task
+        assert "prefill chunk of 32 tokens over window 256" in task["detail"] and CHUNK_FAILS in task["detail"]
+    rows = [row[2] for row in task_rows(status)]
+    assert sum("the prefill runs eager, the decode compiled" in row for row in rows) == 2, rows
 
 
 def test_only_neuron_falls_back_to_eager():

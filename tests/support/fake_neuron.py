@@ -10,6 +10,12 @@ What it models (from TorchNeuron's source and the Neuron docs; docs/trainium.md)
   sit on. Weights are CPU tensors here; ``place`` records which core each one "sits on", the way
   ``from_pretrained(device_map="neuron:1")`` / ``pipe.to("neuron:1")`` would put them there (and,
   like the copy's device guard, selects that core on the loading thread while it copies).
+- a compile error as Neuron surfaces it (``deferred_error``): not when dynamo hands over the graph but
+  when the graph first runs, where its NEFF compile is submitted; the error is raised there
+  (``deferred_at="execution"``) or left pending and raised, and cleared, by the next ``synchronize()``
+  (``"synchronize"``), and only for the graphs ``failing`` picks by query length (``lambda q: q > 1``:
+  the prefill chunks fail, decode does not). A failed compile is not kept: the graph's next run
+  submits it again, and each submission is counted in ``compile_attempts``.
 
 The engines then run the real tiny models on CPU tensors with a placement that says ``neuron:i``
 (``cpu_backed``): the device module believes the weights sit on core i; only tensors are on CPU.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import types
+from collections.abc import Callable
 
 import torch
 
@@ -38,6 +45,12 @@ class FakeNeuron(types.SimpleNamespace):
         self._weights: dict[int, int] = {}  # storage data_ptr -> core
         self.fallback_ops: list[str] = []
         self.compile_error: str | None = None  # set: every graph compile raises it (neuronx-cc failing)
+        self.deferred_error: str | None = None  # set: the compiles ``failing`` picks fail when the graph runs
+        self.deferred_at = "execution"  # or "synchronize": where a deferred error is raised
+        self.failing: Callable[[int], bool] = lambda query: True  # by the graph's query length
+        self.compile_attempts: list[int] = []  # query length of each NEFF compile submitted at a graph's run
+        self.compiled_queries: list[int] = []  # query length of each compiled call that ran
+        self._pending: list[_Graph] = []  # graphs whose failed compile the next synchronize() raises
 
     # ----- torch.neuron ---------------------------------------------------------------------
     def is_available(self) -> bool:
@@ -77,6 +90,11 @@ class FakeNeuron(types.SimpleNamespace):
 
     def synchronize(self, device=None) -> None:
         self.synchronized.append(self.current_device() if device is None else int(device))
+        failed, self._pending = self._pending, []
+        for graph in failed:
+            graph.submitted = False  # not kept: the next run submits the compile again
+        if failed:
+            raise RuntimeError(self.deferred_error)
 
     def memory_allocated(self, device=None) -> int:
         core = self.current_device() if device is None else int(device)
@@ -112,16 +130,46 @@ class FakeNeuron(types.SimpleNamespace):
         if self.compile_error is not None:  # Neuron 2.33 raises instead of falling back to eager
             raise RuntimeError(self.compile_error)
         counters["neuron"]["compiled_graphs"] += 1  # what TorchNeuron's backend counts per graph
-        fake = self
+        fake, graph = self, _Graph(_query_length(gm))
 
         def compiled(*args):
             core, current = fake._weights_core(args), fake.current_device()
             fake.compiled_calls.append((core, current))
             if core is not None and core != current:  # outputs allocated on the current device
                 raise RuntimeError(INCONSISTENT.format(core, current))
+            fake._submit(graph)
+            fake.compiled_queries.append(graph.query)
             return gm.forward(*args)
 
         return compiled
+
+    def _submit(self, graph: _Graph) -> None:
+        """A graph's first run (or its first since its compile failed) submits its NEFF compile."""
+        if graph.compiled or graph.submitted:
+            return
+        self.compile_attempts.append(graph.query)
+        if self.deferred_error is None or not self.failing(graph.query):
+            graph.compiled = True
+        elif self.deferred_at == "execution":
+            raise RuntimeError(self.deferred_error)
+        else:  # the run goes on; the error waits for the next synchronize()
+            graph.submitted = True
+            self._pending.append(graph)
+
+
+@dataclasses.dataclass
+class _Graph:
+    query: int  # the query length of its input_ids ([B, query]); 0 when it has none
+    compiled: bool = False
+    submitted: bool = False  # compiling (its error pending)
+
+
+def _query_length(gm: torch.fx.GraphModule) -> int:
+    """The last dim of the graph's ``input_ids`` input (dynamo names it ``l_kwargs_input_ids_``); 0 if none."""
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and "input_ids" in node.name:
+            return int(node.meta["example_value"].shape[-1])
+    return 0
 
 
 def install(monkeypatch, cores: int = 2) -> FakeNeuron:
