@@ -254,7 +254,11 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     dropped.upload(refusals_as_toast(outputs=7)(pasted_fields), dropped, pasted, api_visibility="private")
     with gr.Column(visible=False):
         paste_trigger = gr.Button()
-    paste_trigger.click(user_errors(pasted_fields), dropped, pasted, api_name="paste_png")
+    # Undocumented: the "Use via API" page lists /chat, /generate_image and /status (its generated example
+    # for a File input is a PDF from the web, and its labels of the form's components read as objects);
+    # scripts still call it by name (docs/api.md).
+    paste_trigger.click(user_errors(pasted_fields), dropped, pasted, api_name="paste_png",
+                        api_visibility="undocumented")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")
     return ImageTab(size=size, guidance=guidance, steps=steps)

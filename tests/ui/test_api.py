@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from PIL import Image
 from support.app import warm_backend
@@ -222,6 +223,10 @@ def test_api_pages_show_the_real_contract_and_accept_the_minimal_calls(tmp_path,
     try:
         client = Client(url, verbose=False)
         api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+        # the API page: the three public endpoints, the chat first; /paste_png stays callable, undocumented
+        info = httpx.get(f"{url}gradio_api/info").json()["named_endpoints"]
+        assert list(info) == ["/chat", "/status", "/generate_image"]
+        assert all(endpoint["description"] for endpoint in info.values())
         image = {p["parameter_name"]: p for p in api["/generate_image"]["parameters"]}
         assert [n for n, p in image.items() if not p["parameter_has_default"]] == ["prompt"]
         assert image["size"]["parameter_default"] == "64x64"
