@@ -12,6 +12,8 @@
     ``aria-required-children``, critical): it becomes a ``group``;
   - an empty image, file or gallery box is a ``div`` with an ``aria-label`` and no role
     (``aria-prohibited-attr``, serious): it gets ``role="img"``, which allows the label ("Empty value");
+    a chat message is such a ``div`` too ("bot's message: …", flagged while a reply is still empty): it
+    gets ``role="article"``;
   - the fold title of a reasoning or notice bubble is a ``role="button"`` holding a nameless arrow
     ``<button>`` (``nested-interactive``, serious; ``button-name``, critical): the arrow is disabled and
     hidden from assistive technology, and ``CSS`` lets a click on it reach the title, which stays the one
@@ -59,6 +61,10 @@ HEAD = r"""<script>
     }
     for (const empty of document.querySelectorAll('div.empty[aria-label]:not([role])')) {
       empty.setAttribute("role", "img");
+    }
+    for (const message of document.querySelectorAll('[data-testid="bot"][aria-label]:not([role]), '
+                                                     + '[data-testid="user"][aria-label]:not([role])')) {
+      message.setAttribute("role", "article");
     }
     for (const arrow of document.querySelectorAll('[role="button"] button:not([aria-hidden])')) {
       arrow.disabled = true;  // not focusable (a negative tabindex still is, to assistive technology)

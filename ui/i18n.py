@@ -42,8 +42,14 @@ GRADIO_STRINGS: dict[str, tuple[str, str]] = {
     "chat_interface.chatbot": ("Chatbot", "روبوت المحادثة"),
     "chat_interface.conversation": ("Conversation", "محادثة"),
 }
+# Gradio's own strings that none of its locales holds (its status tracker announces a finished event to
+# screen readers by this key, so the raw key was read out): English and Arabic here.
+GRADIO_MISSING: dict[str, tuple[str, str]] = {
+    "common.complete": ("Complete", "اكتمل"),
+}
 
-I18N = gr.I18n(en={}, ar={key: ar for key, (_, ar) in GRADIO_STRINGS.items()})  # t() adds the page's words
+I18N = gr.I18n(en={key: en for key, (en, _) in GRADIO_MISSING.items()},  # t() adds the page's words
+               ar={key: ar for key, (_, ar) in (GRADIO_STRINGS | GRADIO_MISSING).items()})
 COOKIE = "showcase_lang"
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("showcase_lang", default=None)
 _COOKIE_RE = re.compile(rf"(?:^|;)\s*{COOKIE}=([A-Za-z-]+)")
