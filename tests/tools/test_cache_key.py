@@ -81,7 +81,7 @@ def test_a_neff_key_mismatch_is_said_per_field_and_no_graph_counts_as_usable(fie
 
 
 def test_the_neff_key_does_not_apply_to_graphs_off_neuron():
-    bundle_side, here = _described("cpu"), _described("cpu")  # inductor's keys name no source folder
+    bundle_side, here = _described("cpu"), _described("cpu")  # the NEFF key's fields: Neuron graphs only
     here["paths"]["app"] = "/home/u/showcase"
     usable, mismatches, _ = manifest.compare(bundle_side, here)
     assert usable == {"chat": ["prefill-32", "prefill-64"], "image": ["64x64"]} and mismatches == []
