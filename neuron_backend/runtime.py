@@ -85,6 +85,9 @@ class Backend:
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
             log.warning(self.cache.problem)
+        for note in self.cache.notes:
+            log.info(note)
+        log.info("compile caches: %s", ", ".join(f"{name}={path}" for name, path in self.cache.paths))
         self.host = devices.detect() if host is None else host
         self.placements = devices.resolve_placements(settings, self.host)
         devices.refuse_idle_compile_flags(settings, self.placements)  # --compile-repeated-blocks without compile
@@ -340,6 +343,7 @@ class Backend:
             device=self.description,
             cache_dir=str(self.settings.cache_dir),
             cache_problem=self.cache.problem,
+            cache_notes=list(self.cache.notes),  # a preset cache folder kept, lock files moved to local disk
             counters=devices.device_counters(self.placements),
             engines=engines,
             limits=self.limits(),

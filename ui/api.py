@@ -225,6 +225,7 @@ class WarmupStatus(TypedDict):
     device: dict[str, Any]
     cache_dir: str
     cache_problem: str | None
+    cache_notes: list[str]
     engines: dict[str, dict[str, Any]]
     limits: dict[str, Any]
 

@@ -108,8 +108,9 @@ def test_describe_is_plain_data(fake_neuron):
 
 
 def test_compile_cache_is_configured_under_root(tmp_path, monkeypatch):
-    for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"):
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"):
         monkeypatch.setenv(name, "unset")
+    monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR", raising=False)  # one the user set is kept (test_compile_cache)
     setup = devices.configure_compile_cache(tmp_path)
     assert setup.problem is None and setup.folder == tmp_path / "compile-cache"
     assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == str(tmp_path / "compile-cache" / "neff")

@@ -112,12 +112,18 @@ def _free_bytes(folder: Path) -> int:
     return shutil.disk_usage(path).free
 
 
+def _temporary(name: str) -> bool:
+    """A file or folder name of a write in progress: ``x.tmp``, ``x.tmp.<pid>``, ``.tmp<random>``."""
+    return name.endswith(".tmp") or ".tmp." in name or name.startswith(".tmp")
+
+
 def _not_carried(rel: str) -> bool:
     """Whether a cache-relative path is one a bundle never carries: the live manifest and the write probe at
-    the top, staging folders (``.bundle-*``), locks and temporary files. Export skips them; install refuses them."""
+    the top, staging folders (``.bundle-*``), locks, and temporary files or anything in a temporary folder.
+    Export skips them; install refuses them."""
     parts = PurePosixPath(rel).parts
     return (len(parts) == 1 and parts[0] in SKIP_NAMES) or parts[0].startswith(".bundle-") \
-        or rel.endswith((".lock", ".tmp"))
+        or rel.endswith(".lock") or any(_temporary(part) for part in parts)
 
 
 def _cache_files(folder: Path) -> list[Path]:
