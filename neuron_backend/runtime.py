@@ -31,6 +31,7 @@ from .warmup import (
     shape_title,
     versions_tag,
 )
+from .weights import model_ref, snapshot_revision
 
 log = logging.getLogger("showcase")
 
@@ -48,8 +49,16 @@ def model_folder(settings: Settings, engine: str, progress=None) -> Path:
 
     # A download that receives nothing for this long is abandoned with what to do (weights.py).
     stall = max(30.0, 6 * settings.hub_timeout)
-    return obtain(settings.chat_model if engine == "chat" else settings.image_model, progress, engine,
-                  hub_timeout=settings.hub_timeout, stall_timeout=stall, flag=f"--{engine}-model")
+    model, revision = asked_model(settings, engine)
+    return obtain(model, progress, engine, hub_timeout=settings.hub_timeout, stall_timeout=stall,
+                  flag=f"--{engine}-model", revision=revision)
+
+
+def asked_model(settings: Settings, engine: str) -> tuple[str, str | None]:
+    """(hub id or folder, revision or None) that ``--chat-model``/``--image-model`` asked for."""
+    if engine == "chat":
+        return settings.chat_model, settings.chat_revision
+    return settings.image_model, settings.image_revision
 
 
 def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str):
@@ -67,7 +76,7 @@ def run_follower(settings: Settings, placement: devices.Placement, folder: Path)
     from . import parallel
 
     name = settings.tp_engine
-    engine = create_engine(settings, name, placement, settings.chat_model if name == "chat" else settings.image_model)
+    engine = create_engine(settings, name, placement, model_ref(*asked_model(settings, name)))
     engine.load(folder)
     served = parallel.follow(engine)
     parallel.close()
@@ -115,10 +124,20 @@ class Backend:
         return [self.settings.cache_dir / "outputs", self.exports.folder]
 
     # ----- what runs where -------------------------------------------------------------------
-    def model_id(self, engine: str) -> str:
+    def model_id(self, engine: str, with_revision: bool = True) -> str:
+        """What the engine runs: a hub id with its ``revision`` (``org/name@<commit sha>``), a local folder,
+        or the demo model."""
         if self.settings.demo or engine in self.fallbacks:
             return tr("demo {family} (tiny, random weights)", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
-        return self.settings.chat_model if engine == "chat" else self.settings.image_model
+        model = asked_model(self.settings, engine)[0]
+        return model_ref(model, self.revision(engine)) if with_revision else model
+
+    def revision(self, engine: str) -> str | None:
+        """The commit sha of the cached snapshot the engine's weights came from, once obtained; until then the
+        revision asked for. None for main before the weights are found, a local folder or the demo model."""
+        if self.settings.demo or engine in self.fallbacks:
+            return None
+        return snapshot_revision(self._folders.get(engine)) or asked_model(self.settings, engine)[1]
 
     def banner(self) -> str:
         """One line that says plainly what runs where (a message: the page shows it in its language)."""

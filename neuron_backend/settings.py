@@ -30,8 +30,10 @@ MAX_INT_CHARS = 20  # the longest whole-number setting read (a signed 64-bit val
 # name, type, help; the env var is SHOWCASE_<NAME upper, dashes as underscores>.
 _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("models", "str", "auto|full|tiny: real models, offline demo models, or full where available"),
-    ("chat-model", "str", "chat model: hub id or local folder"),
-    ("image-model", "str", "image model: hub id or local folder"),
+    ("chat-model", "str", "chat model: hub id, hub id@revision (a branch, tag or commit sha; default main) "
+                          "or local folder"),
+    ("image-model", "str", "image model: hub id, hub id@revision (a branch, tag or commit sha; default main) "
+                           "or local folder"),
     ("device", "str", "auto|neuron|cuda|cpu (optionally :N) for both engines"),
     ("chat-device", "str", "device of the chat engine, e.g. neuron:0"),
     ("image-device", "str", "device of the image engine, e.g. neuron:1"),
@@ -211,6 +213,30 @@ def _parse_api_key(value: object) -> str:
     return key
 
 
+def _exists(path: str) -> bool:
+    """Whether ``path`` exists (False for a name the OS refuses: too long, a NUL byte)."""
+    return os.path.exists(os.path.expanduser(path))
+
+
+def _parse_model(flag: str, value: object) -> tuple[str, str | None]:
+    """(hub id or folder, revision or None) of ``--chat-model``/``--image-model``.
+
+    A path that exists is a local folder, whatever it holds: an ``@`` in it is part of the path. Otherwise
+    ``org/name@revision`` pins the Hub revision (a branch, tag or commit sha); without ``@`` it is main.
+    """
+    text = str(value)
+    if "@" not in text or _exists(text):
+        return text, None
+    name, _, revision = text.partition("@")
+    form = "org/name, org/name@revision (a branch, tag or commit sha) or a local folder"
+    if not name or not _REVISION_RE.fullmatch(revision) or {".", ".."} & set(revision.split("/")):
+        raise ConfigError(f"--{flag}", f"{shown_value(text)} is not a model with a revision", form)
+    if _exists(name):
+        raise ConfigError(f"--{flag}", f"{shown_value(name)} is a local folder, which has no revision",
+                          f"the folder alone, or a hub id: {form}")
+    return name, revision
+
+
 def _parse_list(value: object) -> tuple[str, ...]:
     return tuple(p.strip().lower() for p in str(value).split(",") if p.strip())
 
@@ -224,6 +250,7 @@ DEFAULT_IMAGE_MODEL = "black-forest-labs/FLUX.2-klein-4B"
 DEVICE_CHOICES = ("auto", "neuron", "cuda", "cpu")
 _DEVICE_RE = re.compile(r"^(auto|neuron|cuda|cpu)(?::(\d+))?$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")  # a branch, tag or commit sha; no second @
 
 
 @dataclass(frozen=True)
@@ -269,8 +296,10 @@ class Settings:
     models: str = "tiny"  # resolved: "full" or "tiny"
     models_requested: str = "tiny"  # as asked: auto, full or tiny
     models_reason: str = "asked for the demo models"
-    chat_model: str = DEFAULT_CHAT_MODEL
+    chat_model: str = DEFAULT_CHAT_MODEL  # hub id or local folder, without its revision
     image_model: str = DEFAULT_IMAGE_MODEL
+    chat_revision: str | None = None  # --chat-model org/name@revision; None: main (a hub id) or a local folder
+    image_revision: str | None = None
     device: str = "auto"
     chat_device: str | None = None
     image_device: str | None = None
@@ -347,9 +376,10 @@ def parse_settings(
     env = os.environ if env is None else env
     raw = _raw_values(argv, env)
     requested = _choice("models", raw.pop("models", "auto"), ("auto", "full", "tiny"))
-    chat_model = str(raw.pop("chat_model", DEFAULT_CHAT_MODEL))
-    image_model = str(raw.pop("image_model", DEFAULT_IMAGE_MODEL))
-    models, reason = _resolve_models(requested, chat_model, image_model, raw, weights_available, env)
+    chat_model, chat_revision = _parse_model("chat-model", raw.pop("chat_model", DEFAULT_CHAT_MODEL))
+    image_model, image_revision = _parse_model("image-model", raw.pop("image_model", DEFAULT_IMAGE_MODEL))
+    models, reason = _resolve_models(requested, ((chat_model, chat_revision), (image_model, image_revision)), raw,
+                                     weights_available)
     preset = TINY_PRESET if models == "tiny" else FULL_PRESET
     host_default = env.get("GRADIO_SERVER_NAME") or "127.0.0.1"
     port_default = env.get("GRADIO_SERVER_PORT") or 7860
@@ -359,6 +389,8 @@ def parse_settings(
         models_reason=reason,
         chat_model=chat_model,
         image_model=image_model,
+        chat_revision=chat_revision,
+        image_revision=image_revision,
         device=str(raw.get("device", "auto")).strip().lower(),
         chat_device=_optional_lower(raw.get("chat_device")),
         image_device=_optional_lower(raw.get("image_device")),
@@ -420,8 +452,11 @@ def _default_cache_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "trainium-showcase"
 
 
-def _resolve_models(requested, chat_model, image_model, raw, weights_available, env) -> tuple[str, str]:
-    """Turn auto|full|tiny into full|tiny with a reason that the log and the UI show."""
+def _resolve_models(requested, models, raw, weights_available) -> tuple[str, str]:
+    """Turn auto|full|tiny into full|tiny with a reason that the log and the UI show.
+
+    ``models``: (model, revision) of chat and image; the injected ``weights_available`` hears the model only.
+    """
     if requested == "tiny":
         return "tiny", tr("asked for the demo models (--models tiny)")
     if requested == "full":
@@ -429,18 +464,18 @@ def _resolve_models(requested, chat_model, image_model, raw, weights_available, 
     if weights_available is None:  # every needed file cached, or the Hub reachable (weights.py)
         from .weights import weights_available as probe  # local import: touches huggingface_hub
 
-        def weights_available(model, timeout, kind):
-            return probe(model, timeout, kind)
+        def weights_available(model, timeout, kind, revision):
+            return probe(model, timeout, kind, revision)
     else:
         injected = weights_available
 
-        def weights_available(model, timeout, kind):
+        def weights_available(model, timeout, kind, revision):
             return injected(model, timeout)
     timeout = _as_float("hub-timeout", raw.get("hub_timeout", 5.0))
-    wanted = [(m, kind) for m, kind, on in ((chat_model, "chat", not raw.get("no_chat")),
-                                            (image_model, "image", not raw.get("no_image"))) if on]
-    for model, kind in wanted:
-        ok, why = weights_available(model, timeout, kind)
+    wanted = [(m, rev, kind) for (m, rev), kind, on in ((models[0], "chat", not raw.get("no_chat")),
+                                                        (models[1], "image", not raw.get("no_image"))) if on]
+    for model, revision, kind in wanted:
+        ok, why = weights_available(model, timeout, kind, revision)
         if not ok:
             return "tiny", tr("--models auto: {why}; using the offline demo models with random weights", why=why)
     return "full", tr("--models auto: the real model weights are available")

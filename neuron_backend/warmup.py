@@ -162,7 +162,7 @@ class TimingHistory:
 
 def versions_tag(versions: dict[str, str]) -> str:
     """A short hash of the software versions: a new torch or SDK invalidates old timings."""
-    return hashlib.sha1(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:10]
+    return hashlib.sha1(json.dumps(versions, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:10]
 
 
 class WarmupRunner:

@@ -1,8 +1,9 @@
 """Model weights: which files a model needs, where they are, whether they are whole, and fetching the rest.
 
-A model is a local folder or a Hub id; a Hub id is looked up in the local Hugging Face cache
-(``snapshot_download(local_files_only=True)``) and what its snapshot lacks is fetched from the Hub, only
-that, one file at a time with ``hf_hub_download`` (which resumes a cut connection). A model counts as
+A model is a local folder or a Hub id at a revision (a branch, tag or commit sha; None: main); a Hub id
+is looked up in the local Hugging Face cache (``snapshot_download(local_files_only=True)``) and what its
+snapshot lacks is fetched from the Hub at that revision, only that, one file at a time with
+``hf_hub_download`` (which resumes a cut connection). Every huggingface_hub call names the revision. A model counts as
 present only when every file it needs is there: for ``chat`` (a transformers causal LM) the config, the
 tokenizer and every weight shard its index names; for ``image`` (a diffusers pipeline) model_index.json
 and, for every component it lists, what ``from_pretrained`` reads (docs/weights.md lists them). The rules
@@ -18,6 +19,7 @@ per request and 5 times per file; the watchdog does not wait for that). Offline,
 from __future__ import annotations
 
 import json
+import re
 import struct
 import threading
 import time
@@ -28,6 +30,7 @@ from pathlib import Path
 from .errors import EngineUnavailableError
 from .messages import joined, said, tr
 
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")  # a full commit sha: the name of a snapshot folder
 Exists = Callable[[str], bool]
 ReadJson = Callable[[str], dict]
 ProgressFn = Callable[[float, str], None]
@@ -252,37 +255,49 @@ def kind_of_folder(path: Path) -> str:
     return "image" if (Path(path) / "model_index.json").is_file() else "chat"
 
 
-def cached_snapshot(model: str, revision: str = "main") -> Path | None:
+def cached_snapshot(model: str, revision: str | None = None) -> Path | None:
     """The snapshot folder of ``model`` at ``revision`` in the local Hugging Face cache, or None.
 
     A partial snapshot is returned too (huggingface_hub's IncompleteSnapshotError carries its path);
-    what it lacks is for ``missing_files`` to say. Never touches the network.
+    what it lacks is for ``missing_files`` to say. ``revision`` None is main. Never touches the network.
     """
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, IncompleteSnapshotError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(model, revision=revision, local_files_only=True))
+        return Path(snapshot_download(model, revision=revision or "main", local_files_only=True))
     except IncompleteSnapshotError as exc:
         return Path(exc.snapshot_path)
     except (LocalEntryNotFoundError, HFValidationError):  # not cached; not a repo id (a folder that is not there)
         return None
 
 
-def in_local_cache(model: str) -> Path | None:
+def in_local_cache(model: str, revision: str | None = None) -> Path | None:
     """The cached snapshot of a hub id when it holds every needed file, else None."""
-    snapshot = cached_snapshot(model)
+    snapshot = cached_snapshot(model, revision)
     return snapshot if snapshot is not None and not _missing(snapshot, kind_of_folder(snapshot)) else None
 
 
-def missing_files(model: str, kind: str) -> list[str]:
+def snapshot_revision(folder: Path | None) -> str | None:
+    """The commit sha a folder of the Hugging Face cache was loaded from (``snapshots/<sha>``), else None."""
+    if folder is None or Path(folder).parent.name != "snapshots" or not _COMMIT_RE.fullmatch(Path(folder).name):
+        return None
+    return Path(folder).name
+
+
+def model_ref(model: str, revision: str | None) -> str:
+    """``model@revision`` as the flags take it; the model alone for main or a local folder."""
+    return f"{model}@{revision}" if revision else model
+
+
+def missing_files(model: str, kind: str, revision: str | None = None) -> list[str]:
     """Which needed files of ``model`` ("chat" or "image") are missing locally; [] when all are there.
 
-    ``model`` is a hub id (looked up in the local Hugging Face cache) or a local folder. The network is
-    never used. A model that is not cached at all lists its top-level needs (``config.json`` ... or
+    ``model`` is a hub id (looked up at ``revision`` in the local Hugging Face cache) or a local folder. The
+    network is never used. A model that is not cached at all lists its top-level needs (``config.json`` ... or
     ``model_index.json``). For the doctor (tools/doctor.py) and ``--models auto``.
     """
-    return _missing(local_folder(model) or cached_snapshot(model), kind)
+    return _missing(local_folder(model) or cached_snapshot(model, revision), kind)
 
 
 def _listed(names: list[str], limit: int = 6) -> str:
@@ -290,7 +305,7 @@ def _listed(names: list[str], limit: int = 6) -> str:
     return tr("{shown} and {n} more", shown=shown, n=len(names) - limit) if len(names) > limit else shown
 
 
-def _hub_reachable(model: str, timeout: float) -> tuple[bool, str]:
+def _hub_reachable(model: str, timeout: float, revision: str | None = None) -> tuple[bool, str]:
     """Ask the Hub about ``model``, giving up after ``timeout`` seconds whatever happens (a DNS look-up too)."""
     import huggingface_hub
 
@@ -300,7 +315,8 @@ def _hub_reachable(model: str, timeout: float) -> tuple[bool, str]:
 
     def ask() -> None:
         try:
-            huggingface_hub.HfApi(endpoint=huggingface_hub.constants.ENDPOINT).model_info(model, timeout=timeout)
+            api = huggingface_hub.HfApi(endpoint=huggingface_hub.constants.ENDPOINT)
+            api.model_info(model, revision=revision, timeout=timeout)
             result.append((True, tr("the Hub is reachable")))
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             result.append((False, tr("the Hub is unreachable ({kind})", kind=type(exc).__name__)))
@@ -311,7 +327,8 @@ def _hub_reachable(model: str, timeout: float) -> tuple[bool, str]:
     return result[0] if result else (False, tr("the Hub did not answer within {timeout}s", timeout=f"{timeout:g}"))
 
 
-def weights_available(model: str, timeout: float, kind: str | None = None) -> tuple[bool, str]:
+def weights_available(model: str, timeout: float, kind: str | None = None,
+                      revision: str | None = None) -> tuple[bool, str]:
     """Whether ``model`` can be loaded now (every needed file local) or fetched (Hub reachable), and why."""
     folder = local_folder(model)
     if folder is not None:
@@ -324,23 +341,26 @@ def weights_available(model: str, timeout: float, kind: str | None = None) -> tu
             return False, tr("local folder {folder} lacks {n} needed file(s): {files}",
                              folder=folder, n=len(missing), files=_listed(missing))
         return True, tr("local folder {folder}", folder=folder)
-    snapshot = cached_snapshot(model)
+    snapshot = cached_snapshot(model, revision)
     missing = _missing(snapshot, kind or "chat")
+    shown = model_ref(model, revision)
     if not missing:
-        return True, tr("{model} is in the local Hugging Face cache", model=model)
+        return True, tr("{model} is in the local Hugging Face cache", model=shown)
     where = tr("is not in the local Hugging Face cache") if snapshot is None else tr(
         "lacks {n} needed file(s) in the local Hugging Face cache ({files})", n=len(missing), files=_listed(missing))
-    ok, hub = _hub_reachable(model, timeout)
+    ok, hub = _hub_reachable(model, timeout, revision)
     if ok:
-        return True, tr("{model} {where}; they will be downloaded ({hub})", model=model, where=where, hub=hub)
-    return False, tr("{model} {where} and {hub}", model=model, where=where, hub=hub)
+        return True, tr("{model} {where}; they will be downloaded ({hub})", model=shown, where=where, hub=hub)
+    return False, tr("{model} {where} and {hub}", model=shown, where=where, hub=hub)
 
 
 def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = None, *,
-           hub_timeout: float = 10.0, stall_timeout: float = 60.0, flag: str = "--chat-model") -> Path:
+           hub_timeout: float = 10.0, stall_timeout: float = 60.0, flag: str = "--chat-model",
+           revision: str | None = None) -> Path:
     """Return a local folder holding every file ``model`` needs, each one whole, downloading only the missing.
 
-    ``progress(fraction, text)`` is called as bytes arrive (only when downloading). Raises
+    A hub id is taken at ``revision`` (None: main). ``progress(fraction, text)`` is called as bytes arrive
+    (only when downloading). Raises
     EngineUnavailableError naming every missing or damaged file (a truncated shard, an unreadable
     config) and what to do, or the files that cannot be fetched (offline, the Hub unreachable, a
     stalled download).
@@ -357,7 +377,7 @@ def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = No
                                             files=_listed(missing, 12)))
     else:
         kind = kind or "chat"
-        folder = cached_snapshot(model)
+        folder = cached_snapshot(model, revision)
         missing = _missing(folder, kind)
         if folder is None or missing:
             import huggingface_hub
@@ -366,22 +386,24 @@ def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = No
                 raise EngineUnavailableError(tr(
                     "{model}: {n} needed file(s) are not in the local Hugging Face cache ({files}) and HF_HUB_OFFLINE "
                     "is set. Go online, or fetch them elsewhere with `{command}` and pass the folder with {flag}.",
-                    model=model, n=len(missing), files=_listed(missing, 12),
-                    command=_hf_download_command(model, missing), flag=flag))
-            folder = _Download(model, kind, progress, hub_timeout, stall_timeout, flag).run()
+                    model=model_ref(model, revision), n=len(missing), files=_listed(missing, 12),
+                    command=_hf_download_command(model, missing, revision), flag=flag))
+            folder = _Download(model, kind, progress, hub_timeout, stall_timeout, flag, revision).run()
     problems = verify_folder(folder, kind)
     if problems:
         raise EngineUnavailableError(tr(
             "{model} in {folder} has damaged or missing files: {problems}. Fetch them again (`{command}`) or pass a "
-            "complete folder with {flag}.", model=model, folder=folder, problems=joined(problems[:12], "{a}; {b}"),
-            command=_hf_download_command("<repo>" if local_folder(model) else model, []), flag=flag))
+            "complete folder with {flag}.", model=model_ref(model, revision), folder=folder,
+            problems=joined(problems[:12], "{a}; {b}"),
+            command=_hf_download_command("<repo>" if local_folder(model) else model, [], revision), flag=flag))
     return folder
 
 
-def _hf_download_command(model: str, files: list[str]) -> str:
+def _hf_download_command(model: str, files: list[str], revision: str | None = None) -> str:
+    pinned = f" --revision {revision}" if revision else ""
     if not files or len(files) > 8 or any(":" in f for f in files):
-        return f"hf download {model} --local-dir <folder>"
-    return f"hf download {model} {' '.join(files)} --local-dir <folder>"
+        return f"hf download {model}{pinned} --local-dir <folder>"
+    return f"hf download {model} {' '.join(files)}{pinned} --local-dir <folder>"
 
 
 # ----- fetching what is missing ----------------------------------------------------------------
@@ -394,8 +416,8 @@ class _Download:
     thread that ends when huggingface_hub's own timeouts fire.
     """
 
-    def __init__(self, model, kind, progress, hub_timeout, stall_timeout, flag):
-        self.model, self.kind, self.progress = model, kind, progress
+    def __init__(self, model, kind, progress, hub_timeout, stall_timeout, flag, revision=None):
+        self.model, self.kind, self.progress, self.revision = model, kind, progress, revision
         self.hub_timeout, self.stall_timeout, self.flag = hub_timeout, stall_timeout, flag
         self._lock = threading.Lock()
         self.done_bytes, self.total_bytes, self.files = 0, None, []
@@ -415,17 +437,21 @@ class _Download:
             if worker.is_alive() and idle > self.stall_timeout:
                 raise EngineUnavailableError(tr(
                     "Downloading {model} stalled: nothing arrived for {timeout} s ({amount}). Fetch it by hand with "
-                    "`{command}` and pass the folder with {flag}, or raise --hub-timeout.", model=self.model,
+                    "`{command}` and pass the folder with {flag}, or raise --hub-timeout.",
+                    model=model_ref(self.model, self.revision),
                     timeout=f"{self.stall_timeout:g}", amount=self._amount(),
-                    command=_hf_download_command(self.model, self.files), flag=self.flag))
+                    command=self._command(), flag=self.flag))
         if self.error is not None:
             raise EngineUnavailableError(tr(
                 "Could not download {model} ({kind}: {error}). Check the network or HF_TOKEN, or fetch it with "
-                "`{command}` and pass the folder with {flag}; --models tiny runs the demo models.", model=self.model,
-                kind=type(self.error).__name__, error=said(self.error),
-                command=_hf_download_command(self.model, self.files), flag=self.flag)) from self.error
+                "`{command}` and pass the folder with {flag}; --models tiny runs the demo models.",
+                model=model_ref(self.model, self.revision), kind=type(self.error).__name__, error=said(self.error),
+                command=self._command(), flag=self.flag)) from self.error
         assert self.result is not None
         return self.result
+
+    def _command(self) -> str:
+        return _hf_download_command(self.model, self.files, self.revision)
 
     def _amount(self) -> str:
         done = f"{self.done_bytes / 1e9:.2f}"
@@ -459,8 +485,8 @@ class _Download:
         import huggingface_hub
 
         endpoint = huggingface_hub.constants.ENDPOINT  # explicit: some URL templates are fixed at import
-        info = huggingface_hub.HfApi(endpoint=endpoint).model_info(self.model, files_metadata=True,
-                                                                   timeout=self.hub_timeout)
+        info = huggingface_hub.HfApi(endpoint=endpoint).model_info(self.model, revision=self.revision,
+                                                                   files_metadata=True, timeout=self.hub_timeout)
         self._touch()
         sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
         fetched: dict[str, Path] = {}
@@ -468,8 +494,8 @@ class _Download:
         def get(rel: str) -> Path:
             if rel not in fetched:
                 fetched[rel] = Path(huggingface_hub.hf_hub_download(
-                    self.model, rel, etag_timeout=self.hub_timeout, tqdm_class=_counting_bar(self._touch),
-                    endpoint=endpoint))
+                    self.model, rel, revision=self.revision, etag_timeout=self.hub_timeout,
+                    tqdm_class=_counting_bar(self._touch), endpoint=endpoint))
                 self._touch()
             return fetched[rel]
 
@@ -477,13 +503,13 @@ class _Download:
         absent = [n.path for n in needs if n.path not in sizes]
         if absent:
             raise BrokenModelFile(tr("the Hub repository {model} lacks needed file(s): {files}",
-                                     model=self.model, files=_listed(absent, 12)))
+                                     model=model_ref(self.model, self.revision), files=_listed(absent, 12)))
         wanted = [n.path for n in needs] + self._extras(sizes, get)
         todo = [rel for rel in wanted if rel not in fetched and not isinstance(
             huggingface_hub.try_to_load_from_cache(self.model, rel, revision=info.sha), str)]
         with self._lock:
             self.files, self.total_bytes = todo, sum(sizes.get(rel, 0) for rel in todo)
-        for rel in todo:
+        for rel in todo or wanted[:1]:  # one call at least: it records refs/<revision> for the next start offline
             get(rel)
         folder = cached_snapshot(self.model, revision=str(info.sha))
         still = _missing(folder, self.kind)

@@ -46,6 +46,18 @@ def tiny_settings(tmp_path, session_root):
 
 
 @pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    """An empty HF_HUB_CACHE, offline; a test that wants a Hub points ENDPOINT at a local stand-in."""
+    import huggingface_hub
+
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+@pytest.fixture
 def neuron_ls(tmp_path, monkeypatch):
     """Put a fake ``neuron-ls`` first on ``PATH``: ``neuron_ls("2.34")``, ``neuron_ls("2.33", devices=16)``, ...
 

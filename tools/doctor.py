@@ -374,30 +374,32 @@ def check_counters_and_memory(placements: dict) -> list[Check]:
     return checks
 
 
-def _missing(model: str, kind: str) -> list[str]:
-    """Needed files of ``model`` missing locally (never touches the network)."""
+def _missing(model: str, kind: str, revision: str | None = None) -> list[str]:
+    """Needed files of ``model`` at ``revision`` (None: main) missing locally (never touches the network)."""
     from neuron_backend.weights import missing_files
 
-    return missing_files(model, kind)
+    return missing_files(model, kind, revision)
 
 
 def check_models(settings: Settings) -> list[Check]:
     if settings.models == "tiny":
         return [Check(SKIPPED, "model files", f"demo models, built offline ({settings.models_reason})", needed=False)]
     checks = []
-    for kind, model, enabled in (("chat", settings.chat_model, settings.chat), ("image", settings.image_model,
-                                                                               settings.image)):
+    for kind, model, revision, enabled in (("chat", settings.chat_model, settings.chat_revision, settings.chat),
+                                           ("image", settings.image_model, settings.image_revision, settings.image)):
         if not enabled:
             continue
+        shown = f"{model}@{revision}" if revision else model
         try:
-            missing = _missing(model, kind)
+            missing = _missing(model, kind, revision)
         except Exception as exc:  # noqa: BLE001 - an unreadable cache is the finding
             missing = [f"({type(exc).__name__}: {exc})"]
         if not missing:
-            checks.append(Check(PASS, f"{kind} model files", f"every file {model} needs is in the local cache"))
+            checks.append(Check(PASS, f"{kind} model files", f"every file {shown} needs is in the local cache"))
             continue
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        checks.append(Check(FAIL, f"{kind} model files", f"{model}: missing {shown}", f"hf download {model}",
+        listed = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        fix = f"hf download {model}" + (f" --revision {revision}" if revision else "")
+        checks.append(Check(FAIL, f"{kind} model files", f"{shown}: missing {listed}", fix,
                             needed=settings.models == "full"))
     return checks
 

@@ -211,7 +211,7 @@ MAX_REMEMBERED_REPLIES = 64  # per session: replies whose settings a later mark 
 
 def reply_key(answer: str) -> str:
     """The key of a reply's record in the session's reply records (the conversation files read them too)."""
-    return hashlib.sha1(answer.strip().encode("utf-8", "replace")).hexdigest()[:16]
+    return hashlib.sha1(answer.strip().encode("utf-8", "replace"), usedforsecurity=False).hexdigest()[:16]
 
 
 def browser_secret(cache_dir: Path) -> str:

@@ -30,6 +30,8 @@ LRI, PDI = "\u2066", "\u2069"  # Unicode's left-to-right isolate (plain text: a 
 _PIECE = r"(?:[A-Za-z0-9_./:~@=+#%`\\'-]|\(\)|&(?:lt|gt|amp|quot|#\d+);|<[\w-]+>)+"
 _RUN = re.compile(rf"{_PIECE}(?: {_PIECE})*")
 _HTML_TAG = re.compile(r"(<[^>]*>)")
+_HUB_REVISION = re.compile(r"[^/@]+/(?P<name>[^/@]+)@(?P<revision>[^@]+)")  # a hub id, not a folder ("/", "@")
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit sha, shown by its first 7 digits as git does
 
 
 def _isolate(match: re.Match, markup: bool) -> str:
@@ -172,6 +174,9 @@ def _short_model(model_id: str, demo: bool, engine: str) -> str:
         return say("demo {family} (tiny)", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
     if model_id != localized(model_id):  # a message: a demo model after a --models auto fallback
         return localized(model_id)
+    if pinned := _HUB_REVISION.fullmatch(model_id):  # org/name@revision: a revision may hold "/" (refs/pr/1)
+        revision = pinned["revision"]
+        return f"{pinned['name']}@{revision[:7] if _COMMIT.fullmatch(revision) else revision}"
     return model_id.rstrip("/").split("/")[-1]
 
 

@@ -270,3 +270,32 @@ def test_auto_falls_back_on_a_wrong_architecture_too(tmp_path, demo_models):
     status = backend.status()
     assert status["ready"] and "no-such-architecture" in status["fallbacks"]["chat"]
     assert "FELL BACK" in status["banner"]
+
+
+@pytest.mark.slow
+def test_the_commit_loaded_is_recorded_in_status_and_the_png(tmp_path, demo_models, hf_cache):
+    from support.model_folders import COMMIT, add_to_cache
+
+    from neuron_backend.image.png_info import read_png_parameters
+
+    old_commit = "fedcba9876543210fedcba9876543210fedcba98"
+    old = add_to_cache(hf_cache, "test-org/klein", demo_models.image, commit=old_commit)
+    add_to_cache(hf_cache, "test-org/klein", demo_models.image)  # refs/main: COMMIT
+    (old.parents[1] / "refs" / "v1").write_text(old_commit)
+    backend = Backend(settings_for(tmp_path, "--image-model", "test-org/klein@v1", "--no-chat"))
+    assert backend.model_id("image") == "test-org/klein@v1"  # as asked, until the weights are found
+    backend.runner.run()
+    assert backend.model_folders()["image"] == old
+    pinned = f"test-org/klein@{old_commit}"
+    assert backend.status()["models"] == {"image": pinned} and backend.revision("image") == old_commit
+    from tools.openai_api.routes import OpenAIRoutes  # /v1/models: the id a client names, and what runs
+
+    entry = OpenAIRoutes(backend).describe_model("image")
+    assert (entry["id"], entry["runs"]) == ("test-org/klein", pinned)
+    result = backend.generate_image(ImageRequest("a fox", "64x64", steps=1, seed=0))
+    assert result.params["model"] == pinned and read_png_parameters(result.path)["model"] == pinned
+    # Without @: main, and the commit main named when it was loaded
+    main = Backend(settings_for(tmp_path, "--image-model", "test-org/klein", "--no-chat"))
+    main._obtain(next(s.task for s in main.runner._steps if s.task.kind == "weights"))
+    assert main.model_id("image") == f"test-org/klein@{COMMIT}"
+    assert main.model_id("image", with_revision=False) == "test-org/klein"

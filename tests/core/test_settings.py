@@ -196,3 +196,51 @@ def test_tp_engine_names_the_sharded_engine():
         parse("--models", "tiny", "--tp", "2", "--chat-batch", "4", env=torchrun)
     with pytest.raises(ConfigError, match="--tp-engine"):
         s.replace(tp_engine="vae")
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_a_model_may_name_its_revision_by_flag_or_environment():
+    s = parse("--models", "full", "--chat-model", f"Qwen/Qwen3-0.6B@{SHA}", "--image-model", "org/klein@v1.0")
+    assert (s.chat_model, s.chat_revision) == ("Qwen/Qwen3-0.6B", SHA)
+    assert (s.image_model, s.image_revision) == ("org/klein", "v1.0")
+    s = parse("--models", "full", env={env_name("chat-model"): "org/chat@refs/pr/1",
+                                       env_name("image-model"): "org/klein@main"})
+    assert (s.chat_model, s.chat_revision, s.image_model, s.image_revision) == ("org/chat", "refs/pr/1",
+                                                                                "org/klein", "main")
+    plain = parse("--models", "full")  # without @: main, as before
+    assert (plain.chat_model, plain.chat_revision, plain.image_revision) == ("Qwen/Qwen3-0.6B", None, None)
+
+
+def test_the_real_probe_hears_the_revision(monkeypatch):
+    from neuron_backend import weights
+
+    asked = []
+    monkeypatch.setattr(weights, "weights_available",
+                        lambda model, timeout, kind, revision: asked.append((model, kind, revision)) or (True, ""))
+    parse_settings(["--chat-model", "org/chat@v2", "--image-model", "org/klein"], env={})
+    assert asked == [("org/chat", "chat", "v2"), ("org/klein", "image", None)]
+
+
+def test_an_at_sign_inside_an_existing_path_is_part_of_the_path(tmp_path):
+    folder = tmp_path / "models@v1" / "qwen@2"
+    folder.mkdir(parents=True)
+    s = parse("--models", "full", "--chat-model", str(folder), env={env_name("image-model"): str(folder)})
+    assert (s.chat_model, s.chat_revision, s.image_model, s.image_revision) == (str(folder), None, str(folder), None)
+
+
+@pytest.mark.parametrize("value", ["org/name@", "org/name@v1@v2", "@v1", "org/name@v 1", "org/name@../main",
+                                   "org/name@" + "a" * 300])
+def test_a_bad_revision_is_refused_naming_the_form(value):
+    with pytest.raises(ConfigError) as err:
+        parse("--models", "full", "--image-model", value)
+    message = str(err.value)
+    assert err.value.flag == "--image-model" and "org/name@revision (a branch, tag or commit sha)" in message
+    assert len(message) < 300 and "Traceback" not in message
+
+
+def test_a_revision_of_a_local_folder_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        parse("--models", "full", "--chat-model", f"{tmp_path}@v1")
+    assert err.value.flag == "--chat-model" and "is a local folder, which has no revision" in str(err.value)

@@ -10,7 +10,7 @@ import time
 
 import huggingface_hub
 import pytest
-from support.model_folders import FakeHub, SilentHub, add_to_cache, real_flux_layout, truncate
+from support.model_folders import COMMIT, FakeHub, SilentHub, add_to_cache, real_flux_layout, truncate
 
 from neuron_backend import weights
 from neuron_backend.errors import EngineUnavailableError
@@ -19,16 +19,7 @@ from neuron_backend.weights import missing_in_folder, verify_folder
 
 CHAT_REPO, IMAGE_REPO = "test-org/chat-model", "test-org/image-model"
 CHAT_TOKENIZER_ONLY = ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
-
-
-@pytest.fixture
-def hf_cache(tmp_path, monkeypatch):
-    """An empty HF_HUB_CACHE, offline; a test that wants a Hub points ENDPOINT at a local stand-in."""
-    cache = tmp_path / "hf-cache"
-    cache.mkdir()
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    return cache
+OLD = "fedcba9876543210fedcba9876543210fedcba98"  # an older commit of the repo; refs/main names COMMIT
 
 
 def online(monkeypatch, url: str) -> None:
@@ -214,3 +205,55 @@ def test_a_partial_snapshot_with_its_listing_cached_still_names_what_is_missing(
     assert weights.missing_files(CHAT_REPO, "chat") == ["model.safetensors"]
     ok, why = weights.weights_available(CHAT_REPO, 1.0, "chat")
     assert not ok and "lacks 1 needed file(s)" in why
+
+
+# ----- revisions: org/name@revision ---------------------------------------------------------------
+
+def test_a_revision_picks_its_snapshot_and_main_stays_main(hf_cache, demo_models):
+    old = add_to_cache(hf_cache, CHAT_REPO, demo_models.chat, commit=OLD)
+    new = add_to_cache(hf_cache, CHAT_REPO, demo_models.chat)  # refs/main: COMMIT
+    (old.parents[1] / "refs" / "v1").write_text(OLD)  # a tag, as huggingface_hub records one
+    assert weights.obtain(CHAT_REPO, kind="chat") == new and weights.snapshot_revision(new) == COMMIT
+    assert weights.obtain(CHAT_REPO, kind="chat", revision=OLD) == old
+    assert weights.obtain(CHAT_REPO, kind="chat", revision="v1") == old
+    assert weights.snapshot_revision(old) == OLD and weights.snapshot_revision(demo_models.chat) is None
+    (old / "model.safetensors").unlink()  # now only the old commit lacks its weights
+    assert weights.missing_files(CHAT_REPO, "chat", OLD) == ["model.safetensors"]
+    assert weights.missing_files(CHAT_REPO, "chat") == [] and weights.in_local_cache(CHAT_REPO, OLD) is None
+    ok, why = weights.weights_available(CHAT_REPO, 1.0, "chat", revision=OLD)
+    assert not ok and f"{CHAT_REPO}@{OLD}" in why and "model.safetensors" in why
+    with pytest.raises(EngineUnavailableError) as err:
+        weights.obtain(CHAT_REPO, kind="chat", revision=OLD, flag="--chat-model")
+    assert f"hf download {CHAT_REPO} model.safetensors --revision {OLD} --local-dir <folder>" in str(err.value)
+
+
+def test_every_hub_call_names_the_revision(hf_cache, demo_models, monkeypatch):
+    calls = []
+
+    def recorded(name, real):
+        def call(*args, **kwargs):
+            calls.append((name, kwargs.get("revision", "<none>")))
+            return real(*args, **kwargs)
+        return call
+
+    for name in ("snapshot_download", "hf_hub_download", "try_to_load_from_cache"):
+        monkeypatch.setattr(huggingface_hub, name, recorded(name, getattr(huggingface_hub, name)))
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info",
+                        recorded("model_info", huggingface_hub.HfApi.model_info))
+    with FakeHub({CHAT_REPO: demo_models.chat}) as hub:
+        online(monkeypatch, hub.url)
+        assert weights.weights_available(CHAT_REPO, 5.0, "chat", revision="v1")[0]
+        folder = weights.obtain(CHAT_REPO, kind="chat", hub_timeout=5.0, revision="v1")
+        fetched = hub.downloads()
+        # v2 names the same commit: nothing is fetched again, and v2 too is found offline next time
+        assert weights.obtain(CHAT_REPO, kind="chat", hub_timeout=5.0, revision="v2") == folder
+        assert hub.downloads() == fetched and weights.cached_snapshot(CHAT_REPO, "v2") == folder
+    assert {name for name, _ in calls} == {"snapshot_download", "model_info", "hf_hub_download",
+                                           "try_to_load_from_cache"}
+    assert all(revision in ("v1", "v2", COMMIT) for _, revision in calls), calls  # as asked, or the commit named
+    assert ("model_info", "v1") in calls and ("hf_hub_download", "v1") in calls
+    paths = [path for _, path, _ in hub.requests]
+    assert f"/api/models/{CHAT_REPO}/revision/v1" in paths and f"/api/models/{CHAT_REPO}/revision/v2" in paths
+    assert all(f"{CHAT_REPO}/resolve/v" in path for path in paths if "/resolve/" in path)
+    assert "model.safetensors" in fetched and folder.name == COMMIT
+    assert weights.cached_snapshot(CHAT_REPO, "v1") == folder  # the next start finds v1 offline

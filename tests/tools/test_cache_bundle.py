@@ -536,3 +536,23 @@ def test_a_fresh_root_from_a_bundle_starts_warm_and_never_compiles_after(tmp_pat
     assert all(t["from_bundle"] for t in compiles(fresh))
     assert next(t for t in fresh["tasks"] if t["kind"] == "bundle")["state"] == "ready"
     assert fresh["graphs"] == [0, 0] and fresh["since_ready"] == 0
+
+
+def test_the_manifest_records_the_commit_loaded_without_refusing_another(tmp_path, demo_models, hf_cache):
+    from support.model_folders import add_to_cache
+
+    old_commit = "fedcba9876543210fedcba9876543210fedcba98"
+    add_to_cache(hf_cache, "test-org/chat", demo_models.chat, commit=old_commit)
+    backend = Backend(parse_settings([*ARGS[2:], "--models", "full", "--no-image", "--cache-dir", str(tmp_path),
+                                      "--chat-model", f"test-org/chat@{old_commit}"], env={}), hooks=[WarmStart])
+    for step in backend.runner._steps:
+        if step.task.kind == "weights":
+            backend.runner._run_step(step)
+    here = warm_start.of(backend).here()
+    assert here["engines"]["chat"]["model"] == "test-org/chat"
+    assert here["engines"]["chat"]["revision"] == old_commit
+    # Graphs depend on the fingerprint, not on the weights' values: a bundle of another commit still fits.
+    theirs = copy.deepcopy(here)
+    theirs["engines"]["chat"]["revision"] = "0" * 40
+    usable, mismatches, _ = manifest.compare(theirs, here)
+    assert usable == {"chat": here["engines"]["chat"]["shapes"]} and mismatches == []

@@ -118,6 +118,27 @@ def test_doctor_fails_when_a_needed_model_is_not_cached(tmp_path):
     assert "fix: hf download Qwen/Qwen3-0.6B" in out.stdout and "1 needed check(s) failed" in out.stdout
 
 
+def test_the_model_checks_look_at_the_revision_asked_for(tmp_path, demo_models, hf_cache):
+    from support.model_folders import add_to_cache
+
+    old_commit = "fedcba9876543210fedcba9876543210fedcba98"
+    add_to_cache(hf_cache, "test-org/chat", demo_models.chat, commit=old_commit)
+    add_to_cache(hf_cache, "test-org/chat", demo_models.chat, only=["config.json"])  # main: no weights
+
+    def checked(model: str) -> doctor.Check:
+        settings = parse_settings(["--models", "full", "--no-image", "--chat-model", model, "--cache-dir",
+                                   str(tmp_path)], env={})
+        return doctor.check_models(settings)[0]
+
+    pinned = checked(f"test-org/chat@{old_commit}")
+    assert pinned.status == "pass" and f"test-org/chat@{old_commit} needs" in pinned.detail
+    main = checked("test-org/chat")
+    assert main.status == "fail" and main.fix == "hf download test-org/chat"
+    absent = checked("test-org/chat@v9")
+    assert absent.status == "fail" and absent.detail.startswith("test-org/chat@v9: missing")
+    assert absent.fix == "hf download test-org/chat --revision v9"
+
+
 def test_doctor_version_families():
     real = doctor._version
     cases = {("2.13.0", "2.13.3.0.5"): "pass", ("2.13.0", "2.14.3.0.5"): "fail", ("2.13.0", "1.0"): "fail",

@@ -417,6 +417,18 @@ def test_header_has_title_chips_and_the_demo_notice(tmp_path, demo_models):
     assert engine_chips(status)[1][0] == "warming up"
 
 
+def test_a_chip_names_the_model_and_a_short_commit(warm):
+    status = warm.status()
+    status["demo"] = False
+    status["models"] = {"chat": "Qwen/Qwen3-0.6B@0123456789abcdef0123456789abcdef01234567",
+                        "image": "org/klein@refs/pr/1"}
+    assert [text for _, text in engine_chips(status)] == ["Chat · Qwen3-0.6B@0123456 · cpu · ready",
+                                                          "Image · klein@refs/pr/1 · cpu · ready"]
+    status["models"] = {"chat": "/data/models@v1/qwen", "image": "black-forest-labs/FLUX.2-klein-4B"}
+    assert [text for _, text in engine_chips(status)] == ["Chat · qwen · cpu · ready",
+                                                          "Image · FLUX.2-klein-4B · cpu · ready"]
+
+
 def test_queued_tasks_show_expectations_in_the_state_not_the_seconds_column():
     task = {"name": "image · size 64x64", "shape": "64x64", "state": "queued", "seconds": None, "cache_hit": None,
             "error": None, "expected_s": 12.0, "progress": None, "detail": None}

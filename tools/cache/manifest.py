@@ -1,13 +1,13 @@
 """What a compile cache was built for, and whether a bundle built elsewhere fits this server.
 
-A manifest is plain JSON: the declared shapes of each engine, the model each engine ran (a
-fingerprint of its configs and weight headers: names, dtypes and shapes, not values, since compile
-keys depend on those), device kind, software versions and compile options, and what the Neuron
-NEFF cache key depends on: the instance family, the effective logical-core config (LNC),
-``NEURON_COMPILER_OPT_LEVEL``, ``NEURON_CC_FLAGS`` and the traced StableHLO, which carries absolute
-source locations, so the install folders of torch, transformers, diffusers and the app. The app
-writes one next to its compile cache when warm-up ends (``compile-cache/manifest.json``); an
-exported bundle carries it plus a sha256 per file.
+A manifest is plain JSON: the declared shapes of each engine, the model each engine ran (its id,
+the commit sha of the revision loaded, and a fingerprint of its configs and weight headers: names,
+dtypes and shapes, not values, since compile keys depend on those), device kind, software versions
+and compile options, and what the Neuron NEFF cache key depends on: the instance family, the
+effective logical-core config (LNC), ``NEURON_COMPILER_OPT_LEVEL``, ``NEURON_CC_FLAGS`` and the
+traced StableHLO, which carries absolute source locations, so the install folders of torch,
+transformers, diffusers and the app. The app writes one next to its compile cache when warm-up ends
+(``compile-cache/manifest.json``); an exported bundle carries it plus a sha256 per file.
 
 ``compare`` checks a bundle's manifest against this server's, field by field: a field every graph
 depends on (torch, torch-neuronx, the Neuron compiler, Python, the CPU architecture) makes every
@@ -143,12 +143,17 @@ def fingerprint(folder: Path) -> str:
 
 
 def describe(settings, placements: Mapping, folders: Mapping[str, Path], models: Mapping[str, str],
-             env: Mapping[str, str] | None = None) -> dict:
-    """This server's manifest (no file list): what its compile cache holds graphs for."""
+             env: Mapping[str, str] | None = None, revisions: Mapping[str, str | None] | None = None) -> dict:
+    """This server's manifest (no file list): what its compile cache holds graphs for.
+
+    ``revisions``: the commit sha (or revision) each engine's model was loaded at, recorded only: graphs
+    depend on the fingerprint, not on the weights' values, so ``compare`` never reads it.
+    """
     libraries = software()
     engines = {}
     for name, p in placements.items():
-        entry = {"model": models[name], "fingerprint": fingerprint(folders[name]) if name in folders else None,
+        entry = {"model": models[name], "revision": (revisions or {}).get(name),
+                 "fingerprint": fingerprint(folders[name]) if name in folders else None,
                  "kind": p.kind, "dtype": p.dtype_name, "compile": p.compile, "backend": p.compile_backend,
                  "fullgraph": True, "dynamic": False}
         if name == "chat":

@@ -31,8 +31,9 @@ class WarmStart:
     def here(self, only_ready: bool = False) -> dict:
         """This server's manifest; with ``only_ready`` just the shapes whose warm-up succeeded."""
         b = self.backend
-        models = {n: b.model_id(n) for n in b.placements}
-        described = manifest.describe(b.settings, b.placements, b.model_folders(), models)
+        models = {n: b.model_id(n, with_revision=False) for n in b.placements}
+        revisions = {n: b.revision(n) for n in b.placements}
+        described = manifest.describe(b.settings, b.placements, b.model_folders(), models, revisions=revisions)
         if only_ready:
             ready = {(t.engine, t.shape) for t in b.runner.tasks if t.kind == "compile" and t.state == READY}
             for name, entry in described["engines"].items():
