@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import gradio as gr
+import httpx
+from gradio import networking
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
@@ -112,6 +115,25 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
     }
 
 
+def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
+    """Gradio's start-up check that the server answers, retrying a timeout as it retries a bad status.
+
+    ``launch()`` asks ``HEAD /`` (the whole page rendered) and fails the start ("When localhost is not
+    accessible, a shareable link must be created") when ``gradio.networking.url_ok`` says no; Gradio 6.31's
+    retries stop at the first 3 s timeout, which a busy 2-core host reaches now and then. ``serve`` puts
+    this one in its place: up to ``tries`` answers, each with ``timeout_s``."""
+    for _ in range(tries):
+        try:
+            if httpx.head(url, timeout=timeout_s, verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):
+                return True
+        except httpx.TimeoutException:
+            continue
+        except httpx.HTTPError:
+            return False
+        time.sleep(0.5)
+    return False
+
+
 def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (),
           details: Sequence[Callable[[Backend], object]] = (), routes: Sequence[BaseRoute] = (),
           chat_extras: Sequence[ChatExtra] = (), **kwargs):
@@ -125,5 +147,6 @@ def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequenc
     # Gradio starts uvicorn without proxy settings; uvicorn reads the peers whose X-Forwarded-For it trusts
     # from this variable as the server starts (its own default: 127.0.0.1 and ::1, i.e. anyone on this host).
     os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
+    networking.url_ok = patient_url_ok
     launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes), **kwargs})
     return demo, launched

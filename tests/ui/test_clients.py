@@ -340,3 +340,26 @@ def test_the_page_answers_before_warm_up_starts(tmp_path):
         assert answered == [200]
     finally:
         demo.close()
+
+
+def test_the_start_up_check_waits_out_a_slow_answer(monkeypatch):
+    """Gradio's own check gives up at the first 3 s timeout of ``HEAD /`` and the start fails; the app's
+    check retries a timeout as Gradio retries a bad status."""
+    import httpx
+    from gradio import networking
+
+    from ui import patient_url_ok
+
+    answers = iter([httpx.TimeoutException("slow"), httpx.TimeoutException("slow"), 200])
+
+    def head(url, **kwargs):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return httpx.Response(answer)
+
+    monkeypatch.setattr(httpx, "head", head)
+    monkeypatch.setattr(networking.time, "sleep", lambda s: None)
+    assert patient_url_ok("http://127.0.0.1:9/")
+    answers = iter([httpx.TimeoutException("slow"), 200])
+    assert networking.url_ok("http://127.0.0.1:9/") is False  # Gradio's own: the first timeout ends it
