@@ -115,6 +115,9 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
     }
 
 
+GRADIO_URL_OK = networking.url_ok  # Gradio's own check, which serve() replaces with patient_url_ok
+
+
 def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
     """Gradio's start-up check that the server answers, retrying a timeout as it retries a bad status.
 

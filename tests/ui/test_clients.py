@@ -348,7 +348,7 @@ def test_the_start_up_check_waits_out_a_slow_answer(monkeypatch):
     import httpx
     from gradio import networking
 
-    from ui import patient_url_ok
+    from ui import GRADIO_URL_OK, patient_url_ok
 
     answers = iter([httpx.TimeoutException("slow"), httpx.TimeoutException("slow"), 200])
 
@@ -362,4 +362,4 @@ def test_the_start_up_check_waits_out_a_slow_answer(monkeypatch):
     monkeypatch.setattr(networking.time, "sleep", lambda s: None)
     assert patient_url_ok("http://127.0.0.1:9/")
     answers = iter([httpx.TimeoutException("slow"), 200])
-    assert networking.url_ok("http://127.0.0.1:9/") is False  # Gradio's own: the first timeout ends it
+    assert GRADIO_URL_OK("http://127.0.0.1:9/") is False  # Gradio's own: the first timeout ends it
