@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.cache_env import COMPILE_CACHE_VARIABLES
 
 # On 2 cores another busy process otherwise slows the tiny models tenfold.
 torch.set_num_threads(1)
@@ -89,3 +90,18 @@ def home_root():
     root.mkdir()
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def compile_cache_environment():
+    """Each test leaves the compile-cache variables as it found them. A Backend built in a test points them
+    at its tmp folder in ``os.environ`` (as the app does, once, at start); a test's monkeypatch restoring one
+    of them without the app's record of what it set would make a later app take the leftover folder for a
+    cache its user set on purpose (and keep it)."""
+    saved = {name: os.environ.get(name) for name in COMPILE_CACHE_VARIABLES}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

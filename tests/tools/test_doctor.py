@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from support import fake_neuron, fake_neuron_ls
+from support.cache_env import COMPILE_CACHE_VARIABLES
 from support.fake_neuronx_cc import write as fake_compiler
 
 from neuron_backend import neuron_install
@@ -54,7 +55,9 @@ def _autoload():
 
 
 def run(args, env_extra=None, timeout=300):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    """``args`` run as a fresh start would: none of the compile-cache variables an in-process app set."""
+    env = {k: v for k, v in os.environ.items() if k not in COMPILE_CACHE_VARIABLES}
+    env = {**env, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=env)
 
