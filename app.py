@@ -95,6 +95,19 @@ def annex_routes(backend) -> list:
     return openai_routes(backend)
 
 
+def annex_page_hooks(settings) -> list:
+    """The annex's page hooks: under ``--mcp``, the chat, image and status endpoints as MCP tools."""
+    from tools.mcp import attach
+
+    return [attach] if settings.mcp else []
+
+
+def annex_parts(backend) -> dict:
+    """Everything the annex adds to the page, as ``ui.serve``'s keyword arguments."""
+    return {"tabs": annex_tabs(), "details": annex_details(), "routes": annex_routes(backend),
+            "chat_extras": annex_chat_extras(), "page_hooks": annex_page_hooks(backend.settings)}
+
+
 def launch(backend, **kwargs):
     """Serve the UI, then start warm-up in the background, then block (unless ``prevent_thread_lock``).
 
@@ -103,8 +116,7 @@ def launch(backend, **kwargs):
     can starve that check on a busy host."""
     import ui  # Gradio: imported here so the torchrun followers never load it
 
-    demo, launched = ui.serve(backend, tabs=annex_tabs(), details=annex_details(), routes=annex_routes(backend),
-                              chat_extras=annex_chat_extras(), **{**kwargs, "prevent_thread_lock": True})
+    demo, launched = ui.serve(backend, **annex_parts(backend), **{**kwargs, "prevent_thread_lock": True})
     backend.start()
     if not kwargs.get("prevent_thread_lock"):
         demo.block_thread()

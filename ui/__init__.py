@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -23,8 +24,6 @@ from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
 from .guards import BodyLimit, EarlyCancels, Guards, LoginThrottle, session_jobs
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
-from .mcp_server import mcp_lifespan
-from .mcp_tools import describe_tools
 from .probes import AuthGate, probe_routes, queue_depth
 from .request_metrics import QueueRefusals
 from .status_panel import build_status_panel, wire_refresh
@@ -37,6 +36,11 @@ class ExtraTab:
     label: str  # a key of the page's words (ui.i18n.register adds a part's words)
     elem_id: str
     build: Callable[[Backend], object]  # called inside the gr.Tab
+
+
+# Called with the built page before launch (the annex's MCP tools name its endpoints there); may return a
+# FastAPI lifespan, entered when the server starts.
+PageHook = Callable[[gr.Blocks, Backend], Callable | None]
 
 
 def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[ExtraTab] = (),
@@ -63,15 +67,14 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
                 tab.build(backend)
         wire_refresh(demo, backend, panel, image)
         add_public_api(backend, concurrency, cancels)
-    if settings.mcp:  # the tools Gradio's MCP server lists, named and documented for agents
-        describe_tools(demo, backend)
     return demo
 
 
 def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None,
-                  cancels: EarlyCancels | None = None, routes: Sequence[BaseRoute] = ()) -> dict:
+                  cancels: EarlyCancels | None = None, routes: Sequence[BaseRoute] = (),
+                  lifespans: Sequence[Callable] = ()) -> dict:
     """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, upload and
-    body limits, the guards."""
+    body limits, the guards; ``lifespans`` are entered in order when the server starts."""
     settings = backend.settings
 
     def auth_state():  # read per request: Gradio builds its app (and the token table) at launch
@@ -93,8 +96,8 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
                        Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
-    if settings.mcp:
-        app_kwargs["lifespan"] = mcp_lifespan(demo, backend, settings.auth)
+    if lifespans:
+        app_kwargs["lifespan"] = _all_of(lifespans)
     return {
         "server_name": settings.host,
         "server_port": settings.port,
@@ -106,13 +109,24 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         "allowed_paths": [str(p) for p in backend.served_folders()],
         "max_file_size": settings.max_file_size,  # Gradio's own check of each uploaded file (413 above)
         "app_kwargs": app_kwargs,
-        "mcp_server": settings.mcp,
+        "mcp_server": settings.mcp,  # Gradio's MCP server; the annex's page hook (tools/mcp) sets its tools
         # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text
         "i18n": I18N,
         "head": HEAD + A11Y_HEAD,
         "theme": THEME,  # colours at WCAG AA contrast (ui/accessibility.py)
         "css": CSS + CHAT_CSS + IMAGE_CSS + A11Y_CSS,
     }
+
+
+def _all_of(lifespans: Sequence[Callable]) -> Callable:
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with contextlib.AsyncExitStack() as stack:
+            for each in lifespans:
+                await stack.enter_async_context(each(app))
+            yield
+
+    return lifespan
 
 
 GRADIO_URL_OK = networking.url_ok  # Gradio's own check, which serve() replaces with patient_url_ok
@@ -139,17 +153,19 @@ def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
 
 def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (),
           details: Sequence[Callable[[Backend], object]] = (), routes: Sequence[BaseRoute] = (),
-          chat_extras: Sequence[ChatExtra] = (), **kwargs):
+          chat_extras: Sequence[ChatExtra] = (), page_hooks: Sequence[PageHook] = (), **kwargs):
     """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them).
-    ``routes``: HTTP routes served beside the probes (the annex's /v1)."""
+    ``routes``: HTTP routes served beside the probes (the annex's /v1); ``page_hooks``: called with the built
+    page (the annex's MCP tools)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
     demo = create_demo(backend, cancels, tabs, details, chat_extras)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
+    lifespans = [span for span in (hook(demo, backend) for hook in page_hooks) if span is not None]
     backend.metrics.queue_depth = queue_depth(demo)
     # Gradio starts uvicorn without proxy settings; uvicorn reads the peers whose X-Forwarded-For it trusts
     # from this variable as the server starts (its own default: 127.0.0.1 and ::1, i.e. anyone on this host).
     os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     networking.url_ok = patient_url_ok
-    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes), **kwargs})
+    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes, lifespans), **kwargs})
     return demo, launched

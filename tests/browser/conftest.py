@@ -2,7 +2,8 @@
 
 Needs Debian's ``chromium`` at /usr/bin/chromium (or $CHROMIUM_PATH) and the Python package
 ``playwright`` (no ``playwright install``: the system browser is used). Without them the tests are
-skipped, except in CI (``CI`` set), where that is a failure.
+skipped, except in CI (``CI`` set), where that is a failure. Every test in this folder is marked
+``browser`` here, so the fast loop (``-m "not slow and not browser"``) leaves them all out.
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ from pathlib import Path
 
 import pytest
 from support.browser import CHROMIUM, CHROMIUM_ARGS, RECORD_PROGRESS_JS, WATCH_CHAT_JS, running_app
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture(scope="session")

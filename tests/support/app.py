@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 
 import ui
-from app import annex_chat_extras, annex_details, annex_hooks, annex_routes, annex_tabs
+from app import annex_hooks, annex_parts
 from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
@@ -31,8 +31,7 @@ def start_app(root, *extra, warm=True):
         for step in backend.runner._steps[:-1]:
             backend.runner._run_step(step)
         backend.runner._steps[-1].task.expected_s = 30.0
-    demo, (_, url, _) = ui.serve(backend, tabs=annex_tabs(), details=annex_details(), routes=annex_routes(backend),
-                                 chat_extras=annex_chat_extras(), prevent_thread_lock=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, **annex_parts(backend), prevent_thread_lock=True, quiet=True)
     return demo, backend, url
 
 

@@ -1,17 +1,12 @@
-"""Probes, Prometheus metrics, MCP tools, saved chats and feedback, each with a real client on loopback.
+"""Probes, Prometheus metrics, saved chats and feedback, each with a real client on loopback.
 
 - HTTP probes and metrics scraped during warm-up (one size held back) and after it (``httpx``).
-- The ``mcp`` Python client on the streamable HTTP transport: lists the tools and calls each one,
-  with and without the ``--auth`` credentials.
 - Saved chats and 👍/👎 feedback in headless Chromium (skipped without the browser, like
   tests/browser/test_browser.py); the feedback file is then read by the QA bench's own parser.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import io
 import json
 import os
 import re
@@ -19,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from PIL import Image
 from support.app import SIZES, start_app
 
 from tools.qa.feedback import FeedbackLog
@@ -85,88 +79,6 @@ def test_probes_and_metrics_during_and_after_warm_up(tmp_path):
                        state="ready") == 1
         assert _metric(text, "showcase_compiles_since_ready") is not None
         assert _metric(text, "showcase_requests_in_progress", endpoint="chat") == 0
-    finally:
-        demo.close()
-
-
-# ----- MCP and --auth ---------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def mcp_app(tmp_path_factory):
-    demo, backend, url = start_app(tmp_path_factory.mktemp("mcp"), "--mcp", "--auth", ":".join(AUTH))
-    yield backend, url
-    demo.close()
-
-
-def _mcp_session(url: str, http: httpx.AsyncClient, calls):
-    """Open an MCP session on the streamable HTTP endpoint and run ``calls(session)``."""
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    async def run():
-        async with streamable_http_client(url + "gradio_api/mcp/", http_client=http) as (read, write, _):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                return await calls(session)
-
-    return asyncio.run(asyncio.wait_for(run(), timeout=240))
-
-
-@pytest.mark.slow
-def test_mcp_lists_and_calls_every_tool(mcp_app):
-    backend, url = mcp_app
-
-    async def calls(session):
-        tools = {t.name: t for t in (await session.list_tools()).tools}
-        status = await session.call_tool("warmup_status", {})
-        image = await session.call_tool("generate_image", {"prompt": "a lighthouse", "size": "96x64", "steps": 1,
-                                                           "seed": 5})
-        chat = await session.call_tool("chat", {"message": "Hello", "max_new_tokens": 6, "greedy": True})
-        wrong = await session.call_tool("generate_image", {"prompt": "x", "size": "512x512"})
-        return tools, status, image, chat, wrong
-
-    http = httpx.AsyncClient(auth=httpx.BasicAuth(*AUTH), timeout=120)
-    tools, status, image, chat, wrong = _mcp_session(url, http, calls)
-    assert set(tools) == {"chat", "generate_image", "warmup_status"}
-    described = tools["generate_image"]
-    assert "64x64, 96x64" in described.description  # the allowed sizes, from the settings
-    assert described.inputSchema["properties"]["size"]["enum"] == ["64x64", "96x64"]
-    assert f"1 to {backend.settings.max_steps}" in described.inputSchema["properties"]["steps"]["description"]
-    assert "200" in tools["chat"].inputSchema["properties"]["max_new_tokens"]["description"]  # --max-new-tokens
-
-    assert not status.isError and json.loads(status.content[0].text)["ready"] is True
-    assert not image.isError
-    png = next(c for c in image.content if c.type == "image")
-    assert png.mimeType == "image/png"
-    assert Image.open(io.BytesIO(base64.b64decode(png.data))).size == (96, 64)
-    assert any(json.loads(c.text)["images"][0]["seed"] == 5 for c in image.content if c.type == "text")
-    assert not chat.isError and json.loads(chat.content[0].text)["done"] is True
-    assert wrong.isError and "64x64" in wrong.content[0].text and "96x64" in wrong.content[0].text  # allowed sizes
-
-
-def test_auth_protects_mcp_and_metrics_but_not_probes(mcp_app):
-    _, url = mcp_app
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "test", "version": "0"}}}
-    headers = {"accept": "application/json, text/event-stream"}
-    for kwargs in ({}, {"auth": ("ada", "wrong")}):
-        refused = httpx.post(url + "gradio_api/mcp/", json=init, headers=headers, **kwargs)
-        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
-        assert httpx.get(url + "metrics", **kwargs).status_code == 401
-        assert httpx.get(url + "gradio_api/mcp/schema", **kwargs).status_code == 401
-    assert httpx.post(url + "gradio_api/mcp/", json=init, headers=headers, auth=AUTH).status_code == 200
-    assert httpx.get(url + "healthz").status_code == 200
-    assert httpx.get(url + "readyz").status_code == 200
-    with httpx.Client() as browser_like:  # Gradio's login cookie works as well as HTTP Basic
-        assert browser_like.post(url + "login", data={"username": AUTH[0], "password": AUTH[1]}).status_code == 200
-        assert browser_like.get(url + "metrics").status_code == 200
-
-
-@pytest.mark.slow
-def test_mcp_off_by_default(tmp_path):
-    demo, _, url = start_app(tmp_path, warm=False)
-    try:
-        assert httpx.get(url + "gradio_api/mcp/schema").status_code == 404
     finally:
         demo.close()
 

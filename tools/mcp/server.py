@@ -1,4 +1,4 @@
-"""``--mcp``: the app's tools (ui/mcp_tools.py) served through Gradio's MCP server (``launch(mcp_server=True)``).
+"""``--mcp``: the app's tools (tools/mcp/tools.py) served through Gradio's MCP server (``launch(mcp_server=True)``).
 
 Transport: streamable HTTP at ``/gradio_api/mcp/``, which ``/gradio_api/mcp`` redirects to (307; the
 docs give that form: the MCP Inspector CLI reads a path that ends in /mcp as HTTP), and SSE at
@@ -30,7 +30,7 @@ from neuron_backend.errors import ShowcaseError
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
-from .mcp_tools import Tool, as_text, image_files, mcp_tools, structured
+from .tools import Tool, as_text, image_files, mcp_tools, structured
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +135,23 @@ def _logged_in_client(server, auth: tuple[str, str]):
                                          analytics_enabled=False, ssl_verify=False, _skip_components=False,
                                          headers={"x-gradio-user": "mcp"})
     return server._client_instance
+
+
+def describe_tools(demo: gr.Blocks, backend: Backend) -> list[str]:
+    """Name and document the endpoints Gradio's MCP server lists (call before launch); return the tool names.
+
+    Other public endpoints (e.g. the image tab's PNG paste-back) stay API endpoints but are not
+    listed as tools: Gradio lists a function as a tool unless its ``_mcp_type`` says otherwise.
+    """
+    tools = mcp_tools(backend)
+    named = []
+    for block_fn in demo.fns.values():
+        if block_fn.fn is None or block_fn.api_name is None or block_fn.api_visibility != "public":
+            continue
+        if block_fn.api_name in tools:
+            tool = tools[block_fn.api_name]
+            block_fn.fn.__name__, block_fn.fn.__doc__ = tool.name, tool.docstring
+            named.append(tool.name)
+        else:
+            block_fn.fn._mcp_type = "api-only"
+    return named

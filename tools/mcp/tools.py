@@ -10,7 +10,7 @@ step and token limits, what comes back):
 Gradio 6.31 builds a tool's input schema from the endpoint's type hints and API components (an
 optional value becomes ``oneOf: [{"type": "null"}, X]``), keeps limits in prose, lists no output
 schema and returns every result as Python's ``str()`` of it; it has no hook to change either. So the
-schemas are written here and ``ui/mcp_server.py`` serves them in place of Gradio's. The input schemas
+schemas are written here and ``tools/mcp/server.py`` serves them in place of Gradio's. The input schemas
 keep to what strict function calling accepts:
 
 - every property has a ``type``: one JSON type, or ``[type, "null"]`` where null means "the default"
@@ -33,15 +33,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import gradio as gr
-
 from neuron_backend.chat.text import MAX_TOP_K, MIN_TEMPERATURE, SAMPLING_DEFAULTS
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
-
-from .api import SEED_MAX
+from ui.api import SEED_MAX
 
 _WHOLE = re.compile(r"[+-]?\d{1,20}")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -259,23 +256,3 @@ def image_files(tool: Tool, outputs: list) -> list[dict]:
 
 def as_text(result: dict) -> str:
     return json.dumps(result, ensure_ascii=False, default=str)
-
-
-def describe_tools(demo: gr.Blocks, backend: Backend) -> list[str]:
-    """Name and document the endpoints Gradio's MCP server lists (call before launch); return the tool names.
-
-    Other public endpoints (e.g. the image tab's PNG paste-back) stay API endpoints but are not
-    listed as tools: Gradio lists a function as a tool unless its ``_mcp_type`` says otherwise.
-    """
-    tools = mcp_tools(backend)
-    named = []
-    for block_fn in demo.fns.values():
-        if block_fn.fn is None or block_fn.api_name is None or block_fn.api_visibility != "public":
-            continue
-        if block_fn.api_name in tools:
-            tool = tools[block_fn.api_name]
-            block_fn.fn.__name__, block_fn.fn.__doc__ = tool.name, tool.docstring
-            named.append(tool.name)
-        else:
-            block_fn.fn._mcp_type = "api-only"
-    return named

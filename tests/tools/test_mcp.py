@@ -30,7 +30,9 @@ from PIL import Image
 from support.app import start_app
 
 from neuron_backend.runtime import Backend
-from ui.mcp_tools import mcp_tools
+from tools.mcp.tools import mcp_tools
+
+AUTH = ("ada", "lovelace")
 
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 UNIONS = ("oneOf", "anyOf", "allOf", "not", "$ref", "$defs")
@@ -219,3 +221,85 @@ def test_bad_arguments_get_a_message_that_says_what_is_allowed(mcp_app):
         for python in ("Traceback", "Input validation error", "NoneType", "not valid under any", "view API", "/tmp"):
             assert python not in text, (name, args, text)
     assert not after.isError and after.structuredContent["done"] is True  # the app keeps working
+
+
+# ----- with --auth, through the streamable HTTP transport ----------------------------------------
+@pytest.fixture(scope="module")
+def mcp_auth_app(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("mcp-auth"), "--mcp", "--auth", ":".join(AUTH))
+    yield backend, url
+    demo.close()
+
+
+def _mcp_session(url: str, http: httpx.AsyncClient, calls):
+    """Open an MCP session on the streamable HTTP endpoint and run ``calls(session)``."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def run():
+        async with streamable_http_client(url + "gradio_api/mcp/", http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await calls(session)
+
+    return asyncio.run(asyncio.wait_for(run(), timeout=240))
+
+
+@pytest.mark.slow
+def test_mcp_lists_and_calls_every_tool(mcp_auth_app):
+    backend, url = mcp_auth_app
+
+    async def calls(session):
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        status = await session.call_tool("warmup_status", {})
+        image = await session.call_tool("generate_image", {"prompt": "a lighthouse", "size": "96x64", "steps": 1,
+                                                           "seed": 5})
+        chat = await session.call_tool("chat", {"message": "Hello", "max_new_tokens": 6, "greedy": True})
+        wrong = await session.call_tool("generate_image", {"prompt": "x", "size": "512x512"})
+        return tools, status, image, chat, wrong
+
+    http = httpx.AsyncClient(auth=httpx.BasicAuth(*AUTH), timeout=120)
+    tools, status, image, chat, wrong = _mcp_session(url, http, calls)
+    assert set(tools) == {"chat", "generate_image", "warmup_status"}
+    described = tools["generate_image"]
+    assert "64x64, 96x64" in described.description  # the allowed sizes, from the settings
+    assert described.inputSchema["properties"]["size"]["enum"] == ["64x64", "96x64"]
+    assert f"1 to {backend.settings.max_steps}" in described.inputSchema["properties"]["steps"]["description"]
+    assert "200" in tools["chat"].inputSchema["properties"]["max_new_tokens"]["description"]  # --max-new-tokens
+
+    assert not status.isError and json.loads(status.content[0].text)["ready"] is True
+    assert not image.isError
+    png = next(c for c in image.content if c.type == "image")
+    assert png.mimeType == "image/png"
+    assert Image.open(io.BytesIO(base64.b64decode(png.data))).size == (96, 64)
+    assert any(json.loads(c.text)["images"][0]["seed"] == 5 for c in image.content if c.type == "text")
+    assert not chat.isError and json.loads(chat.content[0].text)["done"] is True
+    assert wrong.isError and "64x64" in wrong.content[0].text and "96x64" in wrong.content[0].text  # allowed sizes
+
+
+def test_auth_protects_mcp_and_metrics_but_not_probes(mcp_auth_app):
+    _, url = mcp_auth_app
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}}
+    headers = {"accept": "application/json, text/event-stream"}
+    for kwargs in ({}, {"auth": ("ada", "wrong")}):
+        refused = httpx.post(url + "gradio_api/mcp/", json=init, headers=headers, **kwargs)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
+        assert httpx.get(url + "metrics", **kwargs).status_code == 401
+        assert httpx.get(url + "gradio_api/mcp/schema", **kwargs).status_code == 401
+    assert httpx.post(url + "gradio_api/mcp/", json=init, headers=headers, auth=AUTH).status_code == 200
+    assert httpx.get(url + "healthz").status_code == 200
+    assert httpx.get(url + "readyz").status_code == 200
+    with httpx.Client() as browser_like:  # Gradio's login cookie works as well as HTTP Basic
+        assert browser_like.post(url + "login", data={"username": AUTH[0], "password": AUTH[1]}).status_code == 200
+        assert browser_like.get(url + "metrics").status_code == 200
+
+
+@pytest.mark.slow
+def test_mcp_off_by_default(tmp_path):
+    demo, _, url = start_app(tmp_path, warm=False)
+    try:
+        assert httpx.get(url + "gradio_api/mcp/schema").status_code == 404
+    finally:
+        demo.close()
