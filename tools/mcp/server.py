@@ -23,6 +23,7 @@ import logging
 from pathlib import Path
 
 import gradio as gr
+from anyio import CancelScope, get_cancelled_exc_class, sleep
 from anyio.to_thread import run_sync
 from gradio_client.exceptions import AppError
 
@@ -33,6 +34,8 @@ from neuron_backend.runtime import Backend
 from .tools import Tool, as_text, image_files, mcp_tools, structured
 
 log = logging.getLogger(__name__)
+
+RESULT_POLL_S = 0.05  # how often a tool call without progress looks whether its job is done
 
 
 def mcp_lifespan(demo: gr.Blocks, backend: Backend, auth: tuple[str, str] | None):
@@ -113,13 +116,32 @@ async def _run(server, name: str, arguments: dict) -> list:
         token = context.meta.progressToken if context.meta is not None else None
         client = await run_sync(server._get_or_create_client)
         job = client.submit(*inputs, api_name=endpoint, headers=headers)
-        if token is None:
-            outputs = await server._execute_tool_without_progress(job)
-            # a multi-output result comes back as one tuple (generate_image's PNG and parameters)
-            outputs = list(outputs[0]) if len(outputs) == 1 and isinstance(outputs[0], tuple) else outputs
-        else:
-            outputs = await server._execute_tool_with_progress(job, token)
+        try:
+            if token is None:
+                outputs = [await _result(job)]
+                # a multi-output result comes back as one tuple (generate_image's PNG and parameters)
+                outputs = list(outputs[0]) if len(outputs) == 1 and isinstance(outputs[0], tuple) else outputs
+            else:
+                outputs = await server._execute_tool_with_progress(job, token)
+        except get_cancelled_exc_class():
+            # The MCP client sent notifications/cancelled or went away: cancel the Gradio job as the page's
+            # Stop does (its handler then stops the image at the next step). ``job.cancel`` posts to this
+            # server, so it runs on a worker thread, shielded from the cancellation being delivered.
+            with CancelScope(shield=True):
+                await run_sync(job.cancel)
+            raise
     return server.pop_returned_state(block_fn.outputs, outputs)
+
+
+async def _result(job):
+    """The job's result once it is done, or what it raised.
+
+    Polled, not ``run_sync(job.result)``: a worker thread that waits for the result cannot be cancelled,
+    so the tool handler would not see its client's cancel until the whole job had run.
+    """
+    while not job.done():
+        await sleep(RESULT_POLL_S)
+    return job.result()
 
 
 def _png_base64(file: dict) -> str:
