@@ -5,6 +5,10 @@ The backend raises these; the UI turns them into ``gr.Error`` at the boundary on
 
 from __future__ import annotations
 
+import errno
+
+from .messages import Message, tr
+
 
 class ShowcaseError(Exception):
     """Base class: the message is meant to be shown to the user as it is."""
@@ -67,3 +71,26 @@ class CancelledError(ShowcaseError):
 
 class CacheBundleError(ShowcaseError):
     """A compile-cache bundle cannot be made or installed; the message says why and what to do."""
+
+
+class StorageError(ShowcaseError, OSError):
+    """A folder under the cache root (``--cache-dir``) could not be written; the message says what to do.
+
+    An ``OSError`` too, so code that handles a failed write as one keeps doing so.
+    """
+
+
+def storage_reason(exc: OSError) -> Message:
+    """Why a write under the cache root failed and what the operator can do, from ``exc.errno`` alone.
+
+    Never Python's own text (``[Errno 28] No space left on device``) or a server path: the page shows this
+    to anonymous visitors; the log keeps both.
+    """
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return tr("its disk is full: free space there, or start the app with --cache-dir on another disk")
+    if exc.errno == errno.EROFS:
+        return tr("its disk is read-only: make it writable, or start the app with --cache-dir on a writable disk")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return tr("the server may not write there: give it write access, or start the app with --cache-dir "
+                  "on a folder it may write")
+    return tr("the disk refused the write: check it, or start the app with --cache-dir on another disk")

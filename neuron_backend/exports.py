@@ -22,6 +22,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import ShowcaseError, StorageError, storage_reason
+from .messages import tr
+
 log = logging.getLogger("showcase.exports")
 
 EXPORTS_DIR_NAME = "exports"
@@ -53,21 +56,23 @@ class ExportFolder:
     def write(self, data: str | bytes, suffix: str, prefix: str = "export") -> Path:
         """Write ``data`` (text as UTF-8) to a new file ``<prefix>-<time>-<id><suffix>``; return its path.
 
-        Raises OSError when the folder cannot be written (full or read-only disk): the caller's
-        error boundary reports it.
+        Raises StorageError (an OSError) when the folder cannot be written (full or read-only disk): its
+        message says what to do, without Python's text or the server's path; the log has both.
         """
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         safe_prefix = "".join(c if c.isalnum() or c in "-_" else "-" for c in prefix)[:40] or "export"
         with self._lock:
-            self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / f"{safe_prefix}-{stamp}-{uuid.uuid4().hex[:8]}{suffix}"
             tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex}"
             try:
+                self.folder.mkdir(parents=True, exist_ok=True)
                 tmp.write_bytes(payload)
                 os.replace(tmp, path)
+            except OSError as exc:
+                raise self._unwritable(exc) from None
             finally:
-                tmp.unlink(missing_ok=True)
+                _remove_quietly(tmp)
             self._prune(keep=path)
         return path
 
@@ -86,17 +91,21 @@ class ExportFolder:
         with self._produce_lock:
             if path.is_file():
                 return path
-            self.folder.mkdir(parents=True, exist_ok=True)
             tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex}"
             self._writing.add(tmp.name)
             try:
+                self.folder.mkdir(parents=True, exist_ok=True)
                 produce(tmp, self.max_bytes)
                 with self._lock:
                     os.replace(tmp, path)
                     self._prune(keep=path)
+            except OSError as exc:
+                if isinstance(exc, ShowcaseError):  # ``produce``'s own refusal says what it means
+                    raise
+                raise self._unwritable(exc) from None
             finally:
                 self._writing.discard(tmp.name)
-                tmp.unlink(missing_ok=True)
+                _remove_quietly(tmp)
         return path
 
     def write_png(self, image, prefix: str = "image") -> Path:
@@ -104,6 +113,11 @@ class ExportFolder:
         buffer = io.BytesIO()
         image.save(buffer, format="PNG")
         return self.write(buffer.getvalue(), ".png", prefix)
+
+    def _unwritable(self, exc: OSError) -> StorageError:
+        log.warning("could not write an export under %s: %s", self.folder, exc)  # the operator's details
+        return StorageError(tr("Could not write the file: the exports folder of the cache root could not be "
+                               "written ({reason}).", reason=storage_reason(exc)))
 
     def files(self) -> list[Path]:
         """The exported files, oldest first."""
@@ -150,6 +164,14 @@ class ExportFolder:
                 path.unlink()
             except OSError as exc:
                 log.warning("could not remove an unfinished export %s: %s", path, exc)
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove a temporary file; a failure to (the disk that refused the write) is not what gets reported."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _mtime(path: Path) -> float:

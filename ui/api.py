@@ -11,6 +11,7 @@ import base64
 import html
 import inspect
 import io
+import logging
 import time
 from functools import partial, wraps
 from typing import Any, TypedDict, get_type_hints
@@ -18,16 +19,22 @@ from typing import Any, TypedDict, get_type_hints
 import gradio as gr
 from gradio.components.api_component import Api
 from gradio.context import LocalContext
+from gradio.processing_utils import save_bytes_to_cache
+from gradio.utils import get_upload_folder
 
 from neuron_backend.chat.text import ChatRequest, reply_notices  # not chat.engine: it imports transformers
-from neuron_backend.errors import CancelledError, ShowcaseError
+from neuron_backend.errors import CancelledError, ShowcaseError, StorageError, storage_reason
 from neuron_backend.image.engine import ImageRequest
+from neuron_backend.image.png_info import png_bytes
+from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
 from .guards import EarlyCancels
 from .i18n import localized
 from .presentation import visitor_status
 from .request_metrics import measured, queued_at
+
+log = logging.getLogger("showcase.ui")
 
 SEED_MAX = 2**32 - 1
 # Only the API client that cancelled could read it (and it has gone): English, like the API's other text.
@@ -177,8 +184,26 @@ class ImageRun:
         """Each image's PNG and parameters once the call has ended (stopped: those it made), or what it raised."""
         while not self.call.wait(0):
             await asyncio.sleep(0.05)
-        return [(str(r.path) if r.path else str(self.backend.exports.write_png(r.image)), r.params)
-                for r in self.call.results()]
+        return [(self.delivered(r), r.params) for r in self.call.results()]
+
+    def delivered(self, result) -> str:
+        """The file the page and API clients fetch ``result``'s PNG from: where it was saved, else a copy in
+        the exports folder, else (a full or read-only cache root) one in Gradio's own cache, which Gradio
+        always serves and empties after an hour: the image reaches its visitor whatever the cache root's disk.
+        """
+        if result.path is not None:
+            return str(result.path)
+        png = png_bytes(result.image, result.params)
+        try:
+            return str(self.backend.exports.write(png, ".png", "image"))
+        except OSError:  # logged by the exports folder; the image's save_note says what to do
+            pass
+        try:
+            return save_bytes_to_cache(png, "image.png", get_upload_folder())
+        except OSError as exc:
+            log.warning("could not hand out an image through Gradio's cache either: %s", exc)
+            raise StorageError(tr("The image was made but could not be handed out: no folder of this server "
+                                  "could be written ({reason}).", reason=storage_reason(exc))) from None
 
 
 def preview_data_url(frame, max_side: int = 256) -> str:

@@ -47,7 +47,7 @@ from neuron_backend.errors import InvalidRequestError, ShowcaseError
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
-from .api import shown, user_errors
+from .api import refusals_as_toast, shown, user_errors
 from .i18n import bilingual_html, localized, say, t
 from .presentation import (
     chat_stats_text,
@@ -341,11 +341,14 @@ def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: 
     # Shown once there is a file to download: an empty drop zone under the chat said nothing.
     export_file = gr.File(label=t("Conversation export"), height=90, elem_id="export-file", visible=False)
 
+    # A full or read-only cache root refuses the file (StorageError): one toast that says what to do.
+    @refusals_as_toast(outputs=1)
     def export_json(history, *values):
         document = conversation_document(backend, history, *values)
         path = backend.exports.write(json.dumps(document, ensure_ascii=False, indent=1), ".json", "conversation")
         return gr.update(value=str(path), visible=True)
 
+    @refusals_as_toast(outputs=1)
     def export_markdown(history, *values):
         document = conversation_document(backend, history, *values)
         return gr.update(value=str(backend.exports.write(conversation_markdown(document), ".md", "conversation")),

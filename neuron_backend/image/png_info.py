@@ -8,6 +8,7 @@ Each PNG carries two text chunks:
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
+from ..errors import storage_reason
 from ..messages import Message, tr
 
 log = logging.getLogger("showcase.image")
@@ -168,6 +170,13 @@ def _closing_quote(line: str, at: int) -> int:
             at = run + 1
 
 
+def png_bytes(image: Image.Image, params: dict) -> bytes:
+    """``image`` as PNG bytes with ``params`` embedded, the way ``OutputFolder`` saves it."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=png_metadata(params), **PNG_SAVE_OPTIONS)
+    return buffer.getvalue()
+
+
 def png_metadata(params: dict) -> PngInfo:
     """The two text chunks (infotext and JSON) for ``Image.save(..., pnginfo=...)``."""
     info = PngInfo()
@@ -228,9 +237,10 @@ class OutputFolder:
                 os.replace(tmp, path)
             except OSError as exc:
                 _remove_quietly(tmp)
-                log.warning("could not save the image under %s: %s", self.folder, exc)
-                return SaveOutcome(None, tr("not saved: could not write to {folder} ({error})",
-                                            folder=str(self.folder), error=str(exc)))
+                log.warning("could not save the image under %s: %s", self.folder, exc)  # the operator's details
+                return SaveOutcome(None, tr("not saved: could not write to the images folder of the cache root "
+                                            "({reason}). This reply is the only copy: download it to keep it.",
+                                            reason=storage_reason(exc)))
             self._prune()
             return SaveOutcome(path)
 
