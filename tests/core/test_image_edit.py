@@ -282,3 +282,22 @@ def test_an_edit_slot_still_warming_up_is_refused(tiny_settings, demo_models):
     engine.warm_up(ImageSize(64, 64))
     with pytest.raises(ShapeNotReadyError, match="64x64\\+1ref is still warming up"):
         engine.generate(ImageRequest("fox", "64x64", steps=1, references=(ReferenceImage(photo(64, 64)),)))
+
+
+def test_memory_counts_the_reference_tokens(demo_models):
+    from neuron_backend import memory
+
+    sizes = [ImageSize(64, 64), ImageSize(2048, 2048)]
+    plain = memory.estimate_image(demo_models.image, torch.float32, sizes, on_cpu=True)
+    edit = memory.estimate_image(demo_models.image, torch.float32, sizes, on_cpu=True, references=2)
+    assert plain.references == 0 and "reference" not in str(plain.text())
+    width = memory.transformer_width(demo_models.image)
+    assert width == 32  # the stand-in's 2 heads x 16
+    tokens = 2 * (1024 // 16) ** 2  # two references at 2048x2048 are fitted to 1024x1024 each
+    assert edit.reference_tokens == tokens and edit.references == memory.TOKEN_FACTOR * width * tokens * 4
+    assert edit.total == plain.total + edit.references
+    assert f"{tokens} reference tokens" in str(edit.text())
+    with pytest.raises(memory.NotEnoughMemory, match="fewer --references"):
+        memory.plan_image(demo_models.image, torch.float32, "float32", sizes, "cpu", plain.total, references=2)
+    assert memory.plan_image(demo_models.image, torch.float32, "float32", sizes, "cpu", plain.total).dtype \
+        == torch.float32
