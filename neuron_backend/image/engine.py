@@ -196,14 +196,12 @@ class ImageEngine:
         """
         pipe = self._loaded_pipe()
         size = self._served(shape.size if isinstance(shape, EditSlot) else shape)
-        key = image_shape(size, shape.references if isinstance(shape, EditSlot) else 0)
-        if key not in self.shapes.keys():
-            raise UnsupportedSizeError(tr("{count} reference images are not served here (each count is compiled "
-                                          "ahead of time). Allowed counts: {allowed}.", count=key.references,
-                                          allowed=self._allowed_counts()))
+        count = shape.references if isinstance(shape, EditSlot) else 0
+        check_reference_count(count, self.settings.references)
+        key = image_shape(size, count)
         grey = Image.new("RGB", tuple(reference_size(size)), WARMUP_REFERENCE_GREY)
         references = tuple(fit_reference(ReferenceImage(grey, sha256="warm-up"), reference_size(size))
-                           for _ in range(key.references if isinstance(key, EditSlot) else 0))
+                           for _ in range(count))
         request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance(),
                                references=references)
         with self._jobs.job() as cancelled:
@@ -389,9 +387,6 @@ class ImageEngine:
 
     def _allowed(self) -> str:
         return ", ".join(size.label for size in self.settings.sizes)
-
-    def _allowed_counts(self) -> str:
-        return ", ".join(str(count) for count in self.settings.references)
 
     def _default_guidance(self) -> float | None:
         return None if self.distilled else DEFAULT_GUIDANCE

@@ -301,3 +301,8 @@ def test_memory_counts_the_reference_tokens(demo_models):
         memory.plan_image(demo_models.image, torch.float32, "float32", sizes, "cpu", plain.total, references=2)
     assert memory.plan_image(demo_models.image, torch.float32, "float32", sizes, "cpu", plain.total).dtype \
         == torch.float32
+
+
+def test_warm_up_refuses_an_undeclared_slot(edit_engine):
+    with pytest.raises(InvalidRequestError, match="3 reference images are not served here"):
+        edit_engine.warm_up(EditSlot(ImageSize(64, 64), 3))
