@@ -379,7 +379,7 @@ class Backend:
         """What a request may ask for (the QA CLI plans its cells with these): sizes, steps, tokens, text."""
         s = self.settings
         return {"sizes": [size.label for size in s.sizes], "default_steps": self.image_default_steps(),
-                "max_steps": s.max_steps,
+                "max_steps": s.max_steps, "references": list(s.references),  # counts /edit_image takes
                 "max_new_tokens": s.max_new_tokens, "max_prompt_chars": s.max_prompt_chars,
                 "engines": [name for name in ENGINES if name in self.placements]}
 

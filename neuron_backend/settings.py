@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, InvalidRequestError
+from .image.references import MAX_REFERENCES, served_counts
 from .messages import shown_value, tr
 from .shapes import ImageSize, parse_size
 
@@ -39,6 +40,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("image-device", "str", "device of the image engine, e.g. neuron:1"),
     ("dtype", "str", "auto|bfloat16|float16|float32 (auto: bfloat16 on accelerators, float32 on CPU)"),
     ("sizes", "str", "comma-separated precompiled image sizes WxH"),
+    ("references", "str", "comma-separated reference-image counts an image request may carry for editing, "
+                          "0 (text-to-image) included; each count at each size is one more warm-up graph"),
     ("chat-buckets", "str", "comma-separated prompt length buckets in tokens"),
     ("context-length", "int", "fixed KV-cache length in tokens"),
     ("cache-windows", "str", "comma-separated KV-cache windows in tokens (one decode graph each; 'none': only "
@@ -176,6 +179,14 @@ def _parse_sizes(value: object) -> tuple[ImageSize, ...]:
     return tuple(dict.fromkeys(sizes))
 
 
+def _parse_references(value: object) -> tuple[int, ...]:
+    counts = sorted({_as_int("references", p) for p in str(value).split(",") if p.strip()})
+    if not counts:
+        raise ConfigError("--references", "no count given", f"comma-separated counts from 0 to {MAX_REFERENCES}, "
+                          "e.g. 0,1,2")
+    return tuple(counts)
+
+
 def _parse_windows(value: object) -> tuple[int, ...]:
     if str(value).strip().lower() in ("", "none"):
         return ()
@@ -258,6 +269,7 @@ class Preset:
     """Shape defaults for one model set; flags override each field."""
 
     sizes: tuple[ImageSize, ...]
+    references: tuple[int, ...]  # reference-image counts a request may carry (0: text-to-image)
     buckets: tuple[int, ...]
     context_length: int
     cache_windows: tuple[int, ...]
@@ -269,6 +281,7 @@ class Preset:
 # 4k cache keeps the decode graph and its memory small.
 FULL_PRESET = Preset(
     sizes=(ImageSize(1024, 1024), ImageSize(1344, 768), ImageSize(768, 1344)),
+    references=(0, 1),  # one reference per size: three more graphs, each as long to compile as its size's
     buckets=(64, 256, 1024, 3072),  # 64: a short first turn with the template (a 256-token prefill costs 3x)
     context_length=4096,
     cache_windows=(512, 1024, 2048),  # + 4096: a short chat's decode reads 512 cache positions, not 4096
@@ -278,6 +291,7 @@ FULL_PRESET = Preset(
 # Same aspect ratios, small enough that the random-weight demo runs in a second on a CPU.
 TINY_PRESET = Preset(
     sizes=(ImageSize(256, 256), ImageSize(336, 192), ImageSize(192, 336)),
+    references=(0, 1),  # editing with one reference; on the demo models each edit slot warms up in a blink
     # The full preset's buckets and cache: with the byte-level demo tokenizer (about a token per
     # character) a pasted 2,000-character paragraph fits and several turns stay; on one CPU thread
     # warm-up takes ~1.6 s (0.1 s with the old 32/64/128 buckets in a 256-token cache).
@@ -305,6 +319,8 @@ class Settings:
     image_device: str | None = None
     dtype: str = "auto"
     sizes: tuple[ImageSize, ...] = TINY_PRESET.sizes
+    references: tuple[int, ...] = TINY_PRESET.references  # reference counts served (image/references.py)
+    references_set: bool = False  # --references given; else sizes that cannot take references serve none
     buckets: tuple[int, ...] = TINY_PRESET.buckets
     context_length: int = TINY_PRESET.context_length
     cache_windows: tuple[int, ...] = TINY_PRESET.cache_windows  # context_length is always the last window
@@ -396,6 +412,8 @@ def parse_settings(
         image_device=_optional_lower(raw.get("image_device")),
         dtype=_choice("dtype", raw.get("dtype", "auto"), ("auto", "bfloat16", "float16", "float32")),
         sizes=_parse_sizes(raw["sizes"]) if "sizes" in raw else preset.sizes,
+        references=_parse_references(raw["references"]) if "references" in raw else preset.references,
+        references_set="references" in raw,
         buckets=_parse_buckets(raw["chat_buckets"]) if "chat_buckets" in raw else preset.buckets,
         context_length=_as_int("context-length", raw.get("context_length", preset.context_length)),
         cache_windows=_parse_windows(raw["cache_windows"]) if "cache_windows" in raw else tuple(
@@ -486,6 +504,8 @@ def validate(s: Settings) -> Settings:
     for flag, value in (("--device", s.device), ("--chat-device", s.chat_device), ("--image-device", s.image_device)):
         if value is not None and not _DEVICE_RE.match(value):
             raise ConfigError(flag, f"unknown device {value!r}", "auto, neuron, cuda, cpu, optionally with :N")
+    # --references: 0 included, each count in range, every size's references kept unchanged by the pipeline
+    s = dataclasses.replace(s, references=served_counts(s.references, s.sizes, s.references_set))
     if s.context_length < 2:
         raise ConfigError("--context-length", f"{s.context_length} is too small", "a whole number of 2 or more")
     if s.buckets[0] < 1:

@@ -2,8 +2,9 @@
 
 Neuron compiles one graph per input shape, so shapes are data in the settings and every
 request is mapped onto one of them (or refused) here, never discovered at run time. A shape
-key is typed: ``PromptBucket`` for the chat engine, ``ImageSize`` for the image engine; its
-``label`` ("prefill-64", "1024x1024") is what plain data (status, metrics, manifests) carries.
+key is typed: ``PromptBucket`` for the chat engine, ``ImageSize`` (text-to-image) and ``EditSlot``
+(an output size with N reference images) for the image engine; its ``label`` ("prefill-64",
+"1024x1024", "1024x1024+1ref") is what plain data (status, metrics, manifests) carries.
 
 Every engine exposes the same small surface, which the warm-up runner and the app rely on::
 
@@ -70,14 +71,38 @@ class PromptBucket(NamedTuple):
         return self.label
 
 
-ShapeKey = PromptBucket | ImageSize  # one static shape of one engine
+class EditSlot(NamedTuple):
+    """An output size with ``references`` reference images (1 or more), each fitted to the size's
+    reference size: one transformer sequence, one graph; written "1024x1024+2ref" in plain data."""
+
+    size: ImageSize
+    references: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.size.label}+{self.references}ref"
+
+    def __str__(self) -> str:
+        return self.label
+
+
+ShapeKey = PromptBucket | ImageSize | EditSlot  # one static shape of one engine
 
 
 def shape_keys(settings, engine: str) -> list[ShapeKey]:
-    """The static shapes of an engine, in warm-up order (``settings``: a ``settings.Settings``)."""
+    """The static shapes of an engine, in warm-up order (``settings``: a ``settings.Settings``).
+
+    Image: every size first (text-to-image serves as early as before), then each reference count
+    at each size."""
     if engine == "chat":
         return [PromptBucket(b) for b in settings.buckets]
-    return list(settings.sizes)
+    edits = [EditSlot(size, n) for n in settings.references if n for size in settings.sizes]
+    return [*settings.sizes, *edits]
+
+
+def image_shape(size: ImageSize, references: int) -> ImageSize | EditSlot:
+    """The shape key of an image request at ``size`` with ``references`` reference images."""
+    return EditSlot(size, references) if references else size
 
 
 def parse_size(text: object) -> ImageSize:

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from .devices import CompileCounter
 from .messages import Message, tr
-from .shapes import ImageSize, ShapeKey, engine_name
+from .shapes import EditSlot, ImageSize, ShapeKey, engine_name
 
 log = logging.getLogger("showcase.warmup")
 
@@ -48,6 +48,9 @@ def shape_title(key: ShapeKey, first: bool, batch: int = 1, chunk: int = 0) -> M
     """A warm-up task's title; ``chunk``: the compiled prefill chunk (0: eager prefill, chat/static_cache.py)."""
     if isinstance(key, ImageSize):
         return tr("size {size}", size=key.label)
+    if isinstance(key, EditSlot):
+        template = "size {size} + {n} reference" if key.references == 1 else "size {size} + {n} references"
+        return tr(template, size=key.size.label, n=key.references)
     bucket = key.tokens
     title = tr("prompt bucket {bucket} tokens", bucket=bucket)
     title = tr("{title} × batch {batch}", title=title, batch=batch) if batch > 1 else title

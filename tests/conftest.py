@@ -20,7 +20,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="showca
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 
-SMALL_SHAPES = ("--chat-buckets", "32,64,128", "--context-length", "256")
+# Text-to-image only ("--references 0"): the edit tests ask for their reference slots themselves.
+SMALL_SHAPES = ("--chat-buckets", "32,64,128", "--context-length", "256", "--references", "0")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,7 @@
 """The public, scriptable endpoints (``/chat``, ``/generate_image``, ``/status``) and the error boundary.
 
+``/edit_image`` is ``/generate_image`` with reference images (files) to edit from.
+
 ``user_errors`` is the one place where a backend error a user can fix (``ShowcaseError``) becomes a
 ``gr.Error``: shown as a toast in the page, returned as the error of an API call.
 """
@@ -26,6 +28,7 @@ from neuron_backend.chat.text import ChatRequest, reply_notices  # not chat.engi
 from neuron_backend.errors import CancelledError, ShowcaseError, StorageError, storage_reason
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.image.png_info import png_bytes
+from neuron_backend.image.references import FIT_MODES, check_reference_count, read_reference, reference_fits
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
@@ -288,6 +291,20 @@ def image_api_inputs(backend: Backend) -> list[Api]:
     ]
 
 
+def edit_api_inputs(backend: Backend) -> list:
+    """The /edit_image parameters: /generate_image's, with the reference files and their fit mode after the prompt."""
+    settings = backend.settings
+    counts = ", ".join(str(n) for n in settings.references)
+    generate = image_api_inputs(backend)
+    return [
+        generate[0],
+        gr.File(file_count="multiple", label=f"references (allowed counts: {counts})"),
+        Api("letterbox", {"type": "string", "description": f"fit mode: {' or '.join(FIT_MODES)} for every reference, "
+                                                          "or one per reference, comma-separated"}, "fit"),
+        *generate[1:],
+    ]
+
+
 def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCancels) -> None:
     """The scriptable endpoints (gradio_client): /chat, /generate_image, /status. Call inside the Blocks.
 
@@ -346,21 +363,72 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
         of the latest preview frame, 1/8 of the size) and "preview_step".
         """
         count = 1 if images in (None, "") else images
-        run = ImageRun(backend, ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps),
-                                             seed=_optional_int(seed), guidance=guidance, count=count),
-                       preview=preview is True)
-        async for state, frame in run.updates():
-            # Progress updates stream to clients that submit(); each one also lets the server
-            # notice a client that went away (and then stop the image within a step).
-            step, total, _ = state or (0, None, 0.0)
-            update = {"status": "running" if state else "waiting", "step": step, "total": total,
-                      "elapsed_s": round(time.perf_counter() - run.started, 2)}
-            if frame is not None:
-                update.update(preview=preview_data_url(frame), preview_step=frame.step, preview_image=frame.index + 1)
-            yield gr.skip(), update
-        paths, params = zip(*await run.finished(), strict=True)
-        yield (paths[0], params[0]) if count == 1 else (list(paths), list(params))
+        request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
+                               guidance=guidance, count=count)
+        async for update in _image_updates(backend, request, preview is True):
+            yield update
 
     api_trigger.click(generate_image_api, api_inputs,
                       [api_png, api_params], api_name="generate_image", concurrency_limit=1,
                       concurrency_id=concurrency.get("image"))
+    if max(backend.settings.references) > 0:  # /edit_image only where editing is declared (--references)
+        add_edit_api(backend, concurrency, cancels)
+
+
+def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCancels) -> None:
+    """/edit_image: /generate_image with reference files to edit from. Call inside the Blocks."""
+    with gr.Column(visible=False):
+        edit_inputs = edit_api_inputs(backend)
+        edit_png = gr.File(label="png")
+        edit_params = Api(None, {"type": "object", "additionalProperties": {},
+                                 "description": "the image's parameters, each reference's sha256, sizes and fit "
+                                                "among them"}, "parameters")
+        edit_trigger = gr.Button()
+
+    @user_errors
+    @measured(backend.metrics, "/edit_image")
+    @partial(drops_early_cancels, cancels)
+    async def edit_image_api(prompt: str, references: list[str] | None = None, fit: str | None = None,
+                             size: str | None = None, steps: int | None = None, seed: int | None = None,
+                             guidance: float | None = None, images: int = 1, preview: bool = False):
+        """Edit from reference images (files): as /generate_image, with ``references`` (a count the server
+        declares, see /status "limits") each fitted to the size's reference size by ``fit`` ("letterbox" or
+        "crop": one for all, or comma-separated one per reference)."""
+        files = [] if references in (None, "") else references if isinstance(references, list) else [references]
+        check_reference_count(len(files), backend.settings.references)  # before any file is decoded
+        fits = reference_fits(fit, len(files))
+        refs = tuple(read_reference(_file_path(f), mode) for f, mode in zip(files, fits, strict=True))
+        count = 1 if images in (None, "") else images
+        request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
+                               guidance=guidance, count=count, references=refs)
+        async for update in _image_updates(backend, request, preview is True):
+            yield update
+
+    edit_trigger.click(edit_image_api, edit_inputs, [edit_png, edit_params], api_name="edit_image",
+                       concurrency_limit=1, concurrency_id=concurrency.get("image"))
+
+
+def _file_path(value) -> str:
+    """The path of an uploaded file as Gradio hands it over (a path, or a FileData-like dict)."""
+    return value.get("path", "") if isinstance(value, dict) else str(getattr(value, "path", value))
+
+
+async def _image_updates(backend: Backend, request: ImageRequest, preview: bool):
+    """The updates of one image call: progress dicts while it runs, then (PNG, parameters) or their lists.
+
+    With submit(), progress dicts {"status", "step", "total", "elapsed_s"} stream first (steps counted
+    over the whole run); with ``preview`` they also carry "preview" (a PNG data URL of the latest preview
+    frame, 1/8 of the size) and "preview_step".
+    """
+    run = ImageRun(backend, request, preview=preview)
+    async for state, frame in run.updates():
+        # Progress updates stream to clients that submit(); each one also lets the server
+        # notice a client that went away (and then stop the image within a step).
+        step, total, _ = state or (0, None, 0.0)
+        update = {"status": "running" if state else "waiting", "step": step, "total": total,
+                  "elapsed_s": round(time.perf_counter() - run.started, 2)}
+        if frame is not None:
+            update.update(preview=preview_data_url(frame), preview_step=frame.step, preview_image=frame.index + 1)
+        yield gr.skip(), update
+    paths, params = zip(*await run.finished(), strict=True)
+    yield (paths[0], params[0]) if request.count == 1 else (list(paths), list(params))

@@ -1,5 +1,6 @@
 """The Image tab: a prompt row, the picture with its live preview and progress, precompiled sizes only,
-stop, several images per run, paste-back of a PNG's settings, this session's gallery, the PNGs folded away.
+stop, several images per run, paste-back of a PNG's settings, this session's gallery, the PNGs folded away;
+reference images to edit from when the server declares editing (image_references.py).
 
 A run is two events: ``press_generate`` streams progress and preview frames, and keeps its
 ``ImageRun`` in the session's state; ``show_images`` (chained with ``.then``) shows what it made.
@@ -28,6 +29,7 @@ from neuron_backend.runtime import Backend
 from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown, user_errors
 from .guards import EarlyCancels
 from .i18n import localized, say, t
+from .image_references import build_reference_picker, references_of, wire_reference_picker
 from .presentation import python_snippet, size_choice_label
 from .request_metrics import RequestClock, measured
 
@@ -157,6 +159,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             live = gr.Checkbox(label=t("Live preview"), value=settings.image_preview,
                                elem_id="image-live-preview", interactive=settings.image_preview,
                                info=None if settings.image_preview else t("off on this server (--no-image-preview)"))
+            picker = build_reference_picker(settings)  # None unless --references declares editing
             with gr.Accordion(t("Restore settings from a PNG"), open=False):
                 dropped = gr.File(label=t("Drop a PNG (this app's or A1111-style) to fill the form"),
                                   file_types=[".png"], type="filepath", elem_id="paste-png")
@@ -175,12 +178,13 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     @measured(backend.metrics, "image_tab", ends=False)  # show_images ends the request
     @partial(drops_early_cancels, cancels)
     async def press_generate(text, size_label, n_steps, n_images, seed_value, randomize_seed, guidance_value,
-                             want_preview, progress=gr.Progress()):
+                             want_preview, reference_files=None, fit=None, progress=gr.Progress()):
         # The Seed box sends None when empty, or when it holds more digits than a browser number keeps.
         chosen = random.randint(0, SEED_MAX) if randomize_seed else whole_number(tr("Seed"), seed_value, 0, SEED_MAX)
         run = ImageRun(backend, ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=chosen,
                                              guidance=None if backend.image_distilled() else guidance_value,
-                                             count=int(n_images or 1)),
+                                             count=int(n_images or 1),
+                                             references=references_of(reference_files, fit, settings.references)),
                        preview=bool(want_preview) and settings.image_preview)
         async for state, frame in run.updates(frame_every=PREVIEW_EVERY_S, at_once=True):
             if state is None:
@@ -234,8 +238,9 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     # Stop is there while a run is on (queued included: Stop takes it out of Gradio's queue); registered
     # before the run's event, so the page shows it before it sends the run.
     generate_btn.click(lambda: gr.update(visible=True), None, stop_btn, queue=False, api_visibility="private")
+    editing = [picker.files, picker.fit] if picker else []
     generating = generate_btn.click(
-        press_generate, [prompt, size, steps, count, seed, randomize, guidance, live], outputs,
+        press_generate, [prompt, size, steps, count, seed, randomize, guidance, live, *editing], outputs,
         concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private",
         show_progress_on=[image_progress])
     # .then runs after a cancel too; no concurrency limit: it waits for no other user's image.
@@ -261,6 +266,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                         api_visibility="undocumented")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")
+    if picker:
+        wire_reference_picker(picker, settings, size, dropped)
     return ImageTab(size=size, guidance=guidance, steps=steps)
 
 

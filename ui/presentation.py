@@ -124,18 +124,26 @@ def markdown_unliteral(text: str) -> str:
 
 def python_snippet(url: str, params: dict, images: int = 1) -> str:
     """The gradio_client call that reproduces an image, or with ``images`` > 1 a run from seed ``params["seed"]``
-    (then the PNGs and the parameters come back as lists)."""
+    (then the PNGs and the parameters come back as lists). An edit calls /edit_image with its reference
+    files named (their sha256 in a comment: the PNG does not carry the images)."""
+    references = params.get("references") or []
+    files = [r.get("name") or f"reference-{i + 1}.png" for i, r in enumerate(references)]
+    fits = [r.get("fit") for r in references]
+    edit = "".join(f"        handle_file({name!r}),  # sha256 {r.get('sha256')}\n"
+                   for name, r in zip(files, references, strict=True))
     return (
-        "from gradio_client import Client\n\n"
+        f"from gradio_client import Client{', handle_file' if references else ''}\n\n"
         f"client = Client({url!r})\n"
         f"{'png_paths, params_list' if images > 1 else 'png_path, params'} = client.predict(\n"
         f"    prompt={params['prompt']!r},\n"
-        f"    size={params['size']!r},\n"
+        + (f"    references=[\n{edit}    ],\n"
+           f"    fit={fits[0] if len(set(fits)) == 1 else ','.join(fits)!r},\n" if references else "")
+        + f"    size={params['size']!r},\n"
         f"    steps={params['steps']!r},\n"
         f"    seed={params['seed']!r},\n"
         f"    guidance={params.get('guidance')!r},\n"
         + (f"    images={images!r},  # seeds {params['seed']}, {params['seed']} + 1, ...\n" if images > 1 else "")
-        + '    api_name="/generate_image",\n'
+        + f'    api_name="/{"edit_image" if references else "generate_image"}",\n'
         ")\n"
     )
 

@@ -13,7 +13,10 @@ Pipeline quirks handled here:
   runs, nothing is saved, ``CancelledError`` is raised (steps.py holds the step callback);
 - several images per run (``ImageRequest.count``) are generated one after another inside one job
   with consecutive seeds: the same shape as one image, so nothing new to compile or warm up;
-- live preview: host-side latents -> RGB (preview.py); no graph, no compile.
+- live preview: host-side latents -> RGB (preview.py); no graph, no compile;
+- editing: a request's reference images are fitted by us to the size's reference size before the
+  pipeline (references.py), so the pipeline never resizes them; each (size, reference count) is a
+  declared ``EditSlot`` with its own warm-up, a count outside ``settings.references`` is refused.
 
 Guidance on distilled models (FLUX.2-klein 4B/9B): they run without classifier-free guidance.
 A guidance value sent for one is ignored, not refused (a UI may keep its slider), and the
@@ -44,15 +47,23 @@ from ..devices import Placement, compile_or_eager, on_device, uncompiled
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..messages import tr
 from ..settings import Settings
-from ..shapes import ImageSize, SerialJobs, ShapeRegistry, parse_size, shape_keys
+from ..shapes import EditSlot, ImageSize, SerialJobs, ShapeRegistry, image_shape, parse_size, shape_keys
 from . import loading
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
 from .png_info import OutputFolder, read_png_parameters
 from .preview import LatentRGB, cached_or_fitted
+from .references import (
+    FIT_MODES,
+    FittedReference,
+    ReferenceImage,
+    check_reference_count,
+    fit_reference,
+    reference_size,
+)
 from .steps import MAX_SEQUENCE_LENGTH, PreviewFn, PreviewFrame, ProgressFn, Run, prompt_tokens, run_pipeline
 
 __all__ = ["GUIDANCE_MAX", "GUIDANCE_MIN", "MAX_SEQUENCE_LENGTH", "ImageEngine", "ImageRequest", "ImageResult",
-           "PreviewFrame", "clean_prompt", "read_png_parameters"]
+           "PreviewFrame", "ReferenceImage", "clean_prompt", "read_png_parameters"]
 
 log = logging.getLogger("showcase.image")
 
@@ -60,6 +71,7 @@ SEED_MAX = 2**32 - 1  # seeds are 0 .. SEED_MAX
 DEFAULT_GUIDANCE = 4.0  # Flux2KleinPipeline's default, for the non-distilled (base) models
 SAMPLER = "FlowMatchEuler"
 WARMUP_PROMPT = "a warm-up image"
+WARMUP_REFERENCE_GREY = (128, 128, 128)  # the warm-up's references: plain grey, already at the reference size
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,8 @@ class ImageRequest:
     """One image request. ``steps`` None: the default; ``seed`` None: random; ``guidance`` None: default.
 
     ``count`` images (1 to --max-images-per-run) are made with seeds seed, seed+1, ...
+    ``references``: images to edit from (``ReferenceImage``, each with its fit mode); their number
+    must be one of ``settings.references``. Validated, they are ``FittedReference``s.
     """
 
     prompt: str
@@ -75,6 +89,7 @@ class ImageRequest:
     seed: int | None = None
     guidance: float | None = None
     count: int = 1
+    references: tuple[ReferenceImage | FittedReference, ...] = ()
 
 
 @dataclass
@@ -147,7 +162,7 @@ class ImageEngine:
             options = {"backend": self.placement.compile_backend, "fullgraph": True, "dynamic": False}
             # Dynamo keeps at most recompile_limit (default 8) graphs per code object and each size
             # is one: make room for every declared size (process-wide, and only ever raised).
-            wanted = len(self.settings.sizes) + 8
+            wanted = len(self.shapes.keys()) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
             if self.settings.compile_repeated_blocks:
                 pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
@@ -172,25 +187,33 @@ class ImageEngine:
         """Whether the loaded model is step-distilled (no classifier-free guidance); see loading.is_distilled."""
         return loading.is_distilled(self._loaded_pipe())
 
-    def warm_up(self, shape: ImageSize) -> None:
-        """Run size ``shape`` (one of ``settings.sizes``) once with 1 step so it compiles; mark it ready or failed.
+    def warm_up(self, shape: ImageSize | EditSlot) -> None:
+        """Run shape ``shape`` (a declared size, or an edit slot: a size with N references) once with 1 step
+        so it compiles; mark it ready or failed.
 
-        A failure marks only that size failed, with the reason, and is re-raised; the other sizes
+        A failure marks only that shape failed, with the reason, and is re-raised; the other shapes
         stay usable. Timing and graph count are kept in ``self.warmups[label]``.
         """
         pipe = self._loaded_pipe()
-        size = self._served(shape)
-        request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance())
+        size = self._served(shape.size if isinstance(shape, EditSlot) else shape)
+        count = shape.references if isinstance(shape, EditSlot) else 0
+        check_reference_count(count, self.settings.references)
+        key = image_shape(size, count)
+        grey = Image.new("RGB", tuple(reference_size(size)), WARMUP_REFERENCE_GREY)
+        references = tuple(fit_reference(ReferenceImage(grey, sha256="warm-up"), reference_size(size))
+                           for _ in range(count))
+        request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance(),
+                               references=references)
         with self._jobs.job() as cancelled:
-            try:  # on Neuron a size that fails to compile runs again, eager (devices.compile_or_eager)
-                run = compile_or_eager(self, size, self._run, pipe, request, 0, cancelled, None, None)
+            try:  # on Neuron a shape that fails to compile runs again, eager (devices.compile_or_eager)
+                run = compile_or_eager(self, key, self._run, pipe, request, 0, cancelled, None, None)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                self.shapes.mark_failed(size, reason)
-                log.warning("image size %s failed to warm up: %s", size.label, reason)
+                self.shapes.mark_failed(key, reason)
+                log.warning("image shape %s failed to warm up: %s", key.label, reason)
                 raise
-        self.shapes.mark_ready(size)
-        self.warmups[size.label] = {"seconds": round(run.seconds, 3), "compiled_graphs": run.graphs}
+        self.shapes.mark_ready(key)
+        self.warmups[key.label] = {"seconds": round(run.seconds, 3), "compiled_graphs": run.graphs}
 
     def cancel(self) -> bool:
         """Stop the running request after its current step; return whether one was running."""
@@ -219,9 +242,23 @@ class ImageEngine:
         seed = None if request.seed is None else whole_number(tr("Seed"), request.seed, 0, SEED_MAX)
         guidance = None if request.guidance is None else guidance_value(request.guidance)
         count = whole_number(tr("Images per run"), request.count, 1, self.settings.max_images_per_run)
+        references = self._fitted_references(request.references, size)
         if self.loaded:
             guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
-        return ImageRequest(prompt, size, steps, seed, guidance, count)
+        return ImageRequest(prompt, size, steps, seed, guidance, count, references)
+
+    def _fitted_references(self, references: object, size: ImageSize) -> tuple[FittedReference, ...]:
+        """A request's references fitted to ``size``'s reference size; a count not served is refused."""
+        if not isinstance(references, (tuple, list)):
+            raise InvalidRequestError(tr("References must be a list of images, not {kind}.",
+                                         kind=type(references).__name__))
+        check_reference_count(len(references), self.settings.references)
+        target = reference_size(size)
+        return tuple(fit_reference(reference, target) for reference in references)
+
+    def shape_of(self, request: ImageRequest) -> ImageSize | EditSlot:
+        """The shape key a validated request runs at: its size, or its size with its reference count."""
+        return image_shape(request.size, len(request.references))
 
     def generate(self, request: ImageRequest, progress: ProgressFn | None = None,
                  cancel: threading.Event | None = None, preview: PreviewFn | None = None) -> ImageResult:
@@ -245,7 +282,7 @@ class ImageEngine:
         """
         pipe = self._loaded_pipe()
         normal = self.validate(request)
-        self.shapes.require(normal.size)
+        self.shapes.require(self.shape_of(normal))
         first = secrets.randbelow(SEED_MAX + 1) if normal.seed is None else normal.seed
         seeds = [(first + i) % (SEED_MAX + 1) for i in range(normal.count)]
         table = self.preview_table if preview is not None and self.settings.image_preview else None
@@ -255,7 +292,7 @@ class ImageEngine:
         with self._jobs.job(cancel) as cancelled:
             if cancelled.is_set():  # stopped while it waited for the engine
                 raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
-            self.shapes.require(normal.size)  # its state may have changed while this request waited
+            self.shapes.require(self.shape_of(normal))  # its state may have changed while this request waited
             tokens = prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
             for index, seed in enumerate(seeds):
                 if index and cancelled.is_set():
@@ -303,7 +340,9 @@ class ImageEngine:
             "device": self.placement.device,
             "dtype": self.placement.dtype_name,
             "mode": self._mode(),
-            "sizes": [size.label for size in self.shapes.keys()],
+            "sizes": [size.label for size in self.settings.sizes],
+            "references": {"counts": list(self.settings.references), "fit_modes": list(FIT_MODES),
+                           "sizes": {size.label: reference_size(size).label for size in self.settings.sizes}},
             "shapes": self.shapes.snapshot(),
             "steps": {"default": self.default_steps, "max": self.settings.max_steps},
             "memory": self.memory_note,
@@ -363,7 +402,8 @@ class ImageEngine:
         """One pipeline call; the caller holds the job. ``request`` is validated and normalised."""
         if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
             self.on_generate((request, seed))
-        with on_device(self.placement), uncompiled(pipe.transformer, request.size in self.shapes.eager):
+        eager = self.shape_of(request) in self.shapes.eager
+        with on_device(self.placement), uncompiled(pipe.transformer, eager):
             return run_pipeline(pipe, request, seed, cancelled, self.placement, progress, preview, table,
                                 sharded=parallel.active(self.name), index=index)
 
@@ -394,6 +434,8 @@ class ImageEngine:
             "prompt_truncated": tokens > MAX_SEQUENCE_LENGTH,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+        if normal.references:  # an edit: what each reference was and how it was fitted (never its pixels)
+            params["references"] = [reference.params() for reference in normal.references]
         if request.guidance is not None and normal.guidance is None:
             params["guidance_note"] = tr("guidance {value} ignored: {model} is step-distilled and runs without "
                                          "classifier-free guidance", value=request.guidance, model=self.model_id)

@@ -63,7 +63,7 @@ def plan_memory(folder: Path, placement, settings) -> MemoryPlan:
     core = int(placement.device.partition(":")[2] or 0) if placement.kind != "cpu" else None
     try:
         return plan_image(folder, placement.dtype, settings.dtype, settings.sizes, placement.kind,
-                          free_bytes(placement.kind, core))
+                          free_bytes(placement.kind, core), max(settings.references))
     except NotEnoughMemory as exc:
         raise EngineUnavailableError(exc.args[0]) from None  # a Message: shown in the page's language
 

@@ -9,7 +9,8 @@ and only text chunks (tEXt, zTXt, iTXt) are kept, so no pixel data is ever decom
 decompression bomb); compressed text is inflated to at most ``MAX_TEXT_BYTES``; nothing read from
 the file is used as a path; text is parsed in time linear in its length, and a settings line over
 ``MAX_SETTINGS_CHARS`` is refused. Values are checked like a request: a size not served here is refused
-with the allowed list.
+with the allowed list. An edited image's references cannot come back (a PNG holds their sha256, sizes
+and fit modes, not their pixels): the settings name them, and a note says to add them again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..settings import Settings
 from ..shapes import parse_size
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt
 from .png_info import INFOTEXT_KEY, JSON_KEY, MAX_SETTINGS_CHARS, settings_pairs
+from .references import FIT_MODES, MAX_REFERENCES
 
 MAX_PNG_BYTES = 64 * 2**20  # a 1024x1024 PNG of ours is ~1.5 MB; other tools' are rarely over 20 MB
 MAX_TEXT_BYTES = 2**20  # all text chunks together, after inflating
@@ -34,6 +36,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SEED_MAX = 2**32 - 1
 _TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
 _INT = re.compile(r"^\s*-?\d{1,12}\s*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SIZE_TEXT = re.compile(r"^\d{1,5}x\d{1,5}$")
+_NAME_CHARS = 80  # a reference's file name as a note shows it, at most
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,14 @@ class PastedSettings:
     guidance: float | None
     source: str  # "showcase" (our JSON chunk), "infotext" (A1111-style text)
     notes: tuple[Message, ...] = ()
+    # An edit's references as the PNG records them: {"name"?, "sha256", "original_size", "fitted_size", "fit"}
+    references: tuple[dict, ...] = ()
+
+    @property
+    def fit(self) -> str | None:
+        """The references' fit mode: one for all, or one per reference comma-separated; None without references."""
+        fits = [r["fit"] for r in self.references]
+        return None if not fits else fits[0] if len(set(fits)) == 1 else ",".join(fits)
 
     def as_row(self) -> dict:
         """A prompt-set row for the QA bench: {"prompt", "size", "steps", "seed", "guidance"} (None left out)."""
@@ -159,7 +172,8 @@ def settings_from_chunks(chunks: dict[str, str], settings: Settings) -> PastedSe
         except (ValueError, RecursionError):  # not JSON, an integer over 4300 digits, nested too deep
             loaded = None
         if isinstance(loaded, dict):
-            raw, source = {k: loaded.get(k) for k in ("prompt", "size", "steps", "seed", "guidance")}, "showcase"
+            raw, source = {k: loaded.get(k) for k in ("prompt", "size", "steps", "seed", "guidance",
+                                                      "references")}, "showcase"
     if raw is None and INFOTEXT_KEY in chunks:
         found = parse_a1111(chunks[INFOTEXT_KEY])
         if found:
@@ -197,7 +211,36 @@ def _checked(raw: dict, source: str, settings: Settings) -> PastedSettings:
         notes.append(tr("guidance {value} is outside {low}..{high}: the default is used",
                         value=guidance, low=GUIDANCE_MIN, high=GUIDANCE_MAX))
         guidance = None
-    return PastedSettings(prompt, size.label, steps, seed, guidance, source, tuple(notes))
+    references = _references(raw.get("references"))
+    if references:
+        names = ", ".join(r.get("name") or f"{r['sha256'][:12]}… ({r['original_size']})" for r in references)
+        notes.append(tr("edited from {count} reference images, which a PNG cannot carry: add them again ({names}; "
+                        "sha256 in the parameters)", count=len(references), names=names))
+        if len(references) not in settings.references:
+            notes.append(tr("this server edits with {allowed} reference images, not {count}",
+                            allowed=", ".join(str(n) for n in settings.references), count=len(references)))
+    return PastedSettings(prompt, size.label, steps, seed, guidance, source, tuple(notes), references)
+
+
+def _references(value: object) -> tuple[dict, ...]:
+    """The references a PNG records, each entry checked field by field; anything malformed is left out."""
+    if not isinstance(value, list) or len(value) > MAX_REFERENCES * 4:
+        return ()
+    kept = []
+    for entry in value:
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) \
+                or not _SHA256.match(entry["sha256"]) or entry.get("fit") not in FIT_MODES:
+            continue
+        sizes = [entry.get(k) for k in ("original_size", "fitted_size")]
+        if not all(isinstance(v, str) and _SIZE_TEXT.match(v) for v in sizes):
+            continue
+        reference = {"sha256": entry["sha256"], "original_size": sizes[0], "fitted_size": sizes[1],
+                     "fit": entry["fit"]}
+        name = entry.get("name")
+        if isinstance(name, str) and name.strip() and name.isprintable():
+            reference["name"] = name.strip()[:_NAME_CHARS]
+        kept.append(reference)
+    return tuple(kept)
 
 
 def _whole(value: object) -> int | None:

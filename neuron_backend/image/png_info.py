@@ -70,6 +70,9 @@ def infotext(params: dict) -> str:
         pairs.append(("Prompt truncated", f"to {params.get('max_sequence_length')} tokens"))
     if params.get("stopped"):
         pairs.append(("Stopped at step", f"{params.get('steps_done')}/{params.get('steps')}"))
+    if params.get("references"):  # an edit: each reference by fit mode, sha256 prefix and sizes
+        pairs.append(("References", "; ".join(f"{r.get('fit')} {str(r.get('sha256'))[:12]} {r.get('original_size')}"
+                                              f"->{r.get('fitted_size')}" for r in params["references"])))
     pairs += [(name.capitalize(), version) for name, version in params.get("versions", {}).items()]
     line = ", ".join(f"{key}: {_quote(value)}" for key, value in pairs if value is not None)
     return f"{params.get('prompt', '')}\n{line}"

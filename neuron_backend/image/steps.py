@@ -96,8 +96,11 @@ def run_pipeline(pipe, request, seed: int, cancelled: threading.Event, placement
     # on the CPU a seed gives the same starting noise on neuron, cuda and cpu alike.
     # diffusers' randn_tensor draws on the generator's device and moves the noise to the model.
     generator = torch.Generator(device="cpu").manual_seed(seed)
+    # An edit's references are already fitted to a size the pipeline keeps unchanged (references.py).
+    edit = {"image": [reference.image for reference in request.references]} if request.references else {}
     graphs_before = CompileCounter.graphs()
     output = pipe(
+        **edit,
         prompt=request.prompt,
         height=request.size.height,
         width=request.size.width,

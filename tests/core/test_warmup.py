@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def make_backend(tmp_path, *extra):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
                                "--sizes", "64x64,96x64", "--chat-buckets", "32,64,128", "--context-length", "256",
-                               *extra], env={})
+                               "--references", "0", *extra], env={})  # text-to-image only: test_image_edit plans slots
     return Backend(settings)
 
 

@@ -12,6 +12,7 @@ from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 
 SIZES = "64x64,96x64"
+NO_EDITS = ("--references", "0")  # text-to-image only; a test that edits passes --references itself, later wins
 
 
 def free_port() -> int:
@@ -23,7 +24,7 @@ def free_port() -> int:
 def start_app(root, *extra, warm=True):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
                                "--port", str(free_port()), "--max-new-tokens", "200",
-                               "--chat-buckets", "32,64,128", "--context-length", "256", *extra], env={})
+                               "--chat-buckets", "32,64,128", "--context-length", "256", *NO_EDITS, *extra], env={})
     backend = Backend(settings, hooks=annex_hooks())
     if warm:
         backend.runner.run()
@@ -46,7 +47,7 @@ def warm_backend(root: Path, demo_models, *extra) -> Backend:
     """A warm backend on the tiny models under ``root`` (the session's demo models linked in), no page."""
     link_demo_models(root, demo_models)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
-                               "--port", str(free_port()), "--max-new-tokens", "200", *extra], env={})
+                               "--port", str(free_port()), "--max-new-tokens", "200", *NO_EDITS, *extra], env={})
     backend = Backend(settings)
     backend.runner.run()
     return backend

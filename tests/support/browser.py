@@ -249,8 +249,10 @@ def _wait_image_sizes_ready(page, url: str) -> None:
 
 
 @contextlib.contextmanager
-def running_app(log_name: str = "browser-app.log"):
-    """The app on the demo models in a subprocess, yielding its URL; its log goes to test-artifacts/."""
+def running_app(log_name: str = "browser-app.log", *extra: str):
+    """The app on the demo models in a subprocess, yielding its URL; its log goes to test-artifacts/.
+
+    Text-to-image only (``--references 0``) unless ``extra`` flags (which come last, so they win) say otherwise."""
     ARTIFACTS.mkdir(exist_ok=True)
     port = _free_port()
     # The cache root sits outside the working directory and the temp dir, as the default ~/.cache does:
@@ -258,7 +260,8 @@ def running_app(log_name: str = "browser-app.log"):
     cache_root = Path.home() / f".showcase-browser-{port}"
     cmd = [sys.executable, str(ROOT / "app.py"), "--models", "tiny", "--device", "cpu",
            "--cache-dir", str(cache_root), "--port", str(port),
-           "--sizes", ",".join((*SIZES, SLOW_SIZE)), "--max-new-tokens", str(MAX_NEW_TOKENS)]
+           "--sizes", ",".join((*SIZES, SLOW_SIZE)), "--max-new-tokens", str(MAX_NEW_TOKENS), "--references", "0",
+           *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOWCASE_")}  # flags only
     env.update(HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
     log_path = ARTIFACTS / log_name

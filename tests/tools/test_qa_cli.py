@@ -38,6 +38,11 @@ def test_server_limits_come_from_status(served):
     assert [s.label for s in fallback.sizes] == ["64x64", "96x64"]  # an app without "limits": its warm-up shapes
 
 
+def test_server_sizes_leave_the_edit_slots_out():
+    tasks = [{"engine": "image", "kind": "compile", "shape": shape} for shape in ("64x64", "96x64", "64x64+1ref")]
+    assert [s.label for s in cli.server_settings({"tasks": tasks, "engines": {}}).sizes] == ["64x64", "96x64"]
+
+
 @pytest.mark.slow
 def test_cli_passes_and_writes_the_same_cells_as_the_tab(served, tmp_path, capsys):
     backend, url = served

@@ -113,8 +113,9 @@ def server_settings(status: dict) -> Settings:
                             max_new_tokens=limits["max_new_tokens"], max_prompt_chars=limits["max_prompt_chars"],
                             chat="chat" in limits["engines"], image="image" in limits["engines"])
     # An app without "limits" in /status: the sizes are its image warm-up shapes, the rest preset defaults.
-    sizes = tuple(parse_size(t["shape"]) for t in status.get("tasks", [])
-                  if t.get("engine") == "image" and t.get("kind") == "compile" and t.get("shape"))
+    sizes = tuple(parse_size(t["shape"]) for t in status.get("tasks", [])  # edit slots ("64x64+1ref") left out
+                  if t.get("engine") == "image" and t.get("kind") == "compile" and t.get("shape")
+                  and "+" not in t["shape"])
     return base.replace(sizes=sizes or base.sizes, chat="chat" in enabled or not engines,
                         image="image" in enabled or not engines)
 

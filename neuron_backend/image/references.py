@@ -1,0 +1,235 @@
+"""Reference images for editing: read, checked and fitted to the size the pipeline keeps unchanged.
+
+``Flux2KleinPipeline`` (diffusers 0.42) prepares each reference itself: one over 1024x1024 in area
+is resized (LANCZOS) to that area, then both sides are rounded down to a multiple of 16 and the
+image is resized and centre-cropped to them (``resize_mode="crop"``). Every reference size is a new
+transformer sequence length, so a new compiled graph on Neuron. So the fitting is ours, done before
+the pipeline: each reference becomes exactly ``reference_size(output size)`` pixels, RGB, a size the
+pipeline passes through unchanged (area at most 1024x1024, sides multiples of 16, at least 64, aspect
+at most 8:1), and the pipeline never resizes again.
+
+Two fit modes, chosen per reference:
+- ``letterbox``: the whole image, scaled to fit inside and centred on a fixed ``LETTERBOX_FILL``;
+- ``crop``: the image scaled to cover and centre-cropped.
+
+Everything here is deterministic: same file, same mode, same output size, same pixels. Reading a
+file never decodes more than ``MAX_REFERENCE_PIXELS`` (the header's size is checked first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageOps
+
+from ..errors import ConfigError, InvalidRequestError
+from ..messages import shown_value, tr
+from ..shapes import SIZE_MULTIPLE, ImageSize
+
+FIT_MODES = ("letterbox", "crop")
+DEFAULT_FIT = "letterbox"
+LETTERBOX_FILL = (0, 0, 0)  # the padding of a letterboxed reference (and under a transparent one)
+PIPELINE_MAX_AREA = 1024 * 1024  # the pipeline resizes a reference over this area (pipeline_flux2_klein.py)
+PIPELINE_MIN_SIDE = 64  # Flux2ImageProcessor.check_image_input refuses a side under this
+MAX_REFERENCE_PIXELS = 64 * 2**20  # a reference file's pixels, checked before decoding (8192x8192)
+MAX_REFERENCES = 4  # the most references --references may declare
+READ_FORMATS = ("PNG", "JPEG", "WEBP")
+
+
+@dataclass(frozen=True)
+class ReferenceImage:
+    """A reference as a request carries it: the image as sent and how to fit it.
+
+    ``sha256``: of the file's bytes (``read_reference``), else of the RGB pixels; ``name``: the
+    file's name as the sender gave it (no folder), for the PNG parameters and the snippet.
+    """
+
+    image: Image.Image
+    fit: str = DEFAULT_FIT
+    sha256: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class FittedReference:
+    """A reference fitted for one output size: ``image`` is what the pipeline receives, unchanged."""
+
+    image: Image.Image  # RGB, exactly ``fitted`` pixels
+    fit: str
+    sha256: str
+    original: ImageSize | tuple[int, int]  # (width, height) of the image as sent
+    fitted: ImageSize
+    name: str | None = None
+
+    def params(self) -> dict:
+        """What the PNG parameters record of this reference (JSON-serialisable)."""
+        entry = {"sha256": self.sha256, "original_size": f"{self.original[0]}x{self.original[1]}",
+                 "fitted_size": self.fitted.label, "fit": self.fit}
+        if self.name:
+            entry["name"] = self.name
+        return entry
+
+
+def reference_size(output: ImageSize) -> ImageSize:
+    """The size every reference of a request at ``output`` is fitted to: the output size, or within
+    ``PIPELINE_MAX_AREA`` at its aspect with sides rounded down to multiples of 16."""
+    width, height = output
+    if width * height <= PIPELINE_MAX_AREA:
+        return ImageSize(width, height)
+    scale = math.sqrt(PIPELINE_MAX_AREA / (width * height))
+    return ImageSize(max(SIZE_MULTIPLE, int(width * scale) // SIZE_MULTIPLE * SIZE_MULTIPLE),
+                     max(SIZE_MULTIPLE, int(height * scale) // SIZE_MULTIPLE * SIZE_MULTIPLE))
+
+
+def fit_mode(value: object) -> str:
+    """``value`` as one of FIT_MODES; refused with the allowed modes named."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in FIT_MODES:
+        raise InvalidRequestError(tr("Fit mode {value} is not known: use {allowed}.", value=shown_value(value),
+                                     allowed=", ".join(FIT_MODES)))
+    return text
+
+
+def reference_fits(value: object, count: int) -> list[str]:
+    """The fit mode of each of ``count`` references: one mode for all, or one per reference comma-separated
+    (None or "": letterbox for all)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return [DEFAULT_FIT] * count
+    parts = [fit_mode(part) for part in value.split(",")] if isinstance(value, str) else [fit_mode(value)]
+    if len(parts) == 1:
+        return parts * count
+    if len(parts) != count:
+        raise InvalidRequestError(tr("{given} fit modes for {count} references: give one for all, or one per "
+                                     "reference.", given=len(parts), count=count))
+    return parts
+
+
+def check_reference_count(count: int, served: tuple[int, ...]) -> None:
+    """Refuse ``count`` references unless it is one of the declared counts ``served`` (``settings.references``)."""
+    if count not in served:
+        raise InvalidRequestError(tr("{count} reference images are not served here (each count is compiled "
+                                     "ahead of time). Allowed counts: {allowed}.", count=count,
+                                     allowed=", ".join(str(n) for n in served)))
+
+
+def read_reference(source: bytes | str | Path, fit: str = DEFAULT_FIT, name: str | None = None) -> ReferenceImage:
+    """A reference from a file's bytes or path: PNG, JPEG or WebP, its size checked before any pixel
+    is decoded, EXIF orientation applied; refused with what is allowed."""
+    if isinstance(source, (str, Path)):
+        name = name or Path(source).name
+        try:
+            source = Path(source).read_bytes()
+        except OSError:
+            raise InvalidRequestError(tr("Reference {name} could not be read: send an image file.",
+                                         name=shown_value(name))) from None
+    label = shown_value(name) if name else tr("image")
+    try:
+        with Image.open(io.BytesIO(source)) as opened:
+            kind, (width, height) = opened.format, opened.size
+            if kind not in READ_FORMATS:
+                raise InvalidRequestError(tr("Reference {name} is a {kind} file; send {allowed}.", name=label,
+                                             kind=kind or "?", allowed=", ".join(READ_FORMATS)))
+            if width * height > MAX_REFERENCE_PIXELS:
+                raise _too_large(label)
+            image = ImageOps.exif_transpose(opened)  # a copy, decoded
+            image.load()
+    except InvalidRequestError:
+        raise
+    except Image.DecompressionBombError:  # PIL's own limit, from the header too: far over ours
+        raise _too_large(label) from None
+    except Exception:  # noqa: BLE001 - any decoding failure: not an image we can read
+        raise InvalidRequestError(tr("Reference {name} is not an image that can be read; send {allowed}.",
+                                     name=label, allowed=", ".join(READ_FORMATS))) from None
+    return ReferenceImage(image, fit_mode(fit), hashlib.sha256(source).hexdigest(), name)
+
+
+def _too_large(label) -> InvalidRequestError:
+    return InvalidRequestError(tr("Reference {name} has more than {limit} megapixels; send a smaller image.",
+                                  name=label, limit=MAX_REFERENCE_PIXELS // 2**20))
+
+
+def pixel_sha256(image: Image.Image) -> str:
+    """sha256 of an image's RGB pixels with its size: the identity of a reference sent as pixels."""
+    rgb = image.convert("RGB")
+    return hashlib.sha256(f"{rgb.width}x{rgb.height}:".encode() + rgb.tobytes()).hexdigest()
+
+
+def fit_reference(reference: ReferenceImage | FittedReference, target: ImageSize) -> FittedReference:
+    """``reference`` fitted to exactly ``target`` pixels by its fit mode (a fitted one at ``target`` is kept)."""
+    if isinstance(reference, FittedReference):
+        if reference.fitted == target and reference.image.size == tuple(target) and reference.image.mode == "RGB":
+            return reference
+        raise InvalidRequestError(tr("A reference fitted to {fitted} cannot serve a request whose references are "
+                                     "{target}.", fitted=reference.fitted.label, target=target.label))
+    if not isinstance(reference, ReferenceImage) or not isinstance(reference.image, Image.Image):
+        raise InvalidRequestError(tr("A reference must be an image, not {kind}.",
+                                     kind=type(getattr(reference, "image", reference)).__name__))
+    mode = fit_mode(reference.fit)
+    source = reference.image
+    rgb = _flattened(source)
+    fitted = _letterbox(rgb, target) if mode == "letterbox" else _crop(rgb, target)
+    return FittedReference(fitted, mode, reference.sha256 or pixel_sha256(source), tuple(source.size),
+                           ImageSize(*target), reference.name)
+
+
+def _flattened(image: Image.Image) -> Image.Image:
+    """RGB; a transparent image is laid over LETTERBOX_FILL (the pipeline would drop its alpha)."""
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        base = Image.new("RGBA", rgba.size, (*LETTERBOX_FILL, 255))
+        return Image.alpha_composite(base, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def _letterbox(image: Image.Image, target: ImageSize) -> Image.Image:
+    """The whole image, scaled to fit inside ``target`` and centred on LETTERBOX_FILL."""
+    scale = min(target.width / image.width, target.height / image.height)
+    inner = (min(target.width, max(1, round(image.width * scale))),
+             min(target.height, max(1, round(image.height * scale))))
+    canvas = Image.new("RGB", tuple(target), LETTERBOX_FILL)
+    scaled = image if image.size == inner else image.resize(inner, Image.Resampling.LANCZOS)
+    canvas.paste(scaled, ((target.width - inner[0]) // 2, (target.height - inner[1]) // 2))
+    return canvas
+
+
+def _crop(image: Image.Image, target: ImageSize) -> Image.Image:
+    """The image scaled to cover ``target`` and centre-cropped to it."""
+    scale = max(target.width / image.width, target.height / image.height)
+    cover = (max(target.width, round(image.width * scale)), max(target.height, round(image.height * scale)))
+    scaled = image if image.size == cover else image.resize(cover, Image.Resampling.LANCZOS)
+    left, top = (cover[0] - target.width) // 2, (cover[1] - target.height) // 2
+    return scaled.crop((left, top, left + target.width, top + target.height))
+
+
+def check_passes_unchanged(size: ImageSize) -> None:
+    """Raise ValueError if the pipeline would resize a reference of ``size`` (a settings bug, not a user's)."""
+    width, height = size
+    if (width * height > PIPELINE_MAX_AREA or width % SIZE_MULTIPLE or height % SIZE_MULTIPLE
+            or min(width, height) < PIPELINE_MIN_SIDE or max(width, height) > 8 * min(width, height)):
+        raise ValueError(f"reference size {size} is not one the pipeline keeps unchanged")
+
+
+def served_counts(counts: tuple[int, ...], sizes, given: bool) -> tuple[int, ...]:
+    """The reference counts ``--references`` declares, checked: 0 among them, each 0..MAX_REFERENCES, and
+    every size with a reference size the pipeline keeps unchanged (else ConfigError; when not ``given``,
+    the preset's counts give way to text-to-image only)."""
+    allowed = f"comma-separated counts from 0 to {MAX_REFERENCES} with 0 among them, e.g. 0,1,2"
+    if 0 not in counts:
+        raise ConfigError("--references", "0 (text-to-image) is missing", allowed)
+    for count in counts:
+        if not 0 <= count <= MAX_REFERENCES:
+            raise ConfigError("--references", f"{count} is out of range", allowed)
+    for size in sizes if max(counts) else ():
+        try:
+            check_passes_unchanged(reference_size(size))
+        except ValueError:
+            if not given:
+                return (0,)
+            raise ConfigError("--references", f"size {size.label} cannot take references (the pipeline needs "
+                              "reference sides of 64 or more, at most 8:1)",
+                              "--references 0, or sizes with sides of 64 or more") from None
+    return counts

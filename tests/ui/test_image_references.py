@@ -1,0 +1,78 @@
+"""The Image tab's references box: each reference shown as the model will see it, refusals said plainly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+from support.app import start_app
+from support.i18n_check import has_arabic
+
+from neuron_backend.errors import InvalidRequestError
+from neuron_backend.image.references import LETTERBOX_FILL
+from neuron_backend.shapes import ImageSize
+from ui import i18n
+from ui.image_references import fitted_view, references_of
+
+
+@pytest.fixture
+def settings(tiny_settings):
+    return tiny_settings.replace(sizes=(ImageSize(64, 64), ImageSize(96, 64)), references=(0, 1, 2))
+
+
+@pytest.fixture
+def files(tmp_path):
+    wide, tall = tmp_path / "wide.png", tmp_path / "tall.jpg"
+    Image.new("RGB", (200, 100), (200, 30, 40)).save(wide)
+    Image.new("RGB", (60, 120), (20, 200, 40)).save(tall)
+    (tmp_path / "notes.txt").write_text("not an image")
+    return wide, tall, tmp_path / "notes.txt"
+
+
+def test_the_view_shows_each_reference_fitted_for_the_size_picked(settings, files):
+    wide, tall, _ = files
+    view, note = fitted_view(settings, [str(wide), str(tall)], "letterbox", "64x64")
+    assert view["visible"] is True and note == "The model sees each reference at 64x64 (letterbox)."
+    (first, first_caption), (_, second_caption) = view["value"]
+    assert first.size == (64, 64) and first_caption == "1 · 200x100 → 64x64 · letterbox"
+    assert second_caption == "2 · 60x120 → 64x64 · letterbox"
+    pixels = np.asarray(first)
+    assert (pixels[:16] == LETTERBOX_FILL).all() and (pixels[20:44] == (200, 30, 40)).all()  # the padding drawn
+    view, note = fitted_view(settings, [str(wide)], "crop", "96x64")
+    assert view["value"][0][0].size == (96, 64) and (np.asarray(view["value"][0][0]) == (200, 30, 40)).all()
+    assert note == "The model sees each reference at 96x64 (crop)."
+    assert fitted_view(settings, None, "crop", "96x64") == ({"__type__": "update", "value": None, "visible": False},
+                                                             "")
+
+
+def test_a_count_not_served_is_said_before_anything_is_sent(settings, files):
+    wide, tall, text = files
+    view, note = fitted_view(settings, [str(wide), str(tall), str(wide)], "letterbox", "64x64")
+    assert view["visible"] is False
+    assert note == ("**3 reference images cannot be sent:** this server edits with 0, 1, 2 (each count is compiled "
+                    "ahead of time). Remove some.")
+    with i18n.speaking("ar"):
+        _, arabic = fitted_view(settings, [str(wide)] * 3, "letterbox", "64x64")
+    assert has_arabic(arabic) and "0, 1, 2" in arabic
+    _, refused = fitted_view(settings, [str(text)], "letterbox", "64x64")
+    assert refused == "Reference 'notes.txt' is not an image that can be read; send PNG, JPEG, WEBP."
+    with pytest.raises(InvalidRequestError, match="3 reference images are not served"):  # the count before the files
+        references_of([str(text)] * 3, "crop", settings.references)
+    assert [r.fit for r in references_of([str(wide), str(tall)], "crop", settings.references)] == ["crop", "crop"]
+    assert references_of(None, None, settings.references) == ()
+
+
+def test_the_box_is_on_the_page_only_where_editing_is_served(tmp_path, warm_app):
+    def elem_ids(config):
+        return {c.get("props", {}).get("elem_id") for c in config["components"]}
+
+    import httpx
+
+    _, plain_url = warm_app  # --references 0
+    assert "image-references" not in elem_ids(httpx.get(f"{plain_url}config").json())
+    demo, _, url = start_app(tmp_path, "--references", "0,1", "--no-chat")
+    try:
+        assert {"image-references", "image-fit", "reference-view", "reference-note"} <= elem_ids(
+            httpx.get(f"{url}config").json())
+    finally:
+        demo.close()

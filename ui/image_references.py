@@ -1,0 +1,107 @@
+"""The Image tab's reference images: upload, fit mode, and each reference shown as the model will see it.
+
+Shown only when ``--references`` declares editing. The view is the fitted image itself (the padding of a
+letterbox, the crop of a crop), made by the same ``fit_reference`` the engine runs, at the reference size of
+the size picked; a count the server does not serve is said plainly before anything is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from neuron_backend.errors import ShowcaseError
+from neuron_backend.image.paste_back import read_settings
+from neuron_backend.image.references import (
+    DEFAULT_FIT,
+    FIT_MODES,
+    ReferenceImage,
+    check_reference_count,
+    fit_reference,
+    read_reference,
+    reference_size,
+)
+from neuron_backend.settings import Settings
+from neuron_backend.shapes import parse_size
+
+from .i18n import localized, say, t
+
+
+@dataclass
+class ReferencePicker:
+    """The components of the references box: files in, fit mode, the fitted view and its note."""
+
+    files: gr.File
+    fit: gr.Radio
+    view: gr.Gallery
+    note: gr.Markdown
+
+
+def build_reference_picker(settings: Settings) -> ReferencePicker | None:
+    """The references box (call inside the tab's settings column); None when the server does not edit."""
+    if max(settings.references) == 0:
+        return None
+    with gr.Accordion(t("Edit from reference images"), open=False, elem_id="image-references-box"):
+        files = gr.File(label=t("Reference images (the prompt says what to change)"), file_count="multiple",
+                        type="filepath", elem_id="image-references")
+        fit = gr.Radio([(t("letterbox (pad)"), "letterbox"), (t("crop"), "crop")], value=DEFAULT_FIT,
+                       label=t("Fit to the image size"), elem_id="image-fit")
+        note = gr.Markdown(elem_id="reference-note")
+        view = gr.Gallery(label=t("As the model will see them"), columns=4, height=200, object_fit="contain",
+                          elem_id="reference-view", visible=False)
+    return ReferencePicker(files, fit, view, note)
+
+
+def file_paths(files) -> list[str]:
+    """The paths gr.File hands over (None, one path, or a list of them)."""
+    if not files:
+        return []
+    return [str(f) for f in (files if isinstance(files, list) else [files])]
+
+
+def references_of(files, fit: str | None, served: tuple[int, ...]) -> tuple[ReferenceImage, ...]:
+    """The request's references: their count checked against ``served`` first, then each file read
+    (checked before decoding) with the one fit mode picked."""
+    paths = file_paths(files)
+    check_reference_count(len(paths), served)
+    return tuple(read_reference(path, fit or DEFAULT_FIT) for path in paths)
+
+
+def fitted_view(settings: Settings, files, fit: str | None, size_label: str):
+    """(gallery update, note): each reference fitted for ``size_label``, or why it cannot be sent."""
+    paths = file_paths(files)
+    if not paths:
+        return gr.update(value=None, visible=False), ""
+    allowed = ", ".join(str(n) for n in settings.references)
+    if len(paths) not in settings.references:
+        return gr.update(value=None, visible=False), say(
+            "**{count} reference images cannot be sent:** this server edits with {allowed} (each count is "
+            "compiled ahead of time). Remove some.", count=len(paths), allowed=allowed)
+    try:
+        target = reference_size(parse_size(size_label))
+        fitted = [fit_reference(read_reference(path, fit or DEFAULT_FIT), target) for path in paths]
+    except ShowcaseError as exc:
+        return gr.update(value=None, visible=False), localized(exc)
+    items = [(ref.image, say("{index} · {original} → {fitted} · {fit}", index=i + 1,
+                             original=f"{ref.original[0]}x{ref.original[1]}", fitted=ref.fitted.label,
+                             fit=say(ref.fit))) for i, ref in enumerate(fitted)]
+    return gr.update(value=items, visible=True), say("The model sees each reference at {size} ({fit}).",
+                                                     size=target.label, fit=say(fitted[0].fit))
+
+
+def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.Dropdown, dropped: gr.File) -> None:
+    """The view follows the files, the fit mode and the size; a dropped PNG of an edit sets its fit mode."""
+    view = [picker.view, picker.note]
+    for trigger in (picker.files.change, picker.fit.change, size.change):
+        trigger(lambda files, fit, label: fitted_view(settings, files, fit, label), [picker.files, picker.fit, size],
+                view, api_visibility="private", queue=False)
+
+    def pasted_fit(path):
+        try:
+            fit = read_settings(path, settings).fit if path else None
+        except ShowcaseError:
+            fit = None  # the paste-back event itself says why
+        return fit if fit in FIT_MODES else gr.skip()
+
+    dropped.upload(pasted_fit, dropped, picker.fit, api_visibility="private", queue=False)
