@@ -567,6 +567,9 @@ def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page,
     params = page.locator("#image-params").inner_text().replace("\n", "")
     assert '"stopped":true' in params, params
     snippet = page.locator("#python-snippet").inner_text()
-    assert "This image was stopped after" in snippet
+    # The run makes the images the module's earlier tests chose: Stop lands in its first image, or (on a busy
+    # host) after the first was made; the snippet says which.
+    said = r"This image was stopped after|This run was stopped: \d+ of \d+ images were made"
+    assert re.search(said, snippet), snippet
     _shot(other, "08-image-stopped-while-queued")
     other.close()
