@@ -100,6 +100,9 @@ _PIECE = r"(?:[A-Za-z0-9_./:~@=+#%`\\'\uE000-\uEFFF-]|\(\)|&(?:lt|gt|amp|quot|#\
 # pieces joined by single spaces, not after a "." ":" or "," that ends a clause, nor to a bare "+" or "-" between words
 _RUN = re.compile(rf"{_PIECE}(?:(?<![.,:]) (?=[^ ]*[A-Za-z0-9\uE000-\uEFFF]){_PIECE})*")
 _HTML_TAG = re.compile(r"(<[^>]*>)")
+# HTML's inline tags in a plain-text template ("<b>", "</code>") are no run's piece; "<folder>" is text
+_INLINE_TAG = re.compile(r"(</?(?:a|b|bdi|br|code|details|div|em|i|kbd|li|ol|p|pre|small|span|strong|sub|summary|sup"
+                         r"|ul)\b[^>]*>)")
 _NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
 
 
@@ -143,14 +146,14 @@ def ltr_isolated(text: str, markup: bool = False) -> str:
     """``text`` with its Latin technical runs in left-to-right isolates (for text shown right to left).
 
     ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">`` (tags and entities left whole); otherwise
-    (plain text, a table cell, Markdown) between LRI and PDI. Runs already inside an isolate are left as they are.
+    (plain text, a table cell, Markdown) between LRI and PDI, HTML's inline tags left whole. Runs already inside
+    an isolate are left as they are.
     """
     if not text:
         return text
-    if not markup:
-        return _outside_isolates(text, lambda part: _RUN.sub(lambda m: _isolate(m, False), part))
-    parts = _HTML_TAG.split(text)
-    return "".join(part if i % 2 else _RUN.sub(lambda m: _isolate(m, True), part) for i, part in enumerate(parts))
+    parts = (_HTML_TAG if markup else _INLINE_TAG).split(text)
+    return "".join(part if i % 2 else _outside_isolates(part, lambda stretch: _RUN.sub(
+        lambda m: _isolate(m, markup), stretch)) for i, part in enumerate(parts))
 
 
 _STRONG = re.compile(r"[A-Za-z\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")  # Latin, Hebrew and Arabic letters

@@ -244,6 +244,12 @@ html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type=
    header never breaks after its hyphens ("- -" at a line's end, "models full" on the next) */
 html[dir="rtl"] .file-preview td.filename { direction: ltr; unicode-bidi: isolate; }
 #page-header code { white-space: nowrap; }
+/* a slider is drawn from its minimum: at the right in a right-to-left block, where Chromium puts the thumb's start
+   (Gradio paints the filled part with a gradient "to right" on the track) */
+html[dir="rtl"] input[type="range"]::-webkit-slider-runnable-track {
+  background: linear-gradient(to left, var(--slider-color) var(--range_progress),
+                              var(--neutral-200) var(--range_progress));
+}
 /* code, JSON and the like stay left to right in either language */
 html[dir="rtl"] .cm-editor, html[dir="rtl"] pre, html[dir="rtl"] .json-holder { direction: ltr; text-align: left; }
 """
