@@ -11,6 +11,7 @@ import base64
 import html
 import inspect
 import io
+import logging
 import time
 from functools import partial, wraps
 from typing import Any, TypedDict, get_type_hints
@@ -28,6 +29,8 @@ from .guards import EarlyCancels
 from .i18n import localized
 from .presentation import visitor_status
 from .request_metrics import measured, queued_at
+
+log = logging.getLogger("showcase.api")
 
 SEED_MAX = 2**32 - 1
 # Only the API client that cancelled could read it (and it has gone): English, like the API's other text.
@@ -80,8 +83,14 @@ def _on_refusal(fn, refuse):
     return wrapper
 
 
+def _logged(exc: ShowcaseError) -> None:
+    """One line in the server's log per refusal: a user's mistake, not the server's (no traceback)."""
+    log.info("refused: %s: %s", type(exc).__name__, exc)
+
+
 def _raise_gr_error(exc: ShowcaseError):
-    raise gr.Error(shown(exc)) from None
+    _logged(exc)
+    raise gr.Error(shown(exc), print_exception=False) from None  # Gradio prints a traceback otherwise
 
 
 def user_errors(fn):
@@ -98,6 +107,7 @@ def refusals_as_toast(outputs: int):
     skip = gr.skip() if outputs == 1 else (gr.skip(),) * outputs
 
     def toast(exc: ShowcaseError):
+        _logged(exc)
         gr.Warning(shown(exc))
         return skip
 
