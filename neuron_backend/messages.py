@@ -9,8 +9,8 @@ English template (gettext's convention); a part outside the core (the annex) reg
 are inserted as they are in either language (a parameter that is itself a ``Message`` is translated too).
 In Arabic, left-to-right runs keep their order inside the right-to-left sentence (``bidi_isolated``): each
 Latin technical run of the template ("--models auto", "~{size} GiB") and each filled-in value that could be
-reordered (a flag, a path, a quoted value) goes between LRI and PDI (FSI and PDI where it mixes in Arabic);
-English is never touched.
+reordered (a flag, a path, a quoted value) goes between LRI and PDI; a value with Arabic in it reads in the
+sentence's direction. English is never touched.
 Where one English word reads two ways in Arabic (a task "failed" and a QA cell "failed"), the call names a context
 (``tr("failed", ctx="qa")``) and the catalog holds ``"qa\u0004failed"``, gettext's msgctxt.
 ``tests/test_catalog.py`` checks that every template written in the code has an Arabic entry with the
@@ -88,7 +88,8 @@ def _fill(template: str, params: dict, lang: str, arabic: str | None = None) -> 
 
 
 # Unicode's directional isolates: a run between LRI (or FSI, which takes the direction of its first strong
-# letter) and PDI is ordered on its own and sits in the sentence as one neutral character.
+# letter) and PDI is ordered on its own and sits in the sentence as one neutral character. FSI is not written
+# here, but text that already holds one is left as it is.
 LRI, FSI, PDI = "\u2066", "\u2068", "\u2069"
 # Left-to-right runs inside Arabic text: flags, paths, commands, model ids, a value with its unit ("--models tiny",
 # "/data/compile-cache", "Qwen3-0.6B", "~{size} GiB"). Drawn in a right-to-left paragraph, their leading or trailing
@@ -156,26 +157,24 @@ def ltr_isolated(text: str, markup: bool = False) -> str:
         lambda m: _isolate(m, markup), stretch)) for i, part in enumerate(parts))
 
 
-_STRONG = re.compile(r"[A-Za-z\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")  # Latin, Hebrew and Arabic letters
+_RTL_LETTER = re.compile(r"[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")  # Hebrew and Arabic letters
 
 
-def _starts_right_to_left(text: str) -> bool:
-    first = _STRONG.search(text)
-    return first is not None and not first.group().isascii()
+def _right_to_left(text: str) -> bool:
+    """Whether ``text`` holds Arabic (or Hebrew) letters: it reads in the sentence's own direction."""
+    return bool(_RTL_LETTER.search(text))
 
 
 def _value_isolated(text: str, in_ltr_run: bool) -> str:
-    """A filled-in value as it sits in Arabic text: left to right in LRI..PDI, mixed text in FSI..PDI.
+    """A filled-in value as it sits in Arabic text: a left-to-right one in LRI..PDI.
 
-    Left bare: Arabic text (it is the sentence's own direction), a plain number or plain words (nothing
-    at an edge to misplace), and a left-to-right value inside a left-to-right run of the template.
+    Left bare: text with Arabic in it (a duration, a translated word, a summary line built in Arabic: it
+    reads in the sentence's direction, and its own runs were isolated where it was built), no letter or
+    digit at all, a plain number or plain words (nothing at an edge to misplace), and a left-to-right
+    value inside a left-to-right run of the template.
     """
-    if _STRONG.search(text) is None and not re.search(r"[0-9]", text):
-        return text  # no letter, no digit: punctuation or symbols only
-    if _starts_right_to_left(text):
-        return text  # starts in Arabic (a duration, a translated word)
-    if re.search(r"[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]", text):
-        return f"{FSI}{text}{PDI}"  # Latin first, Arabic later: the isolate takes the direction of its start
+    if _right_to_left(text) or not re.search(r"[A-Za-z0-9]", text):
+        return text
     if in_ltr_run or re.fullmatch(r"[A-Za-z0-9 ]+", text):
         return text
     return f"{LRI}{text}{PDI}"
@@ -196,7 +195,7 @@ def bidi_isolated(template: str, values: dict, translated: set[str] = frozenset(
         if _NUMBER.fullmatch(text):  # a number joins the runs around it ("{used} GiB" -> "3.0 GiB")
             marked.append(text)
             continue
-        right_to_left = name in translated or _starts_right_to_left(text)
+        right_to_left = name in translated or _right_to_left(text)
         mark = chr((_RTL_FIELD_MARK if right_to_left else _FIELD_MARK) + len(shown))
         shown[mark] = (text, name in translated)
         marked.append(mark)
