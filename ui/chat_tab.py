@@ -400,6 +400,11 @@ def reply_messages(update, request: ChatRequest | None = None, server_max: int |
         for notice in reply_notices(update, request, server_max):
             messages.append(gr.ChatMessage(role="assistant", content=localized(notice.detail),
                                            metadata={"title": f"{NOTICE_PREFIX} {localized(notice.title)}"}))
+        if not (update.answer + update.reasoning).strip() and not (update.stats and update.stats.stopped):
+            # an empty bubble said nothing (the demo models' random weights often end a reply at once)
+            messages.append(gr.ChatMessage(role="assistant", content=say(
+                "It ended the reply at its first token: send the message again, or change the seed or the "
+                "temperature."), metadata={"title": f"{NOTICE_PREFIX} {say('The model produced no text')}"}))
     return messages
 
 
