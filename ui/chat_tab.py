@@ -486,7 +486,7 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
                                                          top_k, max_new, greedy, chat_seed, reply_records],
         additional_inputs_accordion=gr.Accordion(t("Sampling and system prompt"), open=False, render=False),
         additional_outputs=[chat_stats, context_meter, reply_records], examples=[[e] for e in EXAMPLE_PROMPTS],
-        examples_label=t("Examples"), run_examples_on_click=False, editable=True,
+        examples_label=t("Examples"), editable=True,  # a click sends the example, as the visitor expects
         concurrency_limit=settings.chat_batch, api_visibility="private", fill_height=False, save_history=True,
         autofocus=False,  # focusing the box on load scrolls a phone's page past the header and the warm-up bar
     )
