@@ -7,6 +7,10 @@ lives in ``neuron_backend/arabic.json`` (data: one ``"English": "Arabic"`` pair 
 English template (gettext's convention); a part outside the core (the annex) registers its own file with
 ``register(read_catalog(path))``. Parameters are user input, numbers, flags and allowed values; they
 are inserted as they are in either language (a parameter that is itself a ``Message`` is translated too).
+In Arabic, left-to-right runs keep their order inside the right-to-left sentence (``bidi_isolated``): each
+Latin technical run of the template ("--models auto", "~{size} GiB") and each filled-in value that could be
+reordered (a flag, a path, a quoted value) goes between LRI and PDI; a value with Arabic in it reads in the
+sentence's direction. English is never touched.
 Where one English word reads two ways in Arabic (a task "failed" and a QA cell "failed"), the call names a context
 (``tr("failed", ctx="qa")``) and the catalog holds ``"qa\u0004failed"``, gettext's msgctxt.
 ``tests/test_catalog.py`` checks that every template written in the code has an Arabic entry with the
@@ -18,6 +22,7 @@ No Gradio here: the backend stays importable without it.
 from __future__ import annotations
 
 import json
+import re
 import string
 from pathlib import Path
 
@@ -64,7 +69,7 @@ class Message(str):
 
     def text(self, lang: str) -> str:
         """The message in ``lang`` ("en" or "ar"; anything else reads English)."""
-        return _fill(in_arabic(self.template, self.ctx) if lang == "ar" else self.template, self.params, lang)
+        return _fill(self.template, self.params, lang, in_arabic(self.template, self.ctx) if lang == "ar" else None)
 
     def __reduce__(self):  # pickles (multiprocessing, Gradio's state copies) keep template and parameters
         return (_rebuild, (self.template, self.params, self.ctx))
@@ -74,8 +79,137 @@ def _rebuild(template: str, params: dict, ctx: str | None = None) -> Message:
     return Message(template, ctx, **params)
 
 
-def _fill(template: str, params: dict, lang: str) -> str:
-    return template.format(**{k: in_language(v, lang) for k, v in params.items()})
+def _fill(template: str, params: dict, lang: str, arabic: str | None = None) -> str:
+    """``template`` filled in ``lang``; ``arabic``: its Arabic, isolated (text the catalog lacks reads as written)."""
+    values = {k: in_language(v, lang) for k, v in params.items()}
+    if arabic is None or arabic == template:
+        return template.format(**values)
+    return bidi_isolated(arabic, values, {k for k, v in params.items() if isinstance(v, Message)})
+
+
+# Unicode's directional isolates: a run between LRI (or FSI, which takes the direction of its first strong
+# letter) and PDI is ordered on its own and sits in the sentence as one neutral character. FSI is not written
+# here, but text that already holds one is left as it is.
+LRI, FSI, PDI = "\u2066", "\u2068", "\u2069"
+# Left-to-right runs inside Arabic text: flags, paths, commands, model ids, a value with its unit ("--models tiny",
+# "/data/compile-cache", "Qwen3-0.6B", "~{size} GiB"). Drawn in a right-to-left paragraph, their leading or trailing
+# "-", "/", "~", "." and spaces resolve to the paragraph's direction and the run reads jumbled ("(tiny --models)",
+# "1.0~ GiB"); an isolate keeps each run in one piece. Private-use characters stand for a template's fields:
+# U+E000... for a left-to-right value (part of a run), U+F000... for a right-to-left one (never part of one).
+_FIELD_MARK, _RTL_FIELD_MARK = 0xE000, 0xF000
+_PIECE = r"(?:[A-Za-z0-9_./:~@=+#%`\\'\uE000-\uEFFF-]|\(\)|&(?:lt|gt|amp|quot|#\d+);|<[\w-]+>)+"
+# pieces joined by single spaces, not after a "." ":" or "," that ends a clause, nor to a bare "+" or "-" between words
+_RUN = re.compile(rf"{_PIECE}(?:(?<![.,:]) (?=[^ ]*[A-Za-z0-9\uE000-\uEFFF]){_PIECE})*")
+_HTML_TAG = re.compile(r"(<[^>]*>)")
+# HTML's inline tags in a plain-text template ("<b>", "</code>") are no run's piece; "<folder>" is text
+_INLINE_TAG = re.compile(r"(</?(?:a|b|bdi|br|code|details|div|em|i|kbd|li|ol|p|pre|small|span|strong|sub|summary|sup"
+                         r"|ul)\b[^>]*>)")
+_NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
+
+
+def _isolate(match: re.Match, markup: bool) -> str:
+    run = match.group(0)
+    core = run.rstrip(".,:;")
+    if core.endswith("'") and core.count("'") % 2:  # a closing quote whose opening one is outside the run
+        core = core[:-1].rstrip(".,:;")
+    tail = run[len(core):]
+    fields = sum(_FIELD_MARK <= ord(ch) < _RTL_FIELD_MARK for ch in core)
+    if fields:
+        keep = len(core) == 1  # a lone field: its value is isolated on its own
+    elif not re.search(r"[A-Za-z]", core):  # numbers ("3/7", "~12" before an Arabic unit) read with the sentence
+        keep = True
+    else:
+        keep = bool(re.fullmatch(r"[A-Za-z0-9 ]+", core))  # plain words ("cpu", "Hugging Face", "64x64")
+    if keep:
+        return run
+    return (f'<bdi dir="ltr">{core}</bdi>' if markup else f"{LRI}{core}{PDI}") + tail
+
+
+def _outside_isolates(text: str, change) -> str:
+    """``text`` with ``change`` applied to each stretch outside the isolates it already holds."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in (LRI, FSI, "\u2067"):
+            if depth == 0:
+                out.append(change(text[start:i]))
+                start = i
+            depth += 1
+        elif ch == PDI and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(text[start:i + 1])
+                start = i + 1
+    out.append(change(text[start:]) if depth == 0 else text[start:])
+    return "".join(out)
+
+
+def ltr_isolated(text: str, markup: bool = False) -> str:
+    """``text`` with its Latin technical runs in left-to-right isolates (for text shown right to left).
+
+    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">`` (tags and entities left whole); otherwise
+    (plain text, a table cell, Markdown) between LRI and PDI, HTML's inline tags left whole. Runs already inside
+    an isolate are left as they are.
+    """
+    if not text:
+        return text
+    parts = (_HTML_TAG if markup else _INLINE_TAG).split(text)
+    return "".join(part if i % 2 else _outside_isolates(part, lambda stretch: _RUN.sub(
+        lambda m: _isolate(m, markup), stretch)) for i, part in enumerate(parts))
+
+
+_RTL_LETTER = re.compile(r"[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")  # Hebrew and Arabic letters
+
+
+def _right_to_left(text: str) -> bool:
+    """Whether ``text`` holds Arabic (or Hebrew) letters: it reads in the sentence's own direction."""
+    return bool(_RTL_LETTER.search(text))
+
+
+def _value_isolated(text: str, in_ltr_run: bool) -> str:
+    """A filled-in value as it sits in Arabic text: a left-to-right one in LRI..PDI.
+
+    Left bare: text with Arabic in it (a duration, a translated word, a summary line built in Arabic: it
+    reads in the sentence's direction, and its own runs were isolated where it was built), no letter or
+    digit at all, a plain number or plain words (nothing at an edge to misplace), and a left-to-right
+    value inside a left-to-right run of the template.
+    """
+    if _right_to_left(text) or not re.search(r"[A-Za-z0-9]", text):
+        return text
+    if in_ltr_run or re.fullmatch(r"[A-Za-z0-9 ]+", text):
+        return text
+    return f"{LRI}{text}{PDI}"
+
+
+def bidi_isolated(template: str, values: dict, translated: set[str] = frozenset()) -> str:
+    """An Arabic ``template`` filled with ``values``, each left-to-right run in an isolate (module docstring).
+
+    ``translated``: names whose value is a Message already in Arabic (ordered by its own isolates).
+    """
+    marked, shown = [], {}
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        marked.append(literal)
+        if name is None:
+            continue
+        field = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        text = field.format(**values)
+        if _NUMBER.fullmatch(text):  # a number joins the runs around it ("{used} GiB" -> "3.0 GiB")
+            marked.append(text)
+            continue
+        right_to_left = name in translated or _right_to_left(text)
+        mark = chr((_RTL_FIELD_MARK if right_to_left else _FIELD_MARK) + len(shown))
+        shown[mark] = (text, name in translated)
+        marked.append(mark)
+    out, depth = [], 0
+    for ch in ltr_isolated("".join(marked)):
+        if ch in (LRI, FSI):
+            depth += 1
+        elif ch == PDI:
+            depth -= 1
+        if ch in shown:  # never inside an isolate when right to left (its mark is no run's piece)
+            text, translated_already = shown[ch]
+            ch = text if translated_already else _value_isolated(text, depth > 0)
+        out.append(ch)
+    return "".join(out)
 
 
 def tr(template: str, ctx: str | None = None, **params) -> Message:

@@ -214,3 +214,32 @@ def test_messages_keep_template_and_parameters_through_pickle():
     copy = pickle.loads(pickle.dumps(tr("Stopped before it started: no step ran and nothing was saved.")))
     assert copy.template == "Stopped before it started: no step ran and nothing was saved."
     assert str(copy) == str(tr("Stopped before it started: no step ran and nothing was saved."))
+
+
+def test_arabic_keeps_flags_quoted_values_and_units_in_bidi_isolates():
+    from neuron_backend.messages import LRI, PDI, tr
+
+    auto = tr("--models auto: {why}; using the offline demo models with random weights", why="no model folder")
+    assert str(auto) == "--models auto: no model folder; using the offline demo models with random weights"
+    assert auto.text("ar").startswith(f"{LRI}--models auto{PDI}: no model folder؛ ")  # the flag in one piece
+    need = tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} {decode} "
+              "GiB + activations and overhead {rest} GiB)", total="1.0", dtype="bfloat16", params="4.0",
+              weights="2.5", size="1024x1024", decode="0.5", rest="0.3")
+    assert str(need).startswith("needs ~1.0 GiB in bfloat16 (4.0 B parameters")
+    arabic = need.text("ar")
+    assert f"{LRI}~1.0 GiB{PDI}" in arabic and f"{LRI}2.5 GiB{PDI} +" in arabic and f"{LRI}bfloat16" not in arabic
+    quoted = tr("{name} must be a whole number from {low} to {high}, not {value}.", name="steps", low=1, high=50,
+                value='key="a, b"')
+    assert str(quoted) == 'steps must be a whole number from 1 to 50, not key="a, b".'
+    assert f'{LRI}key="a, b"{PDI}' in quoted.text("ar")
+    mixed = tr("{name} must be a whole number from {low} to {high}, not {value}.", name="steps", low=1, high=50,
+               value="'x مرحبا'")
+    assert "'x مرحبا'" in mixed.text("ar") and f"{LRI}'x" not in mixed.text("ar")  # Arabic in it: read in line
+    with i18n.speaking("ar"):  # the page's own texts: say() and the labels t() hands to the frontend
+        assert i18n.say("--models auto: {why}; using the offline demo models with random weights",
+                        why="--x") == auto.text("ar").replace("no model folder", f"{LRI}--x{PDI}")
+        label = i18n.t("Exporting the compile cache is an operator action: start the app with --auth and log in.")
+        assert f"{LRI}--auth{PDI}" in i18n.I18N.translations["ar"][label.key]
+    with i18n.speaking("en"):
+        assert i18n.say("--models auto: {why}; using the offline demo models with random weights",
+                        why="--x") == "--models auto: --x; using the offline demo models with random weights"

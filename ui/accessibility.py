@@ -20,6 +20,10 @@
     control (its own keyboard handling is Gradio's);
   - the picture in an Image box sits in a nameless ``<button>`` (``button-name``): it is named after
     its box's label;
+  - Gradio writes its own aria-labels in English whatever the locale ("Empty value", "range slider for
+    Steps", "Copy table data"): on an Arabic page each known one is replaced by its Arabic
+    (``GRADIO_ARIA_LABELS``, ``GRADIO_ARIA_PREFIXES``) and put back when the page turns English; the
+    picture button's label (above) is its box's label, else "Image" in the page's language;
   - the Python snippet's syntax colours (CodeMirror with a dark palette, 2.0-3.7:1 on white) are
     darkened token by token, keeping their hue, until each reads at 5:1 on white (light theme only).
 
@@ -27,6 +31,8 @@
 """
 
 from __future__ import annotations
+
+import json
 
 import gradio as gr
 
@@ -53,8 +59,66 @@ body:not(.dark) .gradio-container .json-node {
 }
 """
 
+# Gradio 6.31's aria-labels, English in every locale: whole labels, and labels that start with English words
+# before a component's own (translated) label or an example's text.
+GRADIO_ARIA_LABELS = {
+    "Empty value": "لا قيمة",
+    "Reset to default value": "إعادة إلى القيمة الافتراضية",
+    "chatbot conversation": "محادثة روبوت المحادثة",
+    "Copy table data": "نسخ بيانات الجدول",
+    "Fullscreen": "ملء الشاشة",
+    "Exit fullscreen": "الخروج من ملء الشاشة",
+    "Table actions": "إجراءات الجدول",
+    "Click to upload or drop files": "انقر للرفع أو أفلت الملفات",
+    "More tabs": "مزيد من التبويبات",
+    "Gradio footer navigation": "تنقّل تذييل Gradio",
+    "Image": "صورة",
+    "Clear": "مسح",
+    "Download": "تنزيل",
+    "Share": "مشاركة",
+    "Copy": "نسخ",
+    "Copy message": "نسخ الرسالة",
+    "Copy conversation": "نسخ المحادثة",
+    "Clear conversation": "مسح المحادثة",
+    "Retry": "إعادة المحاولة",
+    "Undo": "تراجع",
+    "Edit": "تحرير",
+    "Like": "إعجاب",
+    "Dislike": "عدم إعجاب",
+    "Remove": "إزالة",
+    "Stop": "إيقاف",
+    "Submit": "إرسال",
+}
+GRADIO_ARIA_PREFIXES = {
+    "number input for ": "حقل رقمي لـ ",
+    "range slider for ": "منزلق نطاق لـ ",
+    "Select example ": "اختر المثال ",
+}
+
 HEAD = r"""<script>
 (() => {
+  const ARIA = __ARIA__, ARIA_PREFIXES = Object.entries(__ARIA_PREFIXES__);
+  const arabic = () => (document.documentElement.getAttribute("lang") || "").toLowerCase().startsWith("ar");
+  const inArabic = (english) => {
+    if (ARIA[english]) return ARIA[english];
+    for (const [prefix, shown] of ARIA_PREFIXES) {
+      if (english.startsWith(prefix)) return shown + english.slice(prefix.length);
+    }
+    return null;
+  };
+  const followLanguage = () => {  // Gradio's English aria-labels in the page's language
+    if (arabic()) {
+      for (const node of document.querySelectorAll("[aria-label]")) {
+        const english = node.getAttribute("aria-label"), shown = inArabic(english);
+        if (shown) { node.dataset.ariaEnglish = english; node.setAttribute("aria-label", shown); }
+      }
+    } else {
+      for (const node of document.querySelectorAll("[data-aria-english]")) {
+        node.setAttribute("aria-label", node.dataset.ariaEnglish);
+        delete node.dataset.ariaEnglish;
+      }
+    }
+  };
   const repair = () => {
     for (const box of document.querySelectorAll('.examples[role="list"]')) {
       box.setAttribute("role", "group");
@@ -74,6 +138,7 @@ HEAD = r"""<script>
       const label = picture.closest(".block")?.querySelector('[data-testid="block-label"]');
       picture.setAttribute("aria-label", (label && label.textContent.trim()) || "Image");
     }
+    followLanguage();
     if (!document.body.classList.contains("dark")) {
       for (const token of document.querySelectorAll(".cm-content span:not([data-contrast])")) {
         token.dataset.contrast = "checked";
@@ -101,7 +166,9 @@ HEAD = r"""<script>
   const start = () => {
     repair();
     new MutationObserver(soon).observe(document.body, {subtree: true, childList: true});
+    new MutationObserver(soon).observe(document.documentElement, {attributes: true, attributeFilter: ["lang"]});
   };
   if (document.body) start(); else document.addEventListener("DOMContentLoaded", start);
 })();
-</script>"""
+</script>""".replace("__ARIA__", json.dumps(GRADIO_ARIA_LABELS)).replace("__ARIA_PREFIXES__",
+                                                                   json.dumps(GRADIO_ARIA_PREFIXES))

@@ -37,7 +37,7 @@ from .i18n import localized
 from .presentation import visitor_status
 from .request_metrics import measured, queued_at
 
-log = logging.getLogger("showcase.ui")
+log = logging.getLogger("showcase.api")
 
 SEED_MAX = 2**32 - 1
 # Only the API client that cancelled could read it (and it has gone): English, like the API's other text.
@@ -90,8 +90,14 @@ def _on_refusal(fn, refuse):
     return wrapper
 
 
+def _logged(exc: ShowcaseError) -> None:
+    """One line in the server's log per refusal: a user's mistake, not the server's (no traceback)."""
+    log.info("refused: %s: %s", type(exc).__name__, exc)
+
+
 def _raise_gr_error(exc: ShowcaseError):
-    raise gr.Error(shown(exc)) from None
+    _logged(exc)
+    raise gr.Error(shown(exc), print_exception=False) from None  # Gradio prints a traceback otherwise
 
 
 def user_errors(fn):
@@ -108,6 +114,7 @@ def refusals_as_toast(outputs: int):
     skip = gr.skip() if outputs == 1 else (gr.skip(),) * outputs
 
     def toast(exc: ShowcaseError):
+        _logged(exc)
         gr.Warning(shown(exc))
         return skip
 

@@ -403,6 +403,11 @@ def reply_messages(update, request: ChatRequest | None = None, server_max: int |
         for notice in reply_notices(update, request, server_max):
             messages.append(gr.ChatMessage(role="assistant", content=localized(notice.detail),
                                            metadata={"title": f"{NOTICE_PREFIX} {localized(notice.title)}"}))
+        if not (update.answer + update.reasoning).strip() and not (update.stats and update.stats.stopped):
+            # an empty bubble said nothing (the demo models' random weights often end a reply at once)
+            messages.append(gr.ChatMessage(role="assistant", content=say(
+                "It ended the reply at its first token: send the message again, or change the seed or the "
+                "temperature."), metadata={"title": f"{NOTICE_PREFIX} {say('The model produced no text')}"}))
     return messages
 
 
@@ -484,7 +489,7 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
                                                          top_k, max_new, greedy, chat_seed, reply_records],
         additional_inputs_accordion=gr.Accordion(t("Sampling and system prompt"), open=False, render=False),
         additional_outputs=[chat_stats, context_meter, reply_records], examples=[[e] for e in EXAMPLE_PROMPTS],
-        examples_label=t("Examples"), run_examples_on_click=False, editable=True,
+        examples_label=t("Examples"), editable=True,  # a click sends the example, as the visitor expects
         concurrency_limit=settings.chat_batch, api_visibility="private", fill_height=False, save_history=True,
         autofocus=False,  # focusing the box on load scrolls a phone's page past the header and the warm-up bar
     )

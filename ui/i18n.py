@@ -32,7 +32,15 @@ from urllib.parse import parse_qs, urlsplit
 import gradio as gr
 from gradio.context import LocalContext
 
-from neuron_backend.messages import CONTEXT, LANGUAGES, in_arabic, in_language
+from neuron_backend.messages import (
+    CONTEXT,
+    LANGUAGES,
+    Message,
+    bidi_isolated,
+    in_arabic,
+    in_language,
+    ltr_isolated,
+)
 
 # Gradio's own strings that its Arabic table (templates/frontend/assets/ar-*.js) lacks; English is Gradio's.
 GRADIO_STRINGS: dict[str, tuple[str, str]] = {
@@ -64,7 +72,8 @@ def t(english: str, ctx: str | None = None) -> gr.i18n.I18nData:
     """The translatable text for a component's label, info, placeholder or value (English, as shown)."""
     key = text_id(english if ctx is None else f"{ctx}{CONTEXT}{english}")
     I18N.translations["en"][key] = english
-    I18N.translations["ar"][key] = in_arabic(english, ctx)
+    arabic = in_arabic(english, ctx)
+    I18N.translations["ar"][key] = english if arabic == english else ltr_isolated(arabic)
     return I18N(key)
 
 
@@ -112,10 +121,18 @@ def speaking(language: str) -> Iterator[None]:
 
 
 def say(template: str, ctx: str | None = None, **params) -> str:
-    """``template`` (English, {fields}) in the current language, filled with ``params`` (as they are)."""
+    """``template`` (English, {fields}) in the current language, filled with ``params``.
+
+    In Arabic, each value and each Latin run of the template sits in a bidi isolate (``bidi_isolated``).
+    """
     language = lang()
     shown = in_arabic(template, ctx) if language == "ar" else template
-    return shown.format(**{k: in_language(v, language) for k, v in params.items()}) if params else shown
+    if shown == template:  # English, or text the catalog does not hold: as written
+        return template.format(**{k: in_language(v, language) for k, v in params.items()}) if params else template
+    if not params:
+        return ltr_isolated(shown)
+    return bidi_isolated(shown, {k: in_language(v, language) for k, v in params.items()},
+                         {k for k, v in params.items() if isinstance(v, Message)})
 
 
 def localized(value) -> str:
@@ -227,6 +244,12 @@ html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type=
    header never breaks after its hyphens ("- -" at a line's end, "models full" on the next) */
 html[dir="rtl"] .file-preview td.filename { direction: ltr; unicode-bidi: isolate; }
 #page-header code { white-space: nowrap; }
+/* a slider is drawn from its minimum: at the right in a right-to-left block, where Chromium puts the thumb's start
+   (Gradio paints the filled part with a gradient "to right" on the track) */
+html[dir="rtl"] input[type="range"]::-webkit-slider-runnable-track {
+  background: linear-gradient(to left, var(--slider-color) var(--range_progress),
+                              var(--neutral-200) var(--range_progress));
+}
 /* code, JSON and the like stay left to right in either language */
 html[dir="rtl"] .cm-editor, html[dir="rtl"] pre, html[dir="rtl"] .json-holder { direction: ltr; text-align: left; }
 """

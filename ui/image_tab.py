@@ -74,6 +74,14 @@ def image_snippet(url: str, params: dict, run: list[dict] | None = None) -> str:
     return code
 
 
+def image_label(params: dict):
+    """The picture's label: "Image", or where a stopped image stopped (the gallery's caption says it too)."""
+    if params.get("stopped"):
+        return say("Image · stopped after {done} of {steps} steps", done=params.get("steps_done"),
+                   steps=params.get("steps"))
+    return t("Image")
+
+
 def caption(params: dict) -> str:
     """A gallery caption: seed and size (and where it stopped), in the page's language."""
     stopped = ""
@@ -213,7 +221,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                 clock.finish()
         items, first = [*past, *made], made[0]["params"]
         shown_params = params_view(first) if len(made) == 1 else [params_view(m["params"]) for m in made]
-        return (gr.update(value=made[0]["path"], label=t("Image")), [m["path"] for m in made], shown_params,
+        return (gr.update(value=made[0]["path"], label=image_label(first)), [m["path"] for m in made], shown_params,
                 image_snippet(base_url(request), first, [m["params"] for m in made]), first["seed"], items,
                 gr.update(value=gallery_value(items), visible=True), None)
 
@@ -221,7 +229,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
         if not items or evt.index is None or not 0 <= evt.index < len(items):
             return (gr.skip(),) * 4
         item = items[evt.index]
-        return (gr.update(value=item["path"], label=t("Image")), [item["path"]], params_view(item["params"]),
+        return (gr.update(value=item["path"], label=image_label(item["params"])), [item["path"]],
+                params_view(item["params"]),
                 image_snippet(base_url(request), item["params"]))
 
     def pasted_fields(path):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import gradio as gr
 
+from neuron_backend.messages import ltr_isolated
 from neuron_backend.runtime import Backend
 from neuron_backend.shapes import engine_name
 
@@ -23,39 +24,17 @@ from .presentation import fmt_seconds, operator_view, visitor_status
 STATE_ICONS = {"queued": "⏳", "running": "⚙️", "ready": "✅", "failed": "❌", "skipped": "⏭️"}
 
 
-# Left-to-right runs inside Arabic text: flags, paths, commands, model ids ("--models tiny", "/data/compile-cache",
-# "Qwen3-0.6B"). Drawn in a right-to-left paragraph, their leading or trailing "-", "/", "." and spaces resolve to
-# the paragraph's direction and the run reads jumbled ("(tiny --models)"); an isolate keeps each run in one piece.
-LRI, PDI = "\u2066", "\u2069"  # Unicode's left-to-right isolate (plain text: a Dataframe cell, Markdown)
-_PIECE = r"(?:[A-Za-z0-9_./:~@=+#%`\\'-]|\(\)|&(?:lt|gt|amp|quot|#\d+);|<[\w-]+>)+"
-_RUN = re.compile(rf"{_PIECE}(?: {_PIECE})*")
-_HTML_TAG = re.compile(r"(<[^>]*>)")
 _HUB_REVISION = re.compile(r"[^/@]+/(?P<name>[^/@]+)@(?P<revision>[^@]+)")  # a hub id, not a folder ("/", "@")
 _COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit sha, shown by its first 7 digits as git does
-
-
-def _isolate(match: re.Match, markup: bool) -> str:
-    run = match.group(0)
-    core = run.rstrip(".,:;'")
-    if not re.search(r"[A-Za-z]", core) or re.fullmatch(r"[A-Za-z0-9 ]+", core):
-        return run  # a number, plain words ("cpu", "Hugging Face"): no "-", "/", "." at an edge to misplace
-    tail = run[len(core):]
-    return (f'<bdi dir="ltr">{core}</bdi>' if markup else f"{LRI}{core}{PDI}") + tail
 
 
 def ltr_runs(text: str, markup: bool = False) -> str:
     """``text`` with its Latin technical runs in left-to-right isolates, on an Arabic page only (English as it is).
 
-    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">`` (tags and entities left whole); otherwise
-    (a table cell, Markdown) between LRI and PDI.
+    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">``; otherwise (a table cell, Markdown) between
+    LRI and PDI (``neuron_backend.messages.ltr_isolated``).
     """
-    if lang() != "ar" or not text:
-        return text
-    if not markup:
-        return _RUN.sub(lambda m: _isolate(m, False), text)
-    parts = _HTML_TAG.split(text)
-    return "".join(part if i % 2 else _RUN.sub(lambda m: _isolate(m, True), part) for i, part in enumerate(parts))
-
+    return ltr_isolated(text, markup) if lang() == "ar" else text
 
 
 def state_word(state: str) -> str:

@@ -16,6 +16,7 @@ from support.browser import (
     _open_accordion,
     _shot,
     _wait_ready,
+    open_page,
 )
 
 pytestmark = pytest.mark.browser
@@ -193,3 +194,22 @@ def test_a_refusal_is_a_toast_and_every_result_stays(page, tmp_path):  # noqa: F
     assert after == before and not any(v["errors"] for v in after.values()), after
     page.locator("#qa-upload button[aria-label='Clear']").click()
     page.get_by_role("tab", name="Chat").click()
+
+
+HEADERS_JS = """(selector) => [...document.querySelectorAll(selector + ' thead th')]
+  .filter((th) => th.offsetParent !== null).map((th) => th.innerText.trim())"""
+
+
+@pytest.mark.parametrize(("query", "tab", "first", "prompt"), [("en", "QA bench", "variant", "prompt"),
+                                                                ("ar", "منصة ضمان الجودة", "المتغيّر", "الموجّه")])
+def test_empty_qa_tables_show_their_headers_not_column_numbers(browser, app_url, query, tab, first, prompt):
+    context, page = open_page(browser, f"{app_url}?lang={query}", "en-US")
+    try:
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_function(f"() => ({HEADERS_JS})('#qa-summary').length > 3")
+        summary, grid = page.evaluate(HEADERS_JS, "#qa-summary"), page.evaluate(HEADERS_JS, "#qa-grid")
+        assert summary[0] == first and len(summary) == 11 and "1" not in summary, summary
+        assert grid == ["#", prompt], grid
+        _shot(page, f"qa-empty-tables-{query}", full_page=False)
+    finally:
+        context.close()

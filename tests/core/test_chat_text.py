@@ -246,6 +246,20 @@ def test_markdown_export_reads_as_a_conversation():
     assert "**System prompt:**\n\n> Be brief." in markdown and '"type"' not in markdown
 
 
+def test_markdown_export_writes_switches_as_on_off_and_no_live_html():
+    from ui.presentation import conversation_markdown
+
+    document = export_document(
+        [{"role": "user", "content": 'look <img src=x onerror="alert(1)"> and ![p](http://x/p.png)'},
+         {"role": "assistant", "content": "<b>bold?</b> `<kept>`"}],
+        model="m", system_prompt="<script>x()</script>", settings={"thinking": True, "greedy": False, "top_k": 20})
+    markdown = conversation_markdown(document)
+    assert "thinking on, greedy off, top_k 20" in markdown and "True" not in markdown and "False" not in markdown
+    assert '\\<img src=x onerror="alert(1)">' in markdown and "\\![p](http\\://x/p.png)" in markdown
+    assert "\\<b>bold?\\</b> `<kept>`" in markdown and "> \\<script>x()\\</script>" in markdown
+    assert "<img" not in markdown.replace("\\<img", "") and "<b>" not in markdown.replace("\\<b>", "")
+
+
 def test_notices_for_the_token_cap_and_greedy_thinking():
     cut = ChatStats(10, 32, 8, 0.1, 1.0, 1.0, 0, 0, 256, 8, False, "length")
     reasoning_only = ChatUpdate("still weighing", "", "", True, cut)

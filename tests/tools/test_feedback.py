@@ -139,3 +139,19 @@ def test_the_log_refuses_oversize_marks_with_the_limit(tmp_path):
         log.record("up", "p" * 11, "r")
     with pytest.raises(InvalidRequestError, match="at most 20"):
         log.record("up", "p", "r" * 21)
+
+
+
+def test_the_comment_row_goes_with_the_chat_of_its_mark(tmp_path):
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image"],
+                              env={})
+    demo = ui.create_demo(Backend(settings), chat_extras=annex_chat_extras())
+    [block] = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "follow_chat"]
+    chatbot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "chatbot")
+    assert (chatbot._id, "change") in [(t[0], t[1]) for t in block.targets]  # New chat, a saved chat, Clear
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "text", "text": "an answer"}]}]
+    kept = block.fn(chat, "an answer")
+    assert all(isinstance(x, dict) and x.get("__type__") == "update" and len(x) == 1 for x in kept)  # gr.skip()
+    mark_id, marked, row = block.fn([], "an answer")  # the chat of the mark is gone
+    assert mark_id is None and marked is None and row["visible"] is False
+    assert all(x == {"__type__": "update"} for x in block.fn([], None))  # nothing marked: nothing to do

@@ -15,7 +15,7 @@ import pytest
 from support.i18n_check import english_phrases, has_arabic
 
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.messages import tr
+from neuron_backend.messages import LRI, PDI, tr
 from neuron_backend.settings import parse_settings
 from tools.qa import ab as qa_ab
 from tools.qa import grid as qa_grid
@@ -67,7 +67,7 @@ def test_grid_summary_and_speed_tables_read_arabic():
         marked, failed_check, unrun = rows[0][3], rows[0][2], rows[1][3]
         _arabic(marked.replace("answer 1 from the model", ""))
         assert "answer 1 from the model" in marked  # the model's output is shown as it is
-        assert "✅ نجح" in marked and "آليًا: فشل" in failed_check and "لا يحتوي على 'hello'" in failed_check
+        assert "✅ نجح" in marked and "آليًا: فشل" in failed_check and f"لا يحتوي على {LRI}'hello'{PDI}" in failed_check
         _arabic(unrun)
         for header in (*qa_grid.summary_headers("ar"), *qa_grid.speed_headers("ar")):
             assert has_arabic(header) or header in ("TTFT s",), header
@@ -112,7 +112,7 @@ def test_blind_review_and_its_result_read_arabic():
     qa_ab.start(run, "cold", "hot", seed=3)
     with i18n.speaking("ar"):
         heading, _, left, _, _, progress = v.ab_view(run)
-        assert heading.startswith("الزوج 1 من 2 · محادثة · الموجّه #1: Say hello.")
+        assert heading.startswith(f"الزوج 1 من 2 · محادثة · الموجّه #1: {LRI}Say hello.{PDI}")
         _arabic(progress)
         qa_ab.pick(run, 0, "left")
         qa_ab.reveal(run)

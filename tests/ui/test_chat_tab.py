@@ -97,6 +97,23 @@ def test_the_idle_meter_carries_both_languages():
     assert '<span class="i18n-ar" lang="ar">' in text  # ui/i18n.py CSS shows the one of <html lang>
 
 
+def test_an_empty_reply_says_so_and_a_stopped_one_does_not():
+    from ui.chat_tab import reply_messages
+
+    empty = ChatUpdate("", "", "", True, _stats(finish_reason="eos"))
+    bubbles = reply_messages(empty, ChatRequest("q"))
+    assert len(bubbles) == 2 and bubbles[0].content == ""  # the answer (history), then the note (never fed back)
+    assert bubbles[-1].metadata["title"] == "⚠ The model produced no text"
+    assert bubbles[-1].content.startswith("It ended the reply at its first token: send the message again")
+    with speaking("ar"):
+        note = reply_messages(empty, ChatRequest("q"))[-1]
+    _arabic(note.metadata["title"])
+    _arabic(note.content)
+    stopped = ChatUpdate("", "", "", True, _stats(finish_reason="stopped", stopped=True))
+    assert len(reply_messages(stopped, ChatRequest("q"))) == 1  # "stopped" is in its stats line
+    assert len(reply_messages(ChatUpdate("", "", "", False, None), ChatRequest("q"))) == 1  # not done yet
+
+
 def test_reply_bubbles_and_notices_in_the_page_language():
     from ui.chat_tab import reply_messages
 

@@ -31,3 +31,15 @@ def test_refusal_toasts_escape_too(monkeypatch):
 
     handler()
     assert shown and "<img" not in shown[0] and "&lt;img" in shown[0]
+
+
+def test_a_refusal_is_one_log_line_not_a_traceback(caplog):
+    @user_errors
+    def handler():
+        raise InvalidRequestError("Prompt is empty.")
+
+    with caplog.at_level("INFO", logger="showcase.api"), pytest.raises(gr.Error) as caught:
+        handler()
+    # Gradio prints a traceback for a gr.Error unless print_exception is off (gradio/queueing.py, routes.py)
+    assert caught.value.print_exception is False
+    assert [r.getMessage() for r in caplog.records] == ["refused: InvalidRequestError: Prompt is empty."]

@@ -25,7 +25,16 @@ from neuron_backend.messages import CATALOG, Message, fields
 from neuron_backend.shapes import ImageSize, choose_bucket
 from ui import i18n
 from ui.api import shown
-from ui.image_tab import caption, gallery_value, image_snippet, params_view, preview_label, progress_text, restored_text
+from ui.image_tab import (
+    caption,
+    gallery_value,
+    image_label,
+    image_snippet,
+    params_view,
+    preview_label,
+    progress_text,
+    restored_text,
+)
 
 SIZES = (ImageSize(64, 64), ImageSize(96, 64))
 ALLOWED_LATIN = ("A1111",)  # a tool's name
@@ -58,6 +67,15 @@ def _pasted(settings, **raw):
 
 
 # -- the tab's run-time text --------------------------------------------------------------------------
+
+def test_a_stopped_image_says_so_in_its_label():
+    stopped = _params(stopped=True, steps_done=2)
+    assert image_label(stopped) == "Image · stopped after 2 of 4 steps"
+    assert image_label(_params()).key == i18n.t("Image").key  # the plain label otherwise
+    with i18n.speaking("ar"):
+        _arabic(image_label(stopped))
+        assert "2" in image_label(stopped) and "4" in image_label(stopped)
+
 
 def test_run_time_texts_read_arabic_on_an_arabic_page(settings):
     frame = SimpleNamespace(index=0, step=3, total=8)
@@ -231,7 +249,7 @@ def test_engine_not_loaded_and_not_saved_read_arabic(engine, tmp_path):
     assert isinstance(problem, Message) and problem.startswith("not saved: could not write to")
     with i18n.speaking("ar"):
         for text in (i18n.localized(caught.value), i18n.localized(problem)):
-            _arabic(re.sub(r"\(\[Errno.*\)", "", text))  # the OS's own reason stays as it is
+            _arabic(re.sub(r"\([\u2066\u2068]?\[Errno.*\)", "", text))  # the OS's own reason stays as it is
 
 
 def test_ignored_guidance_note_reads_arabic_in_the_parameters_view(settings, demo_models):

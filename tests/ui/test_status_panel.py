@@ -28,7 +28,7 @@ from neuron_backend import weights
 from neuron_backend.compile_cache import configure_compile_cache
 from neuron_backend.errors import CacheBundleError, EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.memory import NotEnoughMemory, plan_image
-from neuron_backend.messages import Message, tr
+from neuron_backend.messages import LRI, PDI, Message, tr
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize, ShapeRegistry, parse_size
@@ -39,8 +39,6 @@ from ui import i18n
 from ui.i18n import localized
 from ui.presentation import size_choice_label
 from ui.status_panel import (
-    LRI,
-    PDI,
     counters_lines,
     details_markdown,
     engine_chips,
@@ -127,7 +125,7 @@ def test_task_table_details_and_counters_in_arabic(warm):
                     "cpu_fallback_ops": []}
         lines = "\n".join(counters_lines(counters))
         _arabic(lines)
-        assert "3.00 GiB محجوزة من 24.0 GiB" in lines and "لا شيء" in lines
+        assert f"{LRI}3.00 GiB{PDI} محجوزة من {LRI}24.0 GiB{PDI}" in lines and "لا شيء" in lines
         size = parse_size("64x64")
         for state in ({"state": "queued", "eta_s": 30.0}, {"state": "running", "eta_s": 3.0}, {"state": "ready"},
                       {"state": "failed"}, {"state": "skipped"}):

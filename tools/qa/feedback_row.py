@@ -56,6 +56,7 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
     """The like/dislike event of ``chatbot`` and the optional comment row under it."""
     log = FeedbackLog.for_settings(backend.settings)
     mark_id = gr.State(None)
+    marked = gr.State(None)  # the marked reply's text: the comment row goes when its chat goes
     stored = gr.State(0)  # marks this session has stored
     with gr.Row(visible=False, elem_id="feedback-row") as row:
         comment = gr.Textbox(label=t("Comment on your mark (optional)"), lines=1, scale=4, elem_id="feedback-comment",
@@ -65,7 +66,7 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
     def mark_reply(history, remembered, count, evt: gr.LikeData):
         rating = {True: "up", "Like": "up", False: "down", "Dislike": "down"}.get(evt.liked)
         if rating is None:  # an unmark or another flag: nothing to store
-            return None, gr.update(visible=False), "", gr.skip()
+            return None, gr.update(visible=False), "", gr.skip(), None
         try:
             session_budget_left(count or 0)
             prompt, reply, turn = marked_reply(history, evt.index)
@@ -76,7 +77,7 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
         backend.metrics.feedback.labels(rating).inc()
         gr.Info(say("Thanks: reply marked {mark}. Add a comment below if you like.",
                     mark="👍" if rating == "up" else "👎"))
-        return new_id, gr.update(visible=True), "", (count or 0) + 1
+        return new_id, gr.update(visible=True), "", (count or 0) + 1, reply
 
     def save_comment(current_id, text):
         if current_id is None:
@@ -88,8 +89,17 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
         gr.Info(say("Comment saved."))
         return None, gr.update(visible=False)
 
-    chatbot.like(mark_reply, [chatbot, records, stored], [mark_id, row, comment, stored], api_visibility="private",
-                 queue=False)
+    def follow_chat(history, reply):
+        """The comment row goes when the marked reply leaves the chat (New chat, another saved chat, Clear)."""
+        if reply is None or any(m.get("role") == "assistant" and _text(m.get("content")) == reply
+                                for m in history or []):
+            return gr.skip(), gr.skip(), gr.skip()
+        return None, None, gr.update(visible=False)
+
+    chatbot.like(mark_reply, [chatbot, records, stored], [mark_id, row, comment, stored, marked],
+                 api_visibility="private", queue=False)
     for event in (save.click, comment.submit):
         event(save_comment, [mark_id, comment], [mark_id, row], api_visibility="private", queue=False)
+    chatbot.change(follow_chat, [chatbot, marked], [mark_id, marked, row], api_visibility="private", queue=False,
+                   trigger_mode="always_last", show_progress="hidden")
     return log

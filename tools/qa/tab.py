@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 import gradio as gr
+from gradio.context import Context
 
 from neuron_backend.runtime import Backend
 from tools.qa import ab as qa_ab
@@ -93,6 +94,17 @@ def build_qa_tab(backend: Backend) -> None:
         return gr.update(value={"headers": qa_grid.speed_headers(lang()), "data": []})
 
     speed_box.expand(open_speed_box, run_state, speed, queue=False, api_visibility="private")
+
+    # An empty Dataframe shows Gradio's own column numbers ("1 2 3"): before any run, the summary and the grid
+    # get their headers in the page's language when the page loads.
+    def empty_tables(run):
+        if run is not None:
+            return gr.skip(), gr.skip()
+        language = lang()
+        return ({"headers": qa_grid.summary_headers(language), "data": []},
+                {"headers": ["#", say("prompt")], "data": []})
+
+    Context.root_block.load(empty_tables, run_state, [summary, grid], queue=False, api_visibility="private")
     with gr.Accordion(t("Blind A/B: two variants, names hidden, sides shuffled"), open=False, elem_id="qa-ab-box"):
         with gr.Row():
             ab_first = gr.Dropdown(label=t("Variant"), elem_id="qa-ab-first")
