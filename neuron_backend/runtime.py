@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from . import devices
+from . import compile_plan, devices
 from .chat import static_cache
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
@@ -111,7 +111,7 @@ class Backend:
         steps = self._plan()
         for hook in self.hooks:
             steps = hook.plan(steps)
-        self.runner = WarmupRunner(steps, history)
+        self.runner = WarmupRunner(steps, history, settings.compile_timeout_min * 60 or None)  # 0: no limit
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
         self.metrics = Metrics(lambda: self.runner.tasks, self.engine_states, self.runner.compiles_since_ready,
                                self.build_info)
@@ -184,13 +184,19 @@ class Backend:
                              key("load")))
             batch = self.settings.chat_batch if engine == "chat" else 1
             chunk = static_cache.chunk_size(self.settings, p.compile) if engine == "chat" else 0
-            for i, shape in enumerate(shape_keys(self.settings, engine)):
+            shapes = shape_keys(self.settings, engine)
+            for i, shape in enumerate(shapes):
                 title = shape_title(shape, i == 0, batch, chunk)
-                task = Task(tr("{engine} · {title}", engine=said, title=title), engine, "compile", shape.label)
+                planned = compile_plan.chat_plan(self.settings, p, [s.tokens for s in shapes], i) \
+                    if engine == "chat" else compile_plan.image_plan(self.settings, p, shape, i)
+                task = Task(tr("{engine} · {title}", engine=said, title=title), engine, "compile", shape.label,
+                            graphs=planned.graphs, eager_programs=planned.eager_programs,
+                            estimate_s=planned.estimate_s)
                 timed = shape.label if batch == 1 else f"{shape.label}@batch{batch}"  # batch N warms up other graphs
                 timed += f"@chunk{chunk}" if chunk else ""  # compiled prefill chunks: other graphs, other times
                 run = functools.partial(self._warm_up, shape)  # the task carries the label, the step the key
-                (head if i == 0 else tail).append(Step(task, run, key("compile", timed)))
+                refuse = functools.partial(self._refuse_shape, shape)
+                (head if i == 0 else tail).append(Step(task, run, key("compile", timed), refuse))
         return head + tail
 
     def start(self) -> threading.Thread:
@@ -248,8 +254,15 @@ class Backend:
 
     def _warm_up(self, shape: ShapeKey, task: Task) -> None:
         (engine := self.engine(task.engine)).warm_up(shape)
+        if task.state == "failed":  # it ran past the compile time limit: its shape stays refused
+            engine.shapes.mark_failed(shape, task.error)
+            return
         if why := engine.shapes.eager.get(shape):  # Neuron: its compile failed, so it serves eager
             task.detail = tr("eager fallback: {why}", why=why)
+
+    def _refuse_shape(self, shape: ShapeKey, task: Task, message: str) -> None:
+        """A compile task ran past the time limit: requests for its shape are refused with ``message``."""
+        self.engine(task.engine).shapes.mark_failed(shape, message)
 
     # ----- serving ------------------------------------------------------------------------------
     def engine(self, name: str):

@@ -55,6 +55,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("max-steps", "int", "most denoising steps one request may ask for"),
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
     ("compile-repeated-blocks", "bool", "compile each repeated transformer block once (faster compile)"),
+    ("compile-timeout-min", "float", "minutes one warm-up compile task may take; past them it fails and its shape "
+                                     "is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
     ("port", "int", "port to listen on"),
@@ -332,6 +334,7 @@ class Settings:
     max_steps: int = 50
     compile: str = "auto"
     compile_repeated_blocks: bool = False
+    compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
     host: str = "127.0.0.1"
     port: int = 7860
@@ -427,6 +430,7 @@ def parse_settings(
         max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
         compile_repeated_blocks=bool(raw.get("compile_repeated_blocks", False)),
+        compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw else _default_cache_dir(env),
         host=str(raw.get("host", host_default)),
         port=_as_int("port", raw.get("port", port_default)),
@@ -560,6 +564,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--max-saved-images", f"{s.max_saved_images} is negative", "0 or more")
     if not 1 <= s.max_images_per_run <= 16:
         raise ConfigError("--max-images-per-run", f"{s.max_images_per_run} is out of range", "1 to 16")
+    if not 0 <= s.compile_timeout_min <= 7 * 24 * 60:
+        raise ConfigError("--compile-timeout-min", f"{s.compile_timeout_min} is out of range", "0 (no limit) to 10080")
     if s.hub_timeout <= 0:
         raise ConfigError("--hub-timeout", f"{s.hub_timeout} is not positive", "seconds above 0")
     unknown = [e for e in s.warmup_order if e not in ("chat", "image")]

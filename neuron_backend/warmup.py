@@ -2,7 +2,9 @@
 
 At start-up every task is listed in order (obtain weights, load, one task per static shape);
 a background thread runs them while the app already serves whatever is ready. Durations are
-kept in a small JSON file under the cache root and give the ETA of the next start.
+kept in a small JSON file under the cache root and give the ETA of the next start; until then each
+compile task carries its first-run estimate (compile_plan.py). A compile task has a time limit
+(``--compile-timeout-min``): past it the task fails with what to do, and the warm-up goes on.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class Task:
     expected_s: float | None = None  # from the timing history of earlier starts
     progress: float | None = None  # weights downloads: 0..1
     detail: str | None = None
+    graphs: int | None = None  # compile tasks: graphs it compiles (compile_plan.py)
+    eager_programs: int | None = None  # compile tasks: eager modules the device compiles for this shape
+    estimate_s: float | None = None  # compile tasks: the first-run estimate, for when no history is known
 
 
 @dataclass
@@ -86,10 +91,13 @@ class Step:
     task: Task
     run: Callable[[Task], None]
     history_key: str
+    # past the compile time limit: told the task and the message it failed with (the Backend refuses its shape)
+    on_timeout: Callable[[Task, str], None] | None = None
 
 
 MAX_PLAUSIBLE_S = 24 * 3600.0  # a task "taking" longer than a day is a corrupt or hand-edited history entry
 HIT_SUFFIX = "|cache-hit"  # compile tasks served from the persistent compile cache are timed apart
+MIN_SLOW_S = 60.0  # a compile task is "still compiling" past twice its expected time, and never before this
 
 
 def plausible_seconds(value: object) -> bool:
@@ -175,8 +183,10 @@ class WarmupRunner:
     both take ``self._lock`` around the task list.
     """
 
-    def __init__(self, steps: list[Step], history: TimingHistory):
+    def __init__(self, steps: list[Step], history: TimingHistory, compile_timeout_s: float | None = None):
+        """``compile_timeout_s``: the time limit of one compile task (None: none)."""
         self._steps = steps
+        self.compile_timeout_s = compile_timeout_s
         self._history = history
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -238,7 +248,8 @@ class WarmupRunner:
         hits_before, graphs_before = CompileCounter.cache_hits(), CompileCounter.graphs()
         t0 = time.perf_counter()
         try:
-            step.run(task)
+            if not self._run_within_limit(step):
+                return
         except Exception as exc:  # noqa: BLE001 - isolated: recorded, shown, the rest continue
             message = error_of(exc)
             self._end(task, FAILED, seconds=time.perf_counter() - t0, error=message)
@@ -256,6 +267,46 @@ class WarmupRunner:
         self._end(task, READY, seconds=seconds, cache_hit=cache_hit)
         self._history.record(step.history_key, seconds, cache_hit)
         log.info("warm-up done: %s in %.1f s%s", task.name, seconds, " (compile cache hit)" if cache_hit else "")
+
+    def _run_within_limit(self, step: Step) -> bool:
+        """Run the step; False when a compile task ran past the time limit (then it is failed, saying what to do).
+
+        The step runs on a thread of its own so the warm-up can go on past the limit. Python cannot stop a
+        thread, so a compile past the limit goes on in the background and what it builds is not used
+        (the Backend keeps that shape refused); a later compile may wait for it (dynamo compiles one
+        frame at a time).
+        """
+        limit = self.compile_timeout_s
+        if step.task.kind != "compile" or not limit:
+            step.run(step.task)
+            return True
+        outcome: list[BaseException | None] = []
+
+        def work() -> None:
+            try:
+                step.run(step.task)
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the warm-up thread below
+                outcome.append(exc)
+
+        worker = threading.Thread(target=work, name=f"warmup-{step.task.engine}", daemon=True)
+        worker.start()
+        worker.join(limit)
+        if outcome:
+            if outcome[0] is not None:
+                raise outcome[0]
+            return True
+        task = step.task
+        message = tr("still compiling after {minutes} min, the time limit of one warm-up task "
+                     "(--compile-timeout-min); this shape is refused until a restart. Restart with a higher "
+                     "--compile-timeout-min (its graphs that did compile come from the compile cache), or drop "
+                     "this shape from the settings.", minutes=f"{limit / 60:.3g}")
+        self._end(task, FAILED, seconds=limit, error=message)
+        log.error("warm-up FAILED: %s still compiling after %.0f s, the limit; it goes on in the background, unused",
+                  task.name, limit)
+        if step.on_timeout is not None:
+            step.on_timeout(task, message)
+        return False
 
     def _end(self, task: Task, state: str, seconds: float | None = None, error: str | None = None,
              cache_hit: bool | None = None) -> None:
@@ -279,6 +330,43 @@ class WarmupRunner:
             if task.engine == engine and task.shape == shape:
                 return total
         return 0.0
+
+    def slow_after(self, task: dict) -> float | None:
+        """Seconds after which a running compile task reads "still compiling" (None: not a compile task).
+
+        Twice its expected time (learned, else the first-run estimate), at least MIN_SLOW_S, at most half the
+        time limit."""
+        if task["kind"] != "compile":
+            return None
+        known = task["expected_s"] if task["expected_s"] is not None else task["estimate_s"]
+        after = max(2 * known, MIN_SLOW_S) if known is not None else None
+        if self.compile_timeout_s:
+            after = self.compile_timeout_s / 2 if after is None else min(after, self.compile_timeout_s / 2)
+        return after
+
+    def plan(self, tasks: list[dict]) -> dict:
+        """What the warm-up compiles, per engine, and the time left by the first-run estimate.
+
+        ``eta_s``: per unfinished task its learned time if known, else its estimate (0 for a task with
+        neither: a download or a load on a first start), less what a running task has spent."""
+        engines: dict[str, dict] = {}
+        for t in tasks:
+            if t["kind"] == "compile":
+                e = engines.setdefault(t["engine"], {"graphs": 0, "eager_programs": 0, "estimate_s": 0.0})
+                e["graphs"] += t["graphs"] or 0
+                e["eager_programs"] += t["eager_programs"] or 0
+                e["estimate_s"] += t["estimate_s"] or 0.0
+        left = 0.0
+        for t in tasks:
+            if t["state"] in ENDED:
+                continue
+            known = t["expected_s"] if t["expected_s"] is not None else t["estimate_s"] or 0.0
+            left += max(0.0, known - (t["seconds"] or 0.0)) if t["state"] == RUNNING else known
+        return {"engines": engines, "graphs": sum(e["graphs"] for e in engines.values()),
+                "eager_programs": sum(e["eager_programs"] for e in engines.values()),
+                "eta_s": 0.0 if self.ready else round(left, 1),
+                "learned": all(t["expected_s"] is not None for t in tasks),
+                "compile_timeout_s": self.compile_timeout_s}
 
     def _remaining_estimates(self) -> list[tuple[Task, float | None]]:
         """Each unfinished task with its expected remaining seconds."""
@@ -317,6 +405,8 @@ class WarmupRunner:
         for t in tasks:
             if t["state"] == RUNNING and t["started_at"]:
                 t["seconds"] = round(now - t["started_at"], 2)
+            slow = self.slow_after(t) if t["state"] == RUNNING else None
+            t["still_compiling"] = slow is not None and (t["seconds"] or 0.0) >= slow
         done = sum(t["state"] in ENDED for t in tasks)
         estimates = [e for _, e in self._remaining_estimates()]
         eta = None if any(e is None for e in estimates) else round(sum(estimates), 1)
@@ -333,4 +423,6 @@ class WarmupRunner:
             "failed": [t["name"] for t in tasks if t["state"] == FAILED],
             "cache_hits": sum(bool(t["cache_hit"]) for t in tasks),
             "compiles_since_ready": self.compiles_since_ready(),
+            "plan": self.plan(tasks),
         }
+

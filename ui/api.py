@@ -253,6 +253,7 @@ class WarmupStatus(TypedDict):
     failed: list[str]
     cache_hits: int
     compiles_since_ready: int
+    plan: dict[str, Any]  # graphs and eager programs per engine, the first-run ETA, the compile time limit
     banner: str
     demo: bool
     models: dict[str, str]

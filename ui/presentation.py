@@ -159,7 +159,9 @@ def fmt_seconds(seconds: float | None) -> str:
         return "?"
     if seconds < 60:
         return say("{n} s", n=f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}")
-    return say("{m} min {s} s", m=f"{seconds // 60:.0f}", s=f"{seconds % 60:02.0f}")
+    if seconds < 3600:
+        return say("{m} min {s} s", m=f"{seconds // 60:.0f}", s=f"{seconds % 60:02.0f}")
+    return say("{h} h {m} min", h=f"{seconds // 3600:.0f}", m=f"{seconds % 3600 // 60:02.0f}")  # a first compile
 
 
 def size_choice_label(size, state: dict | None) -> str:

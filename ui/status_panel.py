@@ -55,14 +55,15 @@ def status_bar_html(status: dict) -> str:
         state = say("Warm-up done in {elapsed}", elapsed=fmt_seconds(status["elapsed_s"])) + (
             say(" · {n} failed", n=failed) if failed else "")
     else:
-        eta = status["eta_s"]
-        running = next((localized(t["name"]) for t in status["tasks"] if t["state"] == "running"),
-                       say("starting"))
+        eta, plan = status["eta_s"], status.get("plan")
+        task = next((t for t in status["tasks"] if t["state"] == "running"), None)
+        running = localized(task["name"]) if task else say("starting")
         state = say("Warming up: {task} · {done}/{total} tasks",
                     task=html.escape(running), done=status["done"], total=status["total"]) + (
             say(" · about {eta} left", eta=fmt_seconds(eta)) if eta is not None else
+            say(" · about {eta} left by the first-run estimate", eta=fmt_seconds(plan["eta_s"])) if plan else
             say(" · ETA learned after the first start")
-        )
+        ) + (still_compiling(task, plan) if task else "")
     alarm = status["compiles_since_ready"]
     alarm_html = (
         f'<span class="recompile-alarm" style="color:#fff;background:#c62828;padding:1px 6px;border-radius:4px">'
@@ -76,8 +77,30 @@ def status_bar_html(status: dict) -> str:
         f'<div style="display:flex;gap:12px;align-items:center">'
         f'<progress id="warmup-progress" value="{pct}" max="100" style="flex:1"></progress>'
         f'<span id="warmup-state">{ltr_runs(state, True)}</span> {alarm_html}</div>'
-        f'{ltr_runs(fallback_html(status), True)}</div>'
+        f'{plan_html(status)}{ltr_runs(fallback_html(status), True)}</div>'
     )
+
+
+def still_compiling(task: dict, plan: dict | None) -> str:
+    """" · still compiling after 12 min 00 s (limit 60 min)" for a compile task past its expected time, else ""."""
+    if not task.get("still_compiling"):
+        return ""
+    limit = (plan or {}).get("compile_timeout_s")
+    return say(" · still compiling after {elapsed}", elapsed=fmt_seconds(task["seconds"])) + (
+        say(" (limit {limit})", limit=fmt_seconds(limit)) if limit else "")
+
+
+def plan_html(status: dict) -> str:
+    """While warming up: what it compiles per engine (graphs, eager programs) and the first-run estimate."""
+    plan = status.get("plan")
+    if not plan or not plan["engines"] or status.get("warmup_done", status["ready"]):
+        return ""
+    parts = [say("{engine}: {graphs} graphs, {programs} eager programs", engine=engine_title(name),
+                 graphs=e["graphs"], programs=e["eager_programs"]) for name, e in plan["engines"].items()]
+    estimate = sum(e["estimate_s"] for e in plan["engines"].values())
+    line = say("Compile plan: {engines} · first run about {estimate} by estimate (learned times replace it)",
+               engines="; ".join(parts), estimate=fmt_seconds(estimate))
+    return f'<div id="warmup-plan" style="font-size:.9em;opacity:.85">{ltr_runs(line, True)}</div>'
 
 
 def fallback_html(status: dict) -> str:
@@ -109,6 +132,10 @@ def task_rows(status: dict) -> list[list]:
             state += f" · {localized(task['detail'])}"
         if task["state"] in ("queued", "running") and task["expected_s"] is not None:
             state += say(" (expected {eta})", eta=fmt_seconds(task["expected_s"]))
+        elif task["state"] in ("queued", "running") and task.get("estimate_s"):
+            state += say(" (first-run estimate {eta})", eta=fmt_seconds(task["estimate_s"]))
+        if task["state"] == "running":
+            state += still_compiling(task, status.get("plan"))
         rows.append([ltr_runs(localized(task["name"])), task["shape"] or "", ltr_runs(state),
                      "" if seconds is None else round(seconds, 1), hit, ltr_runs(localized(task["error"] or ""))])
     return rows

@@ -481,15 +481,17 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
                            " && i.naturalWidth > 0; }", timeout=REPLY_TIMEOUT_MS)
     first_src, first = page.evaluate("() => document.querySelector('#image-out img').src"), _picture(page)
     # the next preview frame drawn: another picture in the box, loaded (its label comes first, its image after)
-    page.wait_for_function("old => { const i = document.querySelector('#image-out img'),"
-                           " l = document.querySelector('#image-out [data-testid=block-label]');"
-                           " return i && i.src !== old && i.complete && i.naturalWidth > 0"
-                           " && l.textContent.trim().startsWith('Preview'); }",
-                           arg=first_src, timeout=REPLY_TIMEOUT_MS)
+    # The progress bars shown are read at that same moment: a tiny run may end before the next step does.
+    bars = page.wait_for_function(
+        "old => { const i = document.querySelector('#image-out img'),"
+        " l = document.querySelector('#image-out [data-testid=block-label]');"
+        " if (!(i && i.src !== old && i.complete && i.naturalWidth > 0"
+        " && l.textContent.trim().startsWith('Preview'))) return false;"
+        " return [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
+        ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id); }",
+        arg=first_src, timeout=REPLY_TIMEOUT_MS).json_value()
     second = _picture(page)
     _shot(page, "06-image-preview-mid-run")
-    bars = page.evaluate("[...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
-                         ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id)")
     for picture in (first, second):
         stat = ImageStat.Stat(picture.convert("L"))
         assert stat.stddev[0] > 8 and stat.mean[0] < 235, (stat.mean, stat.stddev)  # a picture, not a blank box
