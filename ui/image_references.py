@@ -1,13 +1,16 @@
-"""The Image tab's reference images: upload, fit mode, and each reference shown as the model will see it.
+"""The Image tab's reference images: upload, fit mode, order, and each reference shown as the model will see it.
 
 Shown only when ``--references`` declares editing. The view is the fitted image itself (the padding of a
 letterbox, the crop of a crop), made by the same ``fit_reference`` the engine runs, at the reference size of
-the size picked; a count the server does not serve is said plainly before anything is sent.
+the size picked; a count the server does not serve is said plainly before anything is sent. One reference
+is picked (a labelled radio, or a click in the view) to move earlier, later or remove; the result shown
+beside can be added as a reference. The files box holds the order: every change goes through its value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
@@ -32,25 +35,35 @@ from .i18n import localized, say, t
 class ReferencePicker:
     """The components of the references box: files in, fit mode, the fitted view and its note."""
 
+    box: gr.Accordion
     files: gr.File
     fit: gr.Radio
     view: gr.Gallery
     note: gr.Markdown
+    chosen: gr.Radio  # the index of the reference the buttons act on
+    earlier: gr.Button
+    later: gr.Button
+    remove: gr.Button
 
 
 def build_reference_picker(settings: Settings) -> ReferencePicker | None:
     """The references box (call inside the tab's settings column); None when the server does not edit."""
     if max(settings.references) == 0:
         return None
-    with gr.Accordion(t("Edit from reference images"), open=False, elem_id="image-references-box"):
+    with gr.Accordion(t("Edit from reference images"), open=False, elem_id="image-references-box") as box:
         files = gr.File(label=t("Reference images (the prompt says what to change)"), file_count="multiple",
                         type="filepath", elem_id="image-references")
         fit = gr.Radio([(t("letterbox (pad)"), "letterbox"), (t("crop"), "crop")], value=DEFAULT_FIT,
                        label=t("Fit to the image size"), elem_id="image-fit")
         note = gr.Markdown(elem_id="reference-note")
         view = gr.Gallery(label=t("As the model will see them"), columns=4, height=200, object_fit="contain",
-                          elem_id="reference-view", visible=False)
-    return ReferencePicker(files, fit, view, note)
+                          elem_id="reference-view", visible=False, allow_preview=False)
+        chosen = gr.Radio([], label=t("Reference to move or remove"), elem_id="reference-chosen", visible=False)
+        with gr.Row():
+            earlier = gr.Button(t("Move earlier"), size="sm", elem_id="reference-earlier")
+            later = gr.Button(t("Move later"), size="sm", elem_id="reference-later")
+            remove = gr.Button(t("Remove"), size="sm", variant="stop", elem_id="reference-remove")
+    return ReferencePicker(box, files, fit, view, note, chosen, earlier, later, remove)
 
 
 def file_paths(files) -> list[str]:
@@ -90,12 +103,68 @@ def fitted_view(settings: Settings, files, fit: str | None, size_label: str):
                                                      size=target.label, fit=say(fitted[0].fit))
 
 
-def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.Dropdown, dropped: gr.File) -> None:
-    """The view follows the files, the fit mode and the size; a dropped PNG of an edit sets its fit mode."""
+def reference_choices(files, chosen):
+    """The picker's radio: one "1 · name" choice per reference, the chosen one kept while it exists."""
+    paths = file_paths(files)
+    index = chosen if isinstance(chosen, int) and 0 <= chosen < len(paths) else None
+    choices = [(f"{i + 1} · {Path(path).name}", i) for i, path in enumerate(paths)]
+    return gr.update(choices=choices, value=index, visible=bool(paths))
+
+
+def clicked(evt: gr.SelectData):
+    """The reference clicked in the view becomes the chosen one."""
+    return evt.index if isinstance(evt.index, int) else gr.skip()
+
+
+def moved(files, chosen, step: int):
+    """(files, chosen): the chosen reference moved ``step`` places (-1 earlier, 1 later), within the list."""
+    paths = file_paths(files)
+    if not isinstance(chosen, int) or not 0 <= chosen < len(paths):
+        return gr.skip(), gr.skip()
+    target = min(max(chosen + step, 0), len(paths) - 1)
+    paths.insert(target, paths.pop(chosen))
+    return paths, target
+
+
+def removed(files, chosen):
+    """(files, chosen): the list without the chosen reference; the one after it (or the new last) chosen."""
+    paths = file_paths(files)
+    if not isinstance(chosen, int) or not 0 <= chosen < len(paths):
+        return gr.skip(), gr.skip()
+    del paths[chosen]
+    return (paths or None), (min(chosen, len(paths) - 1) if paths else None)
+
+
+def with_result(files, shown_pngs):
+    """(files, box): the result image shown beside (the first of its PNGs) added as the last reference, the
+    box opened on it; nothing shown yet: a message that says how to get one."""
+    pngs = file_paths(shown_pngs)
+    if not pngs:
+        gr.Info(say("No image yet: generate one, or click one in this session's images."))
+        return gr.skip(), gr.skip()
+    return [*file_paths(files), pngs[0]], gr.update(open=True)
+
+
+def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.Dropdown, dropped: gr.File,
+                          use_result: gr.Button | None = None, shown_pngs: gr.File | None = None) -> None:
+    """The view and the choices follow the files, the fit mode and the size; the buttons reorder and remove;
+    ``use_result`` adds the result ``shown_pngs`` holds; a dropped PNG of an edit sets its fit mode."""
     view = [picker.view, picker.note]
     for trigger in (picker.files.change, picker.fit.change, size.change):
         trigger(lambda files, fit, label: fitted_view(settings, files, fit, label), [picker.files, picker.fit, size],
                 view, api_visibility="private", queue=False)
+    picker.files.change(reference_choices, [picker.files, picker.chosen], picker.chosen, api_visibility="private",
+                        queue=False)
+    picker.view.select(clicked, None, picker.chosen, api_visibility="private", queue=False)
+    listed = [picker.files, picker.chosen]
+    picker.earlier.click(lambda files, chosen: moved(files, chosen, -1), listed, listed, api_visibility="private",
+                         queue=False)
+    picker.later.click(lambda files, chosen: moved(files, chosen, 1), listed, listed, api_visibility="private",
+                       queue=False)
+    picker.remove.click(removed, listed, listed, api_visibility="private", queue=False)
+    if use_result is not None and shown_pngs is not None:
+        use_result.click(with_result, [picker.files, shown_pngs], [picker.files, picker.box],
+                         api_visibility="private", queue=False)
 
     def pasted_fit(path):
         try:

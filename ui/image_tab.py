@@ -140,6 +140,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             # each output it names, and over the image box it hid the live preview for the whole run.
             image_progress = gr.Markdown(elem_id="image-progress", container=False, min_height=52)
             image_out = gr.Image(label=t("Image"), type="filepath", format="png", elem_id="image-out", height=440)
+            use_result = gr.Button(t("Use this image as a reference"), size="sm", elem_id="use-as-reference",
+                                   visible=max(settings.references) > 0)
             with gr.Accordion(t("PNG, parameters and Python"), open=False, elem_id="image-files"):
                 png_file = gr.File(label=t("PNG with embedded parameters"), elem_id="png-file",
                                    file_count="multiple")
@@ -276,7 +278,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")
     if picker:
-        wire_reference_picker(picker, settings, size, dropped)
+        wire_reference_picker(picker, settings, size, dropped, use_result, png_file)
     return ImageTab(size=size, guidance=guidance, steps=steps)
 
 

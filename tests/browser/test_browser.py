@@ -155,6 +155,9 @@ def test_chat_streams_stops_retries_and_undoes(page):
 
     _close_accordion(page, "Sampling and system prompt")
     _close_accordion(page, "Warm-up details")
+    # Toasts left by the earlier refusals would cover the header of the README's picture: dismiss them.
+    page.locator(".toast-close").evaluate_all("buttons => buttons.forEach(b => b.click())")
+    page.wait_for_function("() => !document.querySelector('.toast-body')")
     path = _shot(page, "04-chat")
     if not README_SCREENSHOT.exists() or os.environ.get("UPDATE_README_SCREENSHOT") == "1":
         README_SCREENSHOT.parent.mkdir(exist_ok=True)

@@ -1,4 +1,5 @@
-"""Editing in the page: upload two references, see them as the model will, generate, paste the PNG back.
+"""Editing in the page: upload two references, see them as the model will, generate, paste the PNG back;
+reorder and remove references, and use a result as one.
 
 Screenshots of each step go to test-artifacts/screenshots/edit-*.png.
 """
@@ -69,6 +70,46 @@ def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references
         assert "wide.png, tall.jpg" in note.inner_text()
         page.wait_for_function("() => document.querySelector('#image-fit input[value=crop]').checked")
         _shot(page, "edit-5-pasted-back")
+    finally:
+        context.close()
+
+
+def test_reorder_remove_and_use_the_result_as_a_reference(browser, edit_url, references):
+    wide, tall, _ = references
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    chosen = page.locator("#reference-chosen label")
+    try:
+        page.goto(edit_url)
+        page.locator("#status-bar").wait_for()
+        _wait_image_sizes_ready(page, edit_url)
+        _open_accordion(page, "Edit from reference images")
+        page.locator("#image-references input[type=file]").set_input_files([str(wide), str(tall)])
+        chosen.nth(1).wait_for()
+        assert chosen.all_inner_texts() == ["1 · wide.png", "2 · tall.jpg"]
+        page.locator("#reference-view button.thumbnail-item").nth(1).click()  # a click in the view picks it too
+        page.wait_for_function("() => document.querySelector('#reference-chosen input[value=\"1\"]').checked")
+        page.locator("#reference-earlier").click()
+        page.locator("#reference-chosen label", has_text="1 · tall.jpg").wait_for()
+        assert chosen.all_inner_texts() == ["1 · tall.jpg", "2 · wide.png"]
+        assert page.locator("#reference-chosen input[value='0']").is_checked()  # the choice follows its file
+        _shot(page, "edit-6-reordered")
+        chosen.nth(1).click()
+        page.locator("#reference-remove").click()
+        page.wait_for_function("() => document.querySelectorAll('#reference-chosen label').length === 1")
+        assert chosen.all_inner_texts() == ["1 · tall.jpg"]
+        first = _generate(page, "the same, at night", "64x64", 1)
+        assert [r["name"] for r in json.loads(first.text["showcase"])["references"]] == ["tall.jpg"]
+        page.locator("#use-as-reference").click()
+        chosen.nth(1).wait_for()
+        assert chosen.nth(1).inner_text().startswith("2 · ") and chosen.nth(1).inner_text().endswith(".png")
+        page.locator("#reference-view img").nth(1).wait_for()
+        _shot(page, "edit-7-result-as-reference")
+        second = _generate(page, "the same, in the rain", "64x64", 1)
+        refs = json.loads(second.text["showcase"])["references"]
+        assert [(r["original_size"], r["fitted_size"]) for r in refs] == [("60x120", "64x64"), ("64x64", "64x64")]
+        assert refs[0]["name"] == "tall.jpg" and refs[1]["name"].endswith(".png")
     finally:
         context.close()
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import hashlib
 import io
 import json
 
@@ -29,14 +31,15 @@ import pytest
 from PIL import Image
 from support.app import start_app
 
+from neuron_backend.errors import InvalidRequestError
 from neuron_backend.runtime import Backend
-from tools.mcp.tools import mcp_tools
+from tools.mcp.tools import file_arguments, mcp_tools
 
 AUTH = ("ada", "lovelace")
 
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 UNIONS = ("oneOf", "anyOf", "allOf", "not", "$ref", "$defs")
-NEEDED = {"message", "prompt"}  # the one argument each tool cannot do without
+NEEDED = {"message", "prompt", "references"}  # what each tool cannot do without (edit_image: prompt, references)
 
 
 def strict_problems(schema: dict, where: str = "schema") -> list[str]:
@@ -96,6 +99,46 @@ def test_every_tool_schema_keeps_to_the_strict_subset(tiny_settings):
     assert image["steps"]["maximum"] == tiny_settings.max_steps
     assert image["images"]["maximum"] == tiny_settings.max_images_per_run
     assert image["size"]["enum"] == [size.label for size in tiny_settings.sizes]
+
+
+def test_edit_image_is_a_tool_only_where_editing_is_declared_and_keeps_to_the_subset(tiny_settings):
+    assert "edit_image" not in mcp_tools(Backend(tiny_settings))  # --references 0: no /edit_image, no tool
+    tools = mcp_tools(Backend(dataclasses.replace(tiny_settings, references=(0, 1, 2))))
+    assert [tool.name for tool in tools.values()] == ["chat", "generate_image", "edit_image", "warmup_status"]
+    edit = tools["edit_image"]
+    jsonschema.Draft202012Validator.check_schema(edit.input_schema)
+    jsonschema.Draft202012Validator.check_schema(edit.output)
+    assert strict_problems(edit.input_schema) == [] and parameter_problems(edit.input_schema) == []
+    params = edit.input_schema["properties"]
+    assert list(params)[:3] == ["prompt", "references", "fit"]
+    assert (params["references"]["minItems"], params["references"]["maxItems"]) == (1, 2)
+    assert params["references"]["items"]["type"] == "string" and params["fit"]["default"] == "letterbox"
+    assert {k: v for k, v in params.items() if k not in ("prompt", "references", "fit")} == {
+        k: v for k, v in tools["generate_image"].input_schema["properties"].items() if k != "prompt"}
+    assert "1, 2 reference image" in edit.summary
+    with pytest.raises(InvalidRequestError, match="needs the argument references"):
+        edit.arguments({"prompt": "x"})
+
+
+def test_base64_references_become_named_files_and_bad_ones_are_refused(tiny_settings):
+    edit = mcp_tools(Backend(dataclasses.replace(tiny_settings, references=(0, 1, 2))))["edit_image"]
+    png, jpeg = _image_bytes("PNG"), _image_bytes("JPEG")
+    url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
+    files = file_arguments(edit, {"references": [base64.b64encode(png).decode(), url]})
+    assert files == {"references": [("reference-1.png", png), ("reference-2.jpg", jpeg)]}
+    assert file_arguments(edit, {"references": [base64.b64encode(b"text").decode()]})["references"][0][0] == \
+        "reference-1.bin"  # the endpoint refuses it, naming the formats it reads
+    with pytest.raises(InvalidRequestError, match="3 reference images are not served here"):
+        file_arguments(edit, {"references": ["AAAA"] * 3})  # counted before anything is decoded
+    for bad in ("not base64!", "", 42):
+        with pytest.raises(InvalidRequestError, match="item 1 of references is not a file as base64"):
+            file_arguments(edit, {"references": [bad]})
+
+
+def _image_bytes(kind: str, size=(80, 48)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, (200, 40, 90)).save(out, kind)
+    return out.getvalue()
 
 
 # ----- the tools served, through the official client ---------------------------------------------
@@ -221,6 +264,54 @@ def test_bad_arguments_get_a_message_that_says_what_is_allowed(mcp_app):
         for python in ("Traceback", "Input validation error", "NoneType", "not valid under any", "view API", "/tmp"):
             assert python not in text, (name, args, text)
     assert not after.isError and after.structuredContent["done"] is True  # the app keeps working
+
+
+# ----- edit_image, served where editing is declared ----------------------------------------------
+@pytest.fixture(scope="module")
+def mcp_edit_app(tmp_path_factory):
+    demo, backend, url = start_app(tmp_path_factory.mktemp("mcp-edit"), "--mcp", "--references", "0,1,2")
+    yield backend, url
+    demo.close()
+
+
+@pytest.mark.slow
+def test_edit_image_takes_base64_references_and_records_them(mcp_edit_app):
+    backend, url = mcp_edit_app
+    png, jpeg = _image_bytes("PNG", (150, 90)), _image_bytes("JPEG", (70, 110))
+    refs = [base64.b64encode(png).decode(), "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()]
+    refused = [({"prompt": "x", "references": refs * 2}, "Allowed counts: 1, 2."),
+               ({"prompt": "x", "references": refs[:1], "fit": "stretch"}, "use letterbox, crop"),
+               ({"prompt": "x", "references": ["%%%"]}, "not a file as base64"),
+               ({"prompt": "x", "references": [base64.b64encode(b"plain text").decode()]}, "send PNG, JPEG, WEBP"),
+               ({"prompt": "x"}, "needs the argument references")]
+
+    async def calls(session):
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        edited = await session.call_tool("edit_image", {"prompt": "make it night", "references": refs,
+                                                        "fit": "letterbox,crop", "size": "96x64", "steps": 1,
+                                                        "seed": 7, "images": 2})
+        return tools, edited, [(await session.call_tool("edit_image", args), words) for args, words in refused]
+
+    tools, edited, refusals = _session(url + "gradio_api/mcp", calls)
+    assert set(tools) == {"chat", "generate_image", "edit_image", "warmup_status"}
+    assert strict_problems(tools["edit_image"].inputSchema) == []
+    assert not edited.isError, edited.content[0].text
+    assert json.loads(edited.content[0].text) == edited.structuredContent
+    params = edited.structuredContent["images"]
+    blocks = [c for c in edited.content if c.type == "image"]
+    assert len(blocks) == len(params) == 2 and [p["seed"] for p in params] == [7, 8]
+    assert params[0]["references"] == [
+        {"sha256": hashlib.sha256(png).hexdigest(), "original_size": "150x90", "fitted_size": "96x64",
+         "fit": "letterbox", "name": "reference-1.png"},
+        {"sha256": hashlib.sha256(jpeg).hexdigest(), "original_size": "70x110", "fitted_size": "96x64",
+         "fit": "crop", "name": "reference-2.jpg"}]
+    for block, param in zip(blocks, params, strict=True):
+        image = Image.open(io.BytesIO(base64.b64decode(block.data)))
+        assert image.size == (96, 64) and json.loads(image.text["showcase"])["references"] == param["references"]
+    assert "/tmp" not in edited.content[0].text and "mcp-files-" not in edited.content[0].text
+    for result, words in refusals:
+        assert result.isError and words in result.content[0].text, (words, result.content[0].text)
+        assert "Traceback" not in result.content[0].text and "/tmp" not in result.content[0].text
 
 
 # ----- with --auth, through the streamable HTTP transport ----------------------------------------

@@ -12,7 +12,7 @@ from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.references import LETTERBOX_FILL
 from neuron_backend.shapes import ImageSize
 from ui import i18n
-from ui.image_references import fitted_view, references_of
+from ui.image_references import fitted_view, moved, reference_choices, references_of, removed, with_result
 
 
 @pytest.fixture
@@ -72,7 +72,44 @@ def test_the_box_is_on_the_page_only_where_editing_is_served(tmp_path, warm_app)
     assert "image-references" not in elem_ids(httpx.get(f"{plain_url}config").json())
     demo, _, url = start_app(tmp_path, "--references", "0,1", "--no-chat")
     try:
-        assert {"image-references", "image-fit", "reference-view", "reference-note"} <= elem_ids(
+        assert {"image-references", "image-fit", "reference-view", "reference-note", "reference-chosen",
+                "reference-earlier", "reference-later", "reference-remove", "use-as-reference"} <= elem_ids(
             httpx.get(f"{url}config").json())
     finally:
         demo.close()
+
+
+def test_the_chosen_reference_moves_and_is_removed_and_the_order_is_what_is_sent(settings, files):
+    wide, tall, _ = files
+    third = wide.with_name("third.png")
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(third)
+    paths = [str(wide), str(tall), str(third)]
+    choices = reference_choices(paths, 1)
+    assert choices["choices"] == [("1 · wide.png", 0), ("2 · tall.jpg", 1), ("3 · third.png", 2)]
+    assert choices["value"] == 1 and choices["visible"] is True
+    assert reference_choices(paths[:1], 2)["value"] is None  # the chosen one has gone: none chosen
+    assert reference_choices(None, 0) == {"__type__": "update", "choices": [], "value": None, "visible": False}
+
+    assert moved(paths, 1, -1) == ([str(tall), str(wide), str(third)], 0)  # the chosen one follows its file
+    assert moved(paths, 1, 1) == ([str(wide), str(third), str(tall)], 2)
+    assert moved(paths, 0, -1) == (paths, 0) and moved(paths, 2, 1) == (paths, 2)  # at the ends: stays
+    assert removed(paths, 1) == ([str(wide), str(third)], 1)
+    assert removed(paths, 2) == ([str(wide), str(tall)], 1) and removed([str(wide)], 0) == (None, None)
+    for nothing_chosen in (None, 5):
+        assert moved(paths, nothing_chosen, 1) == ({"__type__": "update"},) * 2
+        assert removed(paths, nothing_chosen) == ({"__type__": "update"},) * 2
+    reordered, _ = moved(paths[:2], 1, -1)
+    assert [r.sha256 for r in references_of(reordered, "crop", settings.references)] == [
+        r.sha256 for r in reversed(references_of(paths[:2], "crop", settings.references))]  # the order sent
+
+
+def test_the_result_shown_becomes_the_last_reference(settings, files, tmp_path):
+    wide, _, _ = files
+    made = tmp_path / "image-7.png"
+    Image.new("RGB", (96, 64), (9, 9, 9)).save(made)
+    assert with_result([str(wide)], [str(made), str(wide)]) == (
+        [str(wide), str(made)], {"__type__": "update", "open": True})  # the first of a run's PNGs, as shown
+    assert with_result(None, str(made))[0] == [str(made)]
+    assert with_result([str(wide)], None) == ({"__type__": "update"},) * 2  # nothing shown yet: kept
+    view, _ = fitted_view(settings, with_result([str(wide)], [str(made)])[0], "letterbox", "96x64")
+    assert [caption for _, caption in view["value"]][1] == "2 · 96x64 → 96x64 · letterbox"

@@ -1,4 +1,4 @@
-"""``--mcp``: the chat, image and warm-up status endpoints as MCP tools with strict schemas, served by
+"""``--mcp``: the chat, image, edit and warm-up status endpoints as MCP tools with strict schemas, served by
 Gradio's MCP server (``tools.py``: the tools, without Gradio; ``server.py``: Gradio's MCP server given them)."""
 
 from __future__ import annotations

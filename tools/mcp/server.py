@@ -9,7 +9,9 @@ result, so at start-up its ``tools/list`` and ``tools/call`` handlers are replac
 each tool's own input and output schemas; a call checks its arguments, runs the endpoint the way
 Gradio does (queued endpoints through a ``gradio_client`` loopback to its own URL, with progress
 notifications when the client asks; the others in-process), and returns JSON ``structuredContent``
-plus one image block per PNG, read from the file as the app wrote it.
+plus one image block per PNG, read from the file as the app wrote it. A tool's base64 file arguments
+(edit_image's references) are written to a temporary folder and go to the endpoint as files the loopback
+uploads, as any API client's would; the folder is removed once the call is over.
 
 With ``--auth`` the loopback client must log in: ``_logged_in_client`` gives it the credentials
 (Gradio 6.31 has no option for it).
@@ -20,18 +22,20 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import tempfile
 from pathlib import Path
 
 import gradio as gr
 from anyio import CancelScope, get_cancelled_exc_class, sleep
 from anyio.to_thread import run_sync
+from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
-from .tools import Tool, as_text, image_files, mcp_tools, structured
+from .tools import Tool, as_text, file_arguments, image_files, mcp_tools, structured
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,8 @@ def serve_tools(server, tools: dict[str, Tool]) -> None:
             if tool is None:
                 raise ShowcaseError(tr("There is no tool {name}; this server has {tools}.",
                                        name=name, tools=", ".join(by_name)))
-            outputs = await _run(server, name, tool.arguments(arguments))
+            with tempfile.TemporaryDirectory(prefix="mcp-files-") as folder:
+                outputs = await _run(server, name, _with_files(tool, tool.arguments(arguments), Path(folder)))
             result = structured(tool, outputs)
         except (ShowcaseError, AppError, RuntimeError) as exc:  # ours, and the endpoint's refusal (its message)
             return _refused(types, str(getattr(exc, "message", exc)))
@@ -95,6 +100,15 @@ def serve_tools(server, tools: dict[str, Tool]) -> None:
                   for file in image_files(tool, outputs)]
         return types.CallToolResult(content=[types.TextContent(type="text", text=as_text(result)), *images],
                                     structuredContent=result)
+
+
+def _with_files(tool: Tool, values: dict, folder: Path) -> dict:
+    """``values`` with each base64 file argument written under ``folder`` and given as a file to upload."""
+    for name, files in file_arguments(tool, values).items():
+        for file_name, data in files:
+            (folder / file_name).write_bytes(data)
+        values[name] = [handle_file(str(folder / file_name)) for file_name, _ in files]
+    return values
 
 
 def _refused(types, message: str):

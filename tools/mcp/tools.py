@@ -1,10 +1,13 @@
 """``--mcp``: the public endpoints as MCP tools: names, descriptions, input and output schemas, argument checks.
 
-Three endpoints become tools, described from the settings when the page is made (allowed sizes,
-step and token limits, what comes back):
+Three endpoints become tools, four where editing is declared, described from the settings when the page
+is made (allowed sizes, step and token limits, reference counts, what comes back):
 
 - ``chat``            /chat: one reply (the tool returns the last update of the stream)
 - ``generate_image``  /generate_image: one MCP image block per PNG and their parameters
+- ``edit_image``      /edit_image (only with a ``--references`` count above 0): as generate_image, from
+                      reference images sent as base64 strings (MCP has no file upload); ``file_arguments``
+                      decodes them, and the server hands them to the endpoint as uploaded files
 - ``warmup_status``   /status: what is ready, what is still compiling, the recompile alarm
 
 Gradio 6.31 builds a tool's input schema from the endpoint's type hints and API components (an
@@ -21,12 +24,14 @@ keep to what strict function calling accepts:
   and a description on every property (which repeats the limits and the default in words).
 
 Results are JSON: ``structuredContent`` (checked against the tool's ``outputSchema`` by clients) and
-the same JSON as the first text block; ``generate_image`` adds one image block per PNG. Nothing in a
+the same JSON as the first text block; ``generate_image`` and ``edit_image`` add one image block per PNG. Nothing in a
 result names a server path.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
@@ -36,12 +41,17 @@ from typing import Any
 from neuron_backend.chat.text import MAX_TOP_K, MIN_TEMPERATURE, SAMPLING_DEFAULTS
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.inputs import GUIDANCE_MAX, GUIDANCE_MIN
+from neuron_backend.image.references import DEFAULT_FIT, FIT_MODES, READ_FORMATS, check_reference_count
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 from ui.api import SEED_MAX
 
 _WHOLE = re.compile(r"[+-]?\d{1,20}")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_DATA_URL = re.compile(r"data:[\w.+/-]*(;[\w=.-]+)*;base64,", re.IGNORECASE)
+IMAGE_ENDPOINTS = ("generate_image", "edit_image")  # the endpoints whose outputs are PNGs and their parameters
+# A file's first bytes -> the extension its upload is named with (the endpoint reads the format from the bytes).
+_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", ".png"), (b"\xff\xd8\xff", ".jpg"), (b"RIFF", ".webp"))
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,8 @@ class Tool:
     params: dict[str, dict] = field(default_factory=dict)  # name -> the parameter's JSON schema
     needed: tuple[str, ...] = ()  # what a call must send (every other parameter has a default)
     output: dict = field(default_factory=dict)  # the JSON schema of structuredContent
+    files: dict[str, tuple[int, ...]] = field(default_factory=dict)  # parameter -> the counts of base64 files
+    # it may hold (the endpoint takes them as uploaded files)
 
     @property
     def input_schema(self) -> dict:
@@ -178,24 +190,28 @@ def chat_tool(backend: Backend) -> Tool:
         "seed": _seed("reply")}, needed=("message",), output=reply)
 
 
-def image_tool(backend: Backend) -> Tool:
-    s = backend.settings
-    sizes = [size.label for size in s.sizes]
-    image = {"type": "object", "description": "the parameters of one image, as its PNG embeds them", "properties": {
+def _image_result(reference_entries: bool = False) -> dict:
+    """The JSON schema of an image tool's structuredContent: one parameters object per image."""
+    properties = {
         "prompt": {"type": "string"}, "seed": {"type": "integer"}, "steps": {"type": "integer"},
         "size": {"type": "string"}, "width": {"type": "integer"}, "height": {"type": "integer"},
-        "guidance": {"type": _nullable("number")}, "seconds": {"type": "number"}},
-        "required": ["prompt", "seed", "steps", "size", "width", "height"]}
-    result = {"type": "object", "required": ["images"], "properties": {
+        "guidance": {"type": _nullable("number")}, "seconds": {"type": "number"}}
+    if reference_entries:
+        properties["references"] = {"type": "array", "items": {"type": "object"},
+                                    "description": "each reference's sha256, original_size, fitted_size, fit, name"}
+    image = {"type": "object", "description": "the parameters of one image, as its PNG embeds them",
+             "properties": properties, "required": ["prompt", "seed", "steps", "size", "width", "height"]}
+    return {"type": "object", "required": ["images"], "properties": {
         "images": {"type": "array", "items": image,
                    "description": "one entry per image, in the order of the image blocks"}}}
-    return Tool("generate_image", "generate_image", (
-        f"Generate images from a text prompt with {backend.model_id('image')} (one by default). Only these "
-        f"precompiled sizes exist on this server: {', '.join(sizes)} (width x height); any other size is "
-        "refused. The result is one PNG image block per image and a JSON object {\"images\": [...]} with each "
-        "image's parameters (prompt, size, steps, seed, guidance, seconds) in the same order; each PNG embeds "
-        "its parameters. A size still compiling is refused with its expected wait (warmup_status tells)."), {
-        "prompt": {"type": "string", "description": f"what to draw (at most {s.max_prompt_chars} characters)."},
+
+
+def _image_params(backend: Backend, what: str) -> dict[str, dict]:
+    """generate_image's parameters (edit_image's too, beside its references); ``what``: the prompt's description."""
+    s = backend.settings
+    sizes = [size.label for size in s.sizes]
+    return {
+        "prompt": {"type": "string", "description": f"{what} (at most {s.max_prompt_chars} characters)."},
         "size": {"type": "string", "enum": sizes, "default": sizes[0],
                  "description": f"one of {', '.join(sizes)} (default {sizes[0]})."},
         "steps": {"type": "integer", "minimum": 1, "maximum": s.max_steps, "default": s.default_steps,
@@ -211,8 +227,45 @@ def image_tool(backend: Backend) -> Tool:
                                   "(default 1)."},
         "preview": {"type": "boolean", "default": False,
                     "description": "true to compute live preview frames while the image denoises; an MCP "
-                                   "result holds only the finished images, so false (the default) here."}},
-        needed=("prompt",), output=result)
+                                   "result holds only the finished images, so false (the default) here."}}
+
+
+def image_tool(backend: Backend) -> Tool:
+    sizes = [size.label for size in backend.settings.sizes]
+    return Tool("generate_image", "generate_image", (
+        f"Generate images from a text prompt with {backend.model_id('image')} (one by default). Only these "
+        f"precompiled sizes exist on this server: {', '.join(sizes)} (width x height); any other size is "
+        "refused. The result is one PNG image block per image and a JSON object {\"images\": [...]} with each "
+        "image's parameters (prompt, size, steps, seed, guidance, seconds) in the same order; each PNG embeds "
+        "its parameters. A size still compiling is refused with its expected wait (warmup_status tells)."),
+        _image_params(backend, "what to draw"), needed=("prompt",), output=_image_result())
+
+
+def edit_tool(backend: Backend) -> Tool:
+    """edit_image: /edit_image with the reference images as base64 strings (MCP has no file upload)."""
+    s = backend.settings
+    sizes = [size.label for size in s.sizes]
+    counts = tuple(n for n in s.references if n > 0)
+    allowed = ", ".join(str(n) for n in counts)
+    params = _image_params(backend, "what to change in the reference images, or what to make of them")
+    references = {"type": "array", "minItems": counts[0], "maxItems": counts[-1], "items": {
+        "type": "string", "description": f"a {', '.join(READ_FORMATS)} file as base64 (a data: URL is read too)"},
+        "description": f"the reference images, each a {', '.join(READ_FORMATS)} file as base64 (a data: URL is "
+                       f"read too); this server takes {allowed} of them (each count is compiled ahead of time)."}
+    fit = {"type": "string", "default": DEFAULT_FIT,
+           "description": f"how each reference is fitted to the image size: {' or '.join(FIT_MODES)} (pad or "
+                          "centre-crop) for every reference, or one per reference comma-separated "
+                          f"(default {DEFAULT_FIT})."}
+    return Tool("edit_image", "edit_image", (
+        f"Edit images with {backend.model_id('image')}: send reference images (base64) and a prompt that says what "
+        f"to change. This server takes {allowed} reference image(s) per call; each is fitted to the image size "
+        f"(letterbox pads, crop centre-crops). Only these precompiled sizes exist: {', '.join(sizes)} (width x "
+        "height). The result is one PNG image block per image and a JSON object {\"images\": [...]} with each "
+        "image's parameters, each reference's sha256, sizes and fit among them (a PNG never holds a reference's "
+        "pixels). A size still compiling is refused with its expected wait (warmup_status tells)."),
+        {"prompt": params.pop("prompt"), "references": references, "fit": fit, **params},
+        needed=("prompt", "references"), output=_image_result(reference_entries=True),
+        files={"references": counts})
 
 
 def status_tool() -> Tool:
@@ -233,13 +286,43 @@ def status_tool() -> Tool:
 
 
 def mcp_tools(backend: Backend) -> dict[str, Tool]:
-    """api_name -> the tool it becomes."""
-    return {tool.api_name: tool for tool in (chat_tool(backend), image_tool(backend), status_tool())}
+    """api_name -> the tool it becomes (edit_image only where ``--references`` declares editing, as /edit_image)."""
+    editing = (edit_tool(backend),) if max(backend.settings.references) > 0 else ()
+    return {tool.api_name: tool for tool in (chat_tool(backend), image_tool(backend), *editing, status_tool())}
+
+
+def file_arguments(tool: Tool, values: dict[str, Any]) -> dict[str, list[tuple[str, bytes]]]:
+    """Each file parameter's base64 strings decoded: parameter -> [(file name, bytes), ...].
+
+    The count is checked before anything is decoded; the name's extension follows the bytes' signature
+    (PNG, JPEG, WebP; ``.bin`` otherwise, which the endpoint refuses with the formats it reads).
+    """
+    decoded = {}
+    for name, counts in tool.files.items():
+        items = values.get(name)
+        items = [] if items is None else items if isinstance(items, list) else [items]
+        check_reference_count(len(items), counts)
+        decoded[name] = [_decoded(tool, name, index, item) for index, item in enumerate(items, start=1)]
+    return decoded
+
+
+def _decoded(tool: Tool, name: str, index: int, item: Any) -> tuple[str, bytes]:
+    text = item.strip() if isinstance(item, str) else ""
+    try:
+        data = base64.b64decode(_DATA_URL.sub("", text, count=1), validate=True)
+    except (binascii.Error, ValueError):
+        data = b""
+    if not data:
+        raise InvalidRequestError(tr("{tool}: item {index} of {name} is not a file as base64; send each image "
+                                     "file ({allowed}) as a base64 string.", tool=tool.name, index=index, name=name,
+                                     allowed=", ".join(READ_FORMATS)))
+    extension = next((ext for signature, ext in _SIGNATURES if data.startswith(signature)), ".bin")
+    return f"{name.rstrip('s')}-{index}{extension}", data
 
 
 def structured(tool: Tool, outputs: list) -> dict:
     """The endpoint's outputs as the tool's JSON result (image files are handed back apart as blocks)."""
-    if tool.api_name == "generate_image":
+    if tool.api_name in IMAGE_ENDPOINTS:
         params = outputs[1] if isinstance(outputs[1], list) else [outputs[1]]
         return {"images": params}
     result = dict(outputs[0])
@@ -249,7 +332,7 @@ def structured(tool: Tool, outputs: list) -> dict:
 
 def image_files(tool: Tool, outputs: list) -> list[dict]:
     """The endpoint's PNG outputs (Gradio's file data: path, url, ...), one per image."""
-    if tool.api_name != "generate_image":
+    if tool.api_name not in IMAGE_ENDPOINTS:
         return []
     return outputs[0] if isinstance(outputs[0], list) else [outputs[0]]
 
