@@ -350,7 +350,8 @@ def chat_check(args, workdir: Path, tokenizer) -> dict:
                                  "raw generate": raw_side(engine, ids, buckets[0], args.new_tokens)},
                                 args.repeats, warmups=1)
     note("chat decode done")
-    window = engine._windows()[0]  # the bucket-64 prompt and its reply fit the smallest window
+    # the window the last decode step reads (the smallest one that holds the bucket and the reply)
+    window = next(w for w in engine._windows() if w >= buckets[0] + args.new_tokens)
     weights, kv = common.bytes_per_token(engine.model, window)
     _, kv_whole = common.bytes_per_token(engine.model, args.context)  # raw generate: the whole static cache
     per_bucket = []
@@ -517,18 +518,23 @@ def main() -> None:
             free_device_memory()  # the chat engine is gone with chat_check's frame
             ceilings(report["chat"], report["bandwidth"]["used_bytes_per_s"])
             shutil.rmtree(workdir / "chat", ignore_errors=True)
+            write(args.out, report, begun)  # a run stopped later still leaves the chat's figures
         if args.only != "chat":
             report["image"] = image_check(args, workdir, tokenizer)
             free_device_memory()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    report["wall_s"] = time.perf_counter() - begun
-    report["settings"]["wall time"] = f"{report['wall_s']:.0f} s"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write(args.out, report, begun)
     print_tables(report)
     note(f"report written to {args.out}")
 
+
+def write(out: Path, report: dict, begun: float) -> None:
+    """Write the report as it stands, with the wall time so far."""
+    report["wall_s"] = time.perf_counter() - begun
+    report["settings"]["wall time"] = f"{report['wall_s']:.0f} s"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 if __name__ == "__main__":
     main()
