@@ -340,6 +340,15 @@ def ensure_full_size_chat(root: Path) -> Path:
     return folder
 
 
+def bytes_per_token(model, window: int) -> tuple[int, int]:
+    """(weight bytes, KV-cache bytes) one batch-1 decode step of a causal LM reads: every weight once (a tied
+    embedding is the LM head: read whole once), keys and values of ``window`` positions in every layer."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() skips tied repeats
+    c = model.config
+    kv = c.num_hidden_layers * 2 * c.num_key_value_heads * window * c.head_dim * model.dtype.itemsize
+    return weights, kv
+
+
 def ensure_demo_models(root: Path):
     from neuron_backend.demo_models import ensure_demo_models as build
 

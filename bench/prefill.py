@@ -93,16 +93,6 @@ def read_bandwidth(threads: int, gib: float = 1.0, passes: int = 5) -> float:
     return x.numel() * 4 / best
 
 
-def bytes_per_token(engine, window: int) -> tuple[int, int]:
-    """(weight bytes, KV-cache bytes) one batch-1 decode step reads: every weight once (the tied
-    embedding is the LM head: read whole once), keys and values of ``window`` positions in every layer."""
-    model = engine.model
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() skips tied repeats
-    c = model.config
-    kv = c.num_hidden_layers * 2 * c.num_key_value_heads * window * c.head_dim * model.dtype.itemsize
-    return weights, kv
-
-
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=None, help="timed runs per side (default 2; quick 1)")
@@ -161,7 +151,7 @@ def main() -> None:
     for label, runs in decode.items():
         engine = engines[decode_names[label]]
         window = engine._windows()[0]
-        weights, kv = bytes_per_token(engine, window)
+        weights, kv = common.bytes_per_token(engine.model, window)
         ceiling = bw / (weights + kv)
         tok_s = common.median([r["tok_s"] for r in runs])
         decode_rows.append([label, window, f"{(weights + kv) / 1e9:.3f}", f"{ceiling:.2f}", f"{tok_s:.2f}",
