@@ -75,7 +75,7 @@ IMAGE_SCRIPT = textwrap.dedent("""
 
     tp = sys.argv[2]
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--tp", tp, "--tp-engine", "image",
-                               "--sizes", "64x64,96x64", "--cache-dir", sys.argv[1]])
+                               "--sizes", "64x64,96x64", "--references", "0", "--cache-dir", sys.argv[1]])
     placement = resolve_placements(settings)["image"]
     folder = model_folder(settings, "image")  # before the group, as app.py does
     try:
