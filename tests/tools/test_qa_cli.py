@@ -123,3 +123,39 @@ def test_cli_through_the_openai_api_gives_the_same_cells_as_through_gradio(serve
     client = openai_cells.connect(url.rstrip("/") + "/v1", None)
     limits = openai_cells.server_settings(openai_cells.served_models(client))
     assert [s.label for s in limits.sizes] == ["64x64", "96x64"] and limits.max_new_tokens == 200
+
+
+@pytest.fixture(scope="module")
+def editing(tmp_path_factory):
+    """An app serving 0 or 1 reference (the test app's default is text-to-image only): (backend, url)."""
+    from support.app import start_app
+
+    demo, backend, url = start_app(tmp_path_factory.mktemp("qa-editing"), "--references", "0,1")
+    yield backend, url
+    demo.close()
+
+
+@pytest.mark.slow
+def test_cli_sends_a_rows_references_through_edit_image(editing, tmp_path, capsys):
+    """A row with a reference file runs through /edit_image with the same bytes as in-process; --openai refuses it."""
+    from PIL import Image
+
+    backend, url = editing
+    assert backend.settings.references == (0, 1)
+    Image.new("RGB", (80, 50), (200, 30, 30)).save(tmp_path / "cat.png")
+    set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "make it blue", "references": ["cat.png"],
+                                                   "fit": "crop"}])
+    variants = ["--variants", "v: size=64x64, steps=1, seed=3"]
+    out = tmp_path / "run.jsonl"
+    assert cli.main(["run", str(set_file), *variants, "--kind", "image", "--url", url, "--out", str(out)]) == 0, \
+        capsys.readouterr()
+    run = read_run(out, backend.settings)
+    assert run.cells[0].settings["references"][0]["name"] == "cat.png"
+    local = qa.plan_run(backend.settings, prompts_file=set_file, variants="v: size=64x64, steps=1, seed=3",
+                        kind="image")
+    qa.run_set(backend, local)
+    assert local.cells[0].image_png == run.cells[0].image_png
+    capsys.readouterr()
+    assert cli.main(["run", str(set_file), *variants, "--kind", "image", "--openai", url.rstrip("/") + "/v1",
+                     "--out", str(tmp_path / "v1.jsonl")]) == 2
+    assert "Prompt 1 has reference images, but --openai runs" in capsys.readouterr().err

@@ -5,8 +5,10 @@
 
 Plans the cells exactly as the QA tab does (same file formats, variants, limits and seeds; the
 server's sizes and limits come from its ``/status``), runs each one through ``/chat`` or
-``/generate_image`` with gradio_client (or, with ``--openai URL``, through any OpenAI-compatible
-server: ``openai_cells.py``), judges it against the row's expectations and writes the
+``/generate_image`` with gradio_client (an image cell of a row with reference images through
+``/edit_image``, the files read beside the set: ``references.py``; or, with ``--openai URL``, through
+any OpenAI-compatible server: ``openai_cells.py``, which refuses such rows), judges it against the
+row's expectations and writes the
 run as the tab's JSONL export (``--csv`` / ``--html`` add those exports). Exit status: 0 when
 every expectation holds and every cell ran; 1 when an expectation failed or a cell failed to run;
 2 when the set, the variants or the connection are wrong (nothing ran).
@@ -30,6 +32,7 @@ from neuron_backend.settings import Settings
 from neuron_backend.shapes import parse_size
 
 from .expect import judge
+from .references import current_bytes
 from .runs import DONE, FAILED, STOPPED, Cell, QARun, plan_run
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -69,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             client = _connect(args.url, args.auth)
             settings = server_settings(client.predict(api_name="/status"))
-            chat, image = partial(_chat, client), partial(_image, client)
         run = plan_run(settings, prompts_file=args.set, variants=_variants(args.variants), kind=args.kind,
                        run_seed=args.run_seed)
+        if args.openai:
+            openai_cells.refuse_references(run)
+        else:
+            chat, image = partial(_chat, client), partial(_image, client, run)
     except (ShowcaseError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -111,13 +117,14 @@ def server_settings(status: dict) -> Settings:
         sizes = tuple(parse_size(s) for s in limits["sizes"])
         return base.replace(sizes=sizes, default_steps=limits["default_steps"], max_steps=limits["max_steps"],
                             max_new_tokens=limits["max_new_tokens"], max_prompt_chars=limits["max_prompt_chars"],
-                            chat="chat" in limits["engines"], image="image" in limits["engines"])
+                            chat="chat" in limits["engines"], image="image" in limits["engines"],
+                            references=tuple(limits.get("references") or (0,)))
     # An app without "limits" in /status: the sizes are its image warm-up shapes, the rest preset defaults.
     sizes = tuple(parse_size(t["shape"]) for t in status.get("tasks", [])  # edit slots ("64x64+1ref") left out
                   if t.get("engine") == "image" and t.get("kind") == "compile" and t.get("shape")
                   and "+" not in t["shape"])
     return base.replace(sizes=sizes or base.sizes, chat="chat" in enabled or not engines,
-                        image="image" in enabled or not engines)
+                        image="image" in enabled or not engines, references=(0,))
 
 
 def run_cells(run: QARun, chat, image, say=print) -> QARun:
@@ -156,15 +163,27 @@ def _chat(client, prompt: str, cell: Cell) -> None:
     cell.status = STOPPED if (cell.stats or {}).get("stopped") else DONE
 
 
-def _image(client, prompt: str, cell: Cell) -> None:
+def _image(client, run: QARun, prompt: str, cell: Cell) -> None:
     s = cell.settings
-    path, params = client.predict(prompt=prompt, size=s["size"], steps=s["steps"], seed=s["seed"],
-                                  guidance=s["guidance"], api_name="/generate_image")
+    common = {"prompt": prompt, "size": s["size"], "steps": s["steps"], "seed": s["seed"], "guidance": s["guidance"]}
+    references = run.rows[cell.prompt_index].references if s.get("references") else []
+    if references:
+        from gradio_client import handle_file
+
+        for ref in references:
+            current_bytes(ref)  # the file as the set was read, or the cell fails saying it changed
+        path, params = client.predict(references=[handle_file(ref.path) for ref in references],
+                                      fit=",".join(ref.fit for ref in references), **common, api_name="/edit_image")
+    else:
+        path, params = client.predict(**common, api_name="/generate_image")
     path = path.get("path") if isinstance(path, dict) else path
+    png = {"prompt": prompt, "kind": "image", **s}
+    if references and isinstance(params, dict) and params.get("references"):
+        png["references"] = params["references"]  # the server's record: sha256, sizes and fit of each
     with Image.open(path) as image:
         buffer = io.BytesIO()
         # As the tab stores it: the cell's own parameters only, so the same pixels give the same bytes.
-        image.save(buffer, format="PNG", pnginfo=png_metadata({"prompt": prompt, "kind": "image", **s}))
+        image.save(buffer, format="PNG", pnginfo=png_metadata(png))
     cell.image_png = base64.b64encode(buffer.getvalue()).decode("ascii")
     params = params if isinstance(params, dict) else {}
     cell.stats = {k: params.get(k) for k in ("seed", "seconds", "compiled_graphs", "stopped", "prompt_truncated",

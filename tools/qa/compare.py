@@ -3,7 +3,8 @@
 Cells are matched by prompt text, variant name and engine. A cell "changed" when its output, its
 status, its settings or its automatic verdict differ, or when both runs carry a reviewer's mark and
 the marks differ (a fresh run has no marks yet, which is not a change). ``changed_only`` keeps just
-those, each with a text diff (chat) or a side-by-side picture of both images.
+those, each with a text diff (chat) or a side-by-side picture of both images. An edit's references are
+named (path and sha256 prefix) in what changed and in an image pair's caption.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from neuron_backend.messages import in_language, tr
 
 from .expect import word
 from .images import decode_png
+from .references import describe as describe_references
 from .runs import PENDING, RUNNING, Cell, QARun
 
 UNFINISHED = {PENDING, RUNNING}
@@ -106,8 +108,10 @@ def changed_only(old: QARun, new: QARun, changes: list[CellChange] | None = None
         if c.kind == "chat":
             out.append(ChangedCell(c, text_diff(a, b), None, caption))
         else:
+            refs = describe_references(b.settings.get("references"))
+            edited = tr(" · edited from {references}", references=refs).text(lang) if refs else ""
             out.append(ChangedCell(c, "", side_by_side(decode_png(a.image_png), decode_png(b.image_png)),
-                                   caption + tr(" (old left, new right)").text(lang)))
+                                   caption + edited + tr(" (old left, new right)").text(lang)))
     return out
 
 
@@ -158,7 +162,11 @@ def _differences(a: Cell, b: Cell) -> list[str]:
         what.append(tr("verdict: {old} -> {new}", old=word("", a.auto or "none"), new=word("", b.auto or "none")))
     if a.mark and b.mark and a.mark != b.mark:
         what.append(tr("mark: {old} -> {new}", old=word("", a.mark), new=word("", b.mark)))
-    keys = sorted(set(a.settings) | set(b.settings))
+    old_refs, new_refs = a.settings.get("references"), b.settings.get("references")
+    if old_refs != new_refs:  # each reference by name and sha256: which image the edit started from
+        what.append(tr("references: {old} -> {new}", old=describe_references(old_refs) or "-",
+                       new=describe_references(new_refs) or "-"))
+    keys = sorted((set(a.settings) | set(b.settings)) - {"references"})
     return what + [tr("settings: {field}", field=k) for k in keys if a.settings.get(k) != b.settings.get(k)]
 
 

@@ -15,6 +15,7 @@ from neuron_backend.messages import tr
 
 from .expect import judge, verdict, word
 from .images import decode_png
+from .references import describe as describe_references
 from .runs import FAILED, KINDS, PENDING, RUNNING, STOPPED, Cell, QARun
 
 PREVIEW_CHARS = 400  # of a chat answer in the grid; the whole text is in the exports
@@ -100,6 +101,8 @@ def cell_summary(cell: Cell, running: bool = False, lang: str = "en", reason: st
     else:
         s = cell.settings
         body = _in(lang, "🖼 {size} · seed {seed} · {steps} steps", size=s["size"], seed=s["seed"], steps=s["steps"])
+        if s.get("references"):
+            body += "\n" + _in(lang, "edited from {references}", references=describe_references(s["references"]))
         if cell.stats:
             body += _in(lang, " · {seconds} s", seconds=fmt_stat(cell.stats.get("seconds"), ".1f"))
             body += compiled_flag(cell, lang)

@@ -14,6 +14,7 @@ import json
 from . import ab as qa_ab
 from .expect import describe
 from .grid import SUMMARY_HEADERS, cell_image, compiled, fmt_stat, grid_columns, speed, variant_summary
+from .references import describe as describe_references
 from .runs import MARKS, STATUSES, Cell, QARun
 
 THUMBNAIL_PX = 512  # longest side of an image in the report; larger ones are scaled down (JPEG)
@@ -43,6 +44,9 @@ def export_html(run: QARun, thumbnail_px: int | None = THUMBNAIL_PX) -> str:
         extra = f'<div class="meta">settings {e(_json(row.settings))}</div>' if row.settings else ""
         if row.expect:
             extra += f'<div class="meta">expect: {e(describe(row.expect))}</div>'
+        if row.references:
+            refs = describe_references([ref.entry() for ref in row.references])
+            extra += f'<div class="meta references">references: {e(refs)}</div>'
         body.append(f"<tr><td>{p + 1}</td><td><pre>{e(row.prompt)}</pre>{extra}</td>{tds}</tr>")
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>QA run {e(run.id)}</title>'
             f"<style>{_CSS}</style></head><body><h1>QA run {e(run.id)}</h1>"
@@ -94,6 +98,9 @@ def _cell_html(index: int, cell: Cell, thumbnail_px: int | None) -> str:
         parts.append(f'<pre class="error">{e(cell.error)}</pre>')
     if cell.image_png:
         parts.append(f'<img alt="cell {index + 1}" src="{e(_data_uri(cell, thumbnail_px))}">')
+    if cell.settings.get("references"):
+        parts.append(f'<div class="meta references">edited from '
+                     f'{e(describe_references(cell.settings["references"]))}</div>')
     if cell.reasoning:
         parts.append(f"<details><summary>reasoning</summary><pre>{e(cell.reasoning)}</pre></details>")
     if cell.text is not None:

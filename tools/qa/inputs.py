@@ -24,6 +24,8 @@ from neuron_backend.settings import Settings
 from neuron_backend.shapes import parse_size
 
 from .expect import CHECKS, parse_check
+from .references import COLUMNS as REFERENCE_COLUMNS
+from .references import RowReference, row_references
 
 MAX_PROMPTS = 100  # prompts in one set; a parameter of parse_prompt_set for servers that want another limit
 MAX_VARIANTS = 6  # e.g. seeds 1..3 x thinking on/off
@@ -60,6 +62,7 @@ class PromptRow:
     prompt: str
     settings: dict = field(default_factory=dict)
     expect: dict = field(default_factory=dict)  # checks of its cells' output (see expect.py)
+    references: list[RowReference] = field(default_factory=list)  # images its image cells edit from
 
 
 @dataclass
@@ -72,7 +75,7 @@ class Variant:
 
 def allowed_columns() -> str:
     return tr("prompt (required), {settings}; expectations: {checks}",
-              settings=", ".join(SETTINGS), checks=", ".join(CHECKS))
+              settings=", ".join((*SETTINGS, *REFERENCE_COLUMNS)), checks=", ".join(CHECKS))
 
 
 def shown(value: object, limit: int = 40) -> str:
@@ -95,13 +98,17 @@ def check_text(value: str, what: str) -> str:  # what: a Message naming the text
 
 
 def parse_prompt_set(text: str | None = None, file: str | Path | None = None, *, settings: Settings,
-                     max_prompts: int = MAX_PROMPTS) -> list[PromptRow]:
-    """Prompts pasted one per line, or read from a .jsonl/.csv (``prompt`` column plus settings) or .txt file."""
+                     max_prompts: int = MAX_PROMPTS, with_references: bool = True) -> list[PromptRow]:
+    """Prompts pasted one per line, or read from a .jsonl/.csv (``prompt`` column plus settings) or .txt file.
+
+    ``with_references`` False: a row with a ``references`` column is refused (the file came alone, without
+    the images beside it).
+    """
     has_text = bool(text and text.strip())
     if has_text and file:
         raise InvalidRequestError(tr("Give either pasted prompts or a file, not both: clear one of them."))
     if file:
-        rows = _read_file(Path(file), settings)
+        rows = _read_file(Path(file), settings, with_references)
     else:
         rows = [PromptRow(check_text(line.strip(), tr("A prompt"))) for line in (text or "").splitlines()
                 if line.strip()]
@@ -135,7 +142,7 @@ def read_bounded_text(path: Path, max_bytes: int, too_big: str, unreadable: str)
                                       hint=unreadable)) from None
 
 
-def _read_file(path: Path, settings: Settings) -> list[PromptRow]:
+def _read_file(path: Path, settings: Settings, with_references: bool) -> list[PromptRow]:
     kind = FILE_KINDS.get(path.suffix.lower())
     if kind is None:
         raise InvalidRequestError(tr("{name}: unsupported file type; upload a .jsonl, .csv or .txt file.",
@@ -145,7 +152,8 @@ def _read_file(path: Path, settings: Settings) -> list[PromptRow]:
     if kind == "lines":
         return [PromptRow(line.strip()) for line in text.splitlines() if line.strip()]
     records = _jsonl_records(path.name, text) if kind == "jsonl" else _csv_records(path.name, text)
-    return [_row_from_record(tr("{name} {where}", name=path.name, where=where), record, settings)
+    folder = path.parent if with_references else None
+    return [_row_from_record(tr("{name} {where}", name=path.name, where=where), record, settings, folder)
             for where, record in records]
 
 
@@ -198,7 +206,8 @@ def _csv_records(name: str, text: str) -> list[tuple[str, dict]]:
 
 
 def _check_columns(name: str, columns: list[str], need_prompt: bool = True) -> None:
-    unknown = [c for c in columns if c != "prompt" and c not in SETTINGS and c not in CHECKS]
+    unknown = [c for c in columns if c != "prompt" and c not in SETTINGS and c not in CHECKS
+               and c not in REFERENCE_COLUMNS]
     if unknown:
         raise InvalidRequestError(tr("{name}: unknown column(s) {columns}; allowed: {allowed}.",
                                      name=name, columns=", ".join(map(repr, unknown)),
@@ -208,7 +217,8 @@ def _check_columns(name: str, columns: list[str], need_prompt: bool = True) -> N
                                      name=name, allowed=allowed_columns()))
 
 
-def _row_from_record(where: str, record: dict, settings: Settings) -> PromptRow:
+def _row_from_record(where: str, record: dict, settings: Settings, folder: Path | None) -> PromptRow:
+    """A file's row; its references are read from ``folder`` (None: refused, the file came without them)."""
     _check_columns(where, list(record), need_prompt=False)
     prompt = record.pop("prompt", None)
     if not isinstance(prompt, str) or not prompt.strip():
@@ -219,7 +229,12 @@ def _row_from_record(where: str, record: dict, settings: Settings) -> PromptRow:
     for text in (v for value in expect.values() for v in (value if isinstance(value, list) else [value])):
         if isinstance(text, str):
             check_text(text, tr("{where}: an expectation", where=where))
-    return PromptRow(prompt.strip(), values, expect)
+    if folder is None and record.get("references"):
+        raise InvalidRequestError(tr("{where} has reference images, which the QA tab cannot take with the prompt "
+                                     "set: run this set with python -m tools.qa run SET --url URL (the files beside "
+                                     "the set), or remove its references column.", where=where))
+    references = row_references(where, record.get("references"), record.get("fit"), folder, settings)
+    return PromptRow(prompt.strip(), values, expect, references)
 
 
 def coerce_setting(key: str, value: object, settings: Settings, where: str) -> object:

@@ -23,10 +23,11 @@ from PIL import Image
 
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.png_info import png_metadata
+from neuron_backend.messages import tr
 from neuron_backend.settings import Settings
 from neuron_backend.shapes import parse_size
 
-from .runs import DONE, Cell
+from .runs import DONE, Cell, QARun
 
 FINISH = {"stop": "eos", "length": "length"}  # OpenAI's finish_reason -> the bench's
 
@@ -65,6 +66,16 @@ def server_settings(models: dict[str, dict]) -> Settings:
         if isinstance(image.get(key), int):
             changes[key] = image[key]
     return base.replace(**changes)
+
+
+def refuse_references(run: QARun) -> None:
+    """Refuse a run whose image cells edit from reference images: ``/v1`` has no edit endpoint here."""
+    for number, row in enumerate(run.rows, 1):
+        if row.references and run.kind in ("image", "both"):
+            raise InvalidRequestError(tr("Prompt {number} has reference images, but --openai runs go through "
+                                         "/v1/images/generations, which has no reference images: run this set "
+                                         "without --openai (through the app's /edit_image), or with --kind chat.",
+                                         number=number))
 
 
 class OpenAICells:

@@ -18,6 +18,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from neuron_backend.errors import InvalidRequestError
+from neuron_backend.image.references import check_reference_count
 from neuron_backend.messages import Message, tr
 from neuron_backend.settings import Settings
 
@@ -37,6 +38,7 @@ from .inputs import (
     load_json_line,
     read_bounded_text,
 )
+from .references import checked_entry, imported
 from .runs import KINDS, MARKS, STATUSES, Cell, QARun
 
 FORMAT, VERSION = "trainium-showcase-qa", 2
@@ -46,6 +48,7 @@ MAX_TEXT_CHARS = 200_000  # one cell's answer, reasoning, error or comment
 _CHAT_FIELDS = {"system_prompt", "thinking", "greedy", "temperature", "top_p", "top_k", "max_new_tokens", "seed"}
 _IMAGE_FIELDS = {"size", "steps", "seed", "guidance"}
 _NEW_IN_2 = {"expect", "auto", "auto_reason", "ab"}  # may be missing from a version 1 file
+_OPTIONAL = {"references"}  # a row's reference images: written only for rows that have some
 
 
 # ----- export ----------------------------------------------------------------------------------------
@@ -53,6 +56,10 @@ def export_jsonl(run: QARun) -> str:
     """The whole run, marks, verdicts, A/B picks and images included, one JSON object per line."""
     head = {"type": "run", "format": FORMAT, "version": VERSION, **asdict(run)}
     head.pop("cells")
+    for row in head["rows"]:  # each reference by name, sha256 and fit: never the folder it was read from
+        references = row.pop("references")
+        if references:
+            row["references"] = [{k: v for k, v in ref.items() if k != "path"} for ref in references]
     lines = [json.dumps(head, ensure_ascii=False)]
     for index, cell in enumerate(run.cells):
         record = {"type": "cell", "index": index, "prompt": run.rows[cell.prompt_index].prompt, **asdict(cell)}
@@ -107,7 +114,7 @@ def _fields(where: str, record: object, cls, extra: tuple[str, ...] = ()) -> dic
     if not isinstance(record, dict):
         raise InvalidRequestError(tr("{where} must be a JSON object.", where=where))
     values = {k: v for k, v in record.items() if k not in extra}
-    missing, unknown = names - set(values) - {"meta", "cells"} - _NEW_IN_2, set(values) - names
+    missing, unknown = names - set(values) - {"meta", "cells"} - _NEW_IN_2 - _OPTIONAL, set(values) - names
     if missing or unknown:
         raise InvalidRequestError(tr("{where}: missing fields {missing}, unknown fields {unknown}.",
                                      where=where, missing=str(sorted(missing)),
@@ -169,8 +176,11 @@ def _row_from(number: int, record: object, settings: Settings | None) -> PromptR
     expect = values.get("expect", {})
     _expect(where, isinstance(expect, dict) and set(expect) <= set(CHECKS),
             tr("expect must be an object with keys among {keys}", keys=", ".join(CHECKS)))
+    references = imported(where, values.get("references", []))
+    if settings is not None and references:
+        check_reference_count(len(references), settings.references)
     return PromptRow(prompt, _settings_from(where, values["settings"], settings),
-                     {k: parse_check(k, v, where) for k, v in expect.items()})
+                     {k: parse_check(k, v, where) for k, v in expect.items()}, references)
 
 
 def _variant_from(number: int, record: object, settings: Settings | None) -> Variant:
@@ -200,8 +210,10 @@ def _cell_from(run: QARun, number: int, position: int, record: object, settings:
     _expect(where, values["mark"] in (None, *MARKS), "mark must be pass, fail or null")
     _expect(where, values.get("auto") in (None, *MARKS), "auto must be pass, fail or null")
     _expect(where, values["kind"] in ("chat", "image"), "kind must be chat or image")
-    _expect(where, isinstance(values["settings"], dict) and set(values["settings"]) ==
-            (_CHAT_FIELDS if values["kind"] == "chat" else _IMAGE_FIELDS), "settings do not match the cell's kind")
+    _expect(where, isinstance(values["settings"], dict) and set(values["settings"]) - _OPTIONAL ==
+            (_CHAT_FIELDS if values["kind"] == "chat" else _IMAGE_FIELDS)
+            and (values["kind"] == "image" or "references" not in values["settings"]),
+            "settings do not match the cell's kind")
     for key in ("text", "reasoning", "image_path", "error"):
         _expect(where, values[key] is None or isinstance(values[key], str) and len(values[key]) <= MAX_TEXT_CHARS,
                 tr("{field} must be text (at most {most} characters) or null", field=key, most=MAX_TEXT_CHARS))
@@ -211,8 +223,12 @@ def _cell_from(run: QARun, number: int, position: int, record: object, settings:
     _expect(where, values["stats"] is None or isinstance(values["stats"], dict), "stats must be an object or null")
     _expect(where, values["seconds"] is None or isinstance(values["seconds"], (int, float))
             and not isinstance(values["seconds"], bool), "seconds must be a number or null")
+    if "references" in values["settings"]:
+        entries = values["settings"]["references"]
+        _expect(where, isinstance(entries, list), "references must be a list")
+        values["settings"]["references"] = [checked_entry(where, entry) for entry in entries]
     if settings is not None:
-        values["settings"] = {k: v if v is None else coerce_setting(k, v, settings, where)
+        values["settings"] = {k: v if v is None or k in _OPTIONAL else coerce_setting(k, v, settings, where)
                               for k, v in values["settings"].items()}
     if values["image_png"] is not None:
         _expect(where, values["kind"] == "image", "only image cells carry an image")
@@ -228,3 +244,7 @@ def _check_layout(run: QARun) -> None:
         raise InvalidRequestError(tr("The QA run's cells do not match its prompts and variants: expected {expected} "
                                      "cells in prompt x variant order, "
                                      "found {found}.", expected=len(expected), found=len(found)))
+    for index, cell in enumerate(run.cells):  # an image cell sends its row's references, no others
+        entries = [ref.entry() for ref in run.rows[cell.prompt_index].references] if cell.kind == "image" else []
+        _expect(tr("QA run cell {number}", number=index + 1), cell.settings.get("references", []) == entries
+                and (bool(entries) or "references" not in cell.settings), "references do not match its prompt's")

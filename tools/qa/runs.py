@@ -54,6 +54,7 @@ from .inputs import (
     parse_prompt_set,
     parse_variants,
 )
+from .references import request_references
 
 __all__ = [
     "MAX_PROMPTS", "MAX_VARIANTS", "Cell", "PromptRow", "QARun", "RunProgress", "Variant", "allowed_columns",
@@ -123,9 +124,13 @@ class RunProgress:
 # ----- planning -----------------------------------------------------------------------------------
 def plan_run(settings: Settings, prompts_text: str | None = None, prompts_file: str | Path | None = None,
              variants: str | list | dict | None = None, kind: str = "chat", run_seed: int = 0,
-             max_prompts: int = MAX_PROMPTS) -> QARun:
-    """Parse the prompt set and variants and fix every cell's settings and seed; nothing runs yet."""
-    rows = parse_prompt_set(prompts_text, prompts_file, settings=settings, max_prompts=max_prompts)
+             max_prompts: int = MAX_PROMPTS, with_references: bool = True) -> QARun:
+    """Parse the prompt set and variants and fix every cell's settings and seed; nothing runs yet.
+
+    ``with_references`` False: rows with reference images are refused (see ``parse_prompt_set``).
+    """
+    rows = parse_prompt_set(prompts_text, prompts_file, settings=settings, max_prompts=max_prompts,
+                            with_references=with_references)
     return build_run(settings, rows, parse_variants(variants, settings=settings), kind, run_seed)
 
 
@@ -165,7 +170,8 @@ def _cell_settings(settings: Settings, engine: str, row: PromptRow, variant: Var
         chosen["seed"] = derive_seed(run_seed, prompt_index)
     if engine == "image":
         base = {"size": settings.sizes[0].label, "steps": settings.default_steps, "guidance": None}
-        return {**base, **chosen}
+        edit = {"references": [ref.entry() for ref in row.references]} if row.references else {}
+        return {**base, **chosen, **edit}
     base = {"system_prompt": None, "thinking": False, "greedy": False, "max_new_tokens": settings.max_new_tokens}
     out = {**base, **chosen}
     return {**SAMPLING_DEFAULTS["thinking" if out["thinking"] else "chat"], **out}
@@ -246,7 +252,7 @@ def _execute(backend, run: QARun, cell: Cell, stop: threading.Event) -> None:
         if cell.kind == "chat":
             _run_chat(backend, prompt, cell, stop)
         else:
-            _run_image(backend, prompt, cell, stop)
+            _run_image(backend, run.rows[cell.prompt_index], cell, stop)
     except ShowcaseError as exc:  # a Message stays one: the grid shows it in the page's language
         message = exc.args[0] if len(exc.args) == 1 else None
         cell.status, cell.error = FAILED, message if isinstance(message, Message) else str(exc)
@@ -275,16 +281,20 @@ def _run_chat(backend, prompt: str, cell: Cell, stop: threading.Event) -> None:
         cell.status = STOPPED
 
 
-def _run_image(backend, prompt: str, cell: Cell, stop: threading.Event) -> None:
-    s = cell.settings
+def _run_image(backend, row: PromptRow, cell: Cell, stop: threading.Event) -> None:
+    prompt, s = row.prompt, cell.settings
 
     def on_step(step: int, total: int, elapsed: float) -> None:
         if stop.is_set():
             # Called inside this cell's own engine job, so this cancels this cell and nobody else's.
             backend.cancel("image")
 
-    result = backend.generate_image(ImageRequest(prompt, s["size"], s["steps"], s["seed"], s["guidance"]), on_step)
+    references = request_references(row.references) if s.get("references") else ()
+    request = ImageRequest(prompt, s["size"], s["steps"], s["seed"], s["guidance"], references=references)
+    result = backend.generate_image(request, on_step)
     params = {"prompt": prompt, "kind": "image", **s}
+    if references:  # the engine's record of each reference: sha256, sizes and fit mode (deterministic)
+        params["references"] = result.params.get("references", s["references"])
     buffer = io.BytesIO()
     # Our own PNG, with only the cell's (deterministic) parameters: same pixels give the same bytes.
     result.image.save(buffer, format="PNG", pnginfo=png_metadata(params))

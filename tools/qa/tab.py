@@ -154,8 +154,11 @@ def build_qa_tab(backend: Backend) -> None:
     @refusals_as_toast(outputs=len(run_outputs))
     def press_run(text, upload_value, kind_value, variants_text, seed, request: gr.Request,
                   progress=gr.Progress()):
+        # An uploaded set arrives alone in a temporary folder: rows with reference images are refused, with a
+        # message that points at the CLI, which reads the files beside the set.
         run = qa.plan_run(settings, prompts_text=text or None, prompts_file=_file_path(upload_value),
-                          variants=variants_text or None, kind=kind_value, run_seed=int(seed or 0))
+                          variants=variants_text or None, kind=kind_value, run_seed=int(seed or 0),
+                          with_references=False)
         yield from _execute(run, request, progress)
 
     def _execute(run, request, progress):
