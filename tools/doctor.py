@@ -404,6 +404,26 @@ def check_models(settings: Settings) -> list[Check]:
     return checks
 
 
+def check_memory_fit(settings: Settings, placements: dict) -> list[Check]:
+    """The image model's memory estimate (weights, the decode at the largest size, the declared reference
+    tokens) against what its device has free: the check loading makes, made before loading."""
+    from neuron_backend.errors import EngineUnavailableError
+    from neuron_backend.image.loading import plan_memory
+    from neuron_backend.weights import in_local_cache
+
+    placement = placements.get("image")
+    if placement is None or settings.models == "tiny":
+        return []
+    folder = in_local_cache(settings.image_model, settings.image_revision)
+    if folder is None:
+        return [Check(SKIPPED, "image memory", "the image weights are not in the local cache yet", needed=False)]
+    try:
+        plan = plan_memory(folder, placement, settings)
+    except EngineUnavailableError as exc:  # its message has the numbers and the flags to change
+        return [Check(FAIL, f"image memory ({placement.device})", str(exc))]
+    return [Check(PASS, f"image memory ({placement.device})", str(plan.note))]
+
+
 def _free_gib(path: Path) -> tuple[Path, float]:
     path = Path(path).expanduser()
     while not path.exists() and path != path.parent:
@@ -456,6 +476,8 @@ def run(settings: Settings, out=None) -> int:
         emit(*check_placements(placements))
         emit(*check_counters_and_memory(placements))
     emit(*check_models(settings), *check_disk(settings))
+    if torch is not None:
+        emit(*check_memory_fit(settings, placements))
     failed = [c for c in checks if c.status == FAIL and c.needed]
     print(f"{len(failed)} needed check(s) failed" if failed else "everything needed is in place", file=out)
     return 1 if failed else 0

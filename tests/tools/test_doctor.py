@@ -360,3 +360,30 @@ def test_neuron_requirements_pin_one_release_family_and_the_docs_make_the_venv_w
     for page in ("README.md", "docs/trainium.md"):
         text = (ROOT / page).read_text()
         assert "python3 -m venv .venv" in text and not re.search(r"python3\.\d+ -m venv", text), page
+
+
+def test_the_image_memory_check_is_the_load_check_made_before_loading(tmp_path, demo_models, hf_cache, monkeypatch):
+    """The doctor says whether the image model fits its device by the estimate loading uses (weights, the decode
+    at the largest size, the declared references' tokens), with the numbers and the flags to change."""
+    from support.model_folders import add_to_cache
+
+    from neuron_backend import devices
+    from neuron_backend.image import loading
+
+    add_to_cache(hf_cache, "test-org/image", demo_models.image)
+    settings = parse_settings(["--models", "full", "--no-chat", "--image-model", "test-org/image", "--device", "cpu",
+                               "--sizes", "64x64,96x64", "--references", "0,1,2", "--cache-dir", str(tmp_path)],
+                              env={})
+    placements = devices.resolve_placements(settings)
+    monkeypatch.setattr(loading, "free_bytes", lambda kind, core: 64 * 2**30)
+    fits, = doctor.check_memory_fit(settings, placements)
+    assert fits.status == "pass" and fits.name == "image memory (cpu)"
+    assert "needs ~" in fits.detail and "reference tokens" in fits.detail and "64.0 GiB free on cpu" in fits.detail
+    monkeypatch.setattr(loading, "free_bytes", lambda kind, core: 2**20)
+    short, = doctor.check_memory_fit(settings, placements)
+    assert short.status == "fail" and short.needed
+    assert "more than the 0.0 GiB free on cpu" in short.detail and "fewer --references" in short.detail
+    elsewhere = parse_settings(["--models", "full", "--no-chat", "--image-model", "test-org/absent", "--device",
+                                "cpu", "--cache-dir", str(tmp_path)], env={})
+    absent, = doctor.check_memory_fit(elsewhere, devices.resolve_placements(elsewhere))
+    assert absent.status == "skipped" and not absent.needed
