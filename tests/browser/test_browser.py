@@ -10,7 +10,6 @@ README's ``assets/screenshot.png`` is written when missing or when ``UPDATE_READ
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from support.browser import (
     _generate,
     _message_box,
     _open_accordion,
+    _picture,
     _retry,
     _seed_box,
     _send,
@@ -456,14 +456,6 @@ def _a1111_png(path: Path, size: str, steps: int, seed: int, prompt: str) -> Pat
     width, height = (int(v) for v in size.split("x"))
     Image.new("RGB", (width, height), (90, 120, 200)).save(path, pnginfo=info)
     return path
-
-
-def _picture(page) -> Image.Image:
-    """The picture area of the image box as the screen shows it (below its label, inside its border)."""
-    box = page.locator("#image-out")
-    box.scroll_into_view_if_needed()
-    shot = Image.open(io.BytesIO(box.screenshot())).convert("RGB")
-    return shot.crop((4, 40, shot.width - 4, shot.height - 4))
 
 
 def test_live_preview_appears_before_the_final_images_of_a_several_image_run(page, app_url):

@@ -10,8 +10,18 @@ import json
 
 import numpy as np
 import pytest
-from PIL import Image
-from support.browser import _generate, _open_accordion, _shot, _wait_image_sizes_ready, running_app
+from PIL import Image, ImageStat
+from support.browser import (
+    REPLY_TIMEOUT_MS,
+    _choose_size,
+    _generate,
+    _open_accordion,
+    _picture,
+    _set_number,
+    _shot,
+    _wait_image_sizes_ready,
+    running_app,
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +63,20 @@ def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references
         page.locator("#image-fit label", has_text="crop").click()
         page.locator("#reference-note", has_text="(crop)").wait_for()
         _shot(page, "edit-3-fitted-crop")
+        # Mid-run, the image box shows the edit's live preview (a picture, not a blank box); then Stop ends it.
+        page.locator("#image-prompt textarea").fill("the same shapes, slowly")
+        _choose_size(page, "96x64")
+        _set_number(page, "number input for Steps", 50)
+        page.locator("#generate").click()
+        label = page.locator("#image-out [data-testid=block-label]")
+        label.filter(has_text="Preview · image 1 · step").wait_for()
+        page.wait_for_function("() => { const i = document.querySelector('#image-out img');"
+                               " return i && i.complete && i.naturalWidth > 0; }")
+        stat = ImageStat.Stat(_picture(page).convert("L"))
+        assert stat.stddev[0] > 8 and stat.mean[0] < 235, (stat.mean, stat.stddev)
+        _shot(page, "edit-3b-preview-mid-run")
+        page.locator("#stop-image").click()
+        label.filter(has_text="stopped after").wait_for(timeout=REPLY_TIMEOUT_MS)
         png = _generate(page, "the same shapes, in blue", "96x64", 2)
         page.locator("#reference-note", has_text="at 96x64 (crop)").wait_for()  # the view follows the size
         _shot(page, "edit-4-result")

@@ -9,6 +9,7 @@ Screenshots land in ``test-artifacts/screenshots/`` (git-ignored).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import socket
@@ -211,6 +212,14 @@ def _size_options(page) -> list[str]:
     labels = [t.replace("✓", "").strip() for t in page.locator("[role=option]").all_inner_texts()]
     page.keyboard.press("Escape")
     return labels
+
+
+def _picture(page) -> Image.Image:
+    """The picture area of the image box as the screen shows it (below its label, inside its border)."""
+    box = page.locator("#image-out")
+    box.scroll_into_view_if_needed()
+    shot = Image.open(io.BytesIO(box.screenshot())).convert("RGB")
+    return shot.crop((4, 40, shot.width - 4, shot.height - 4))
 
 
 def _generate(page, prompt: str, size: str, steps: int) -> Image.Image:
