@@ -185,9 +185,22 @@ def test_one_user_stopping_does_not_disturb_the_others(single, batched):
 
 def test_engine_cancel_stops_the_whole_batch_and_errors_reach_every_row(batched):
     log = Forwards(batched.model, delay=0.01)
-    threading.Timer(0.3, batched.cancel).start()
+    # Cancel once every row is decoding (a timer could fire before the batch starts on a busy host, and the
+    # rows would then run to their limit): the hook notes it, another thread cancels, as a visitor's Stop does.
+    decoding = threading.Event()
+
+    def note(module, args, kwargs):
+        if tuple(log.ids[-1].shape) == (len(PROMPTS), 1):
+            decoding.set()
+
+    noted = batched.model.register_forward_pre_hook(note, with_kwargs=True)
+    canceller = threading.Thread(target=lambda: decoding.wait(60) and batched.cancel())
+    canceller.start()
     results = concurrently(batched, {m: ChatRequest(m, greedy=True, max_new_tokens=64) for m in PROMPTS})
+    canceller.join()
+    noted.remove()
     log.remove()
+    assert decoding.is_set()
     assert all(r.stats.finish_reason in ("stopped", "eos") for r in results.values())
     assert len(log.ids) < 64
     deadline = time.perf_counter() + 5  # a row's final update may come just before generate() returns
