@@ -113,10 +113,16 @@ def test_no_english_aria_labels_on_the_arabic_page(browser, app_url):
     context, page = open_page(browser, app_url + "?lang=ar", "en-US")
     try:
         seen = []
-        for tab in ("المحادثة", "الصورة", "منصة ضمان الجودة"):
+        # Each tab's empty boxes ("Empty value"): a component's script loads when its tab first shows, so they
+        # mount after the click; the labels are read once they are there and the page has put them in Arabic.
+        empty_boxes = {"المحادثة": (), "الصورة": ("#image-out",),
+                       "منصة ضمان الجودة": ("#qa-gallery", "#qa-export-file", "#qa-diff-gallery")}
+        for tab, boxes in empty_boxes.items():
             page.locator("button[role=tab]", has_text=tab).click()
             if tab == "الصورة":
                 _open_accordion(page, "ملف PNG والمعاملات وPython")
+            for box in boxes:
+                page.locator(f"{box} .empty[aria-label]").wait_for(state="attached")
             page.wait_for_function(f"() => !({ARIA_LABELS_JS})().some((l) => {json.dumps(list(GRADIO_ARIA_LABELS))}"
                                    ".includes(l))")
             seen += page.evaluate(ARIA_LABELS_JS)

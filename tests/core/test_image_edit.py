@@ -237,6 +237,9 @@ def test_compiled_edit_slots_never_recompile_after_warm_up(tiny_settings, demo_m
     cold_size = ImageSize(80, 64)  # declared, never warmed up: the proof that the stance is not vacuous
     settings = tiny_settings.replace(sizes=(*SIZES, cold_size), references=(0, 1, 2), compile="on", max_steps=2,
                                      default_steps=1)
+    # Dynamo keeps graphs per code object across engines: a size that another test compiled earlier in this
+    # process would compile nothing here. Start from empty caches, as a fresh server does.
+    torch._dynamo.reset()
     engine = make_engine(settings, demo_models)
     assert engine.placement.compile and engine.placement.compile_backend == "inductor"
     engine.shapes.gated = True
