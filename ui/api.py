@@ -15,6 +15,7 @@ import inspect
 import io
 import logging
 import time
+from contextlib import aclosing
 from functools import partial, wraps
 from typing import Any, TypedDict, get_type_hints
 
@@ -73,8 +74,9 @@ def _on_refusal(fn, refuse):
         @wraps(fn)
         async def async_gen_wrapper(*args, **kwargs):
             try:
-                async for item in fn(*args, **kwargs):
-                    yield item
+                async with aclosing(fn(*args, **kwargs)) as inner:
+                    async for item in inner:
+                        yield item
             except ShowcaseError as exc:
                 yield refuse(exc)
 
@@ -134,8 +136,9 @@ def drops_early_cancels(cancels: EarlyCancels, fn):
         async def async_gen_wrapper(*args, **kwargs):
             if cancelled_early():
                 raise CancelledError(EARLY_CANCEL)
-            async for item in fn(*args, **kwargs):
-                yield item
+            async with aclosing(fn(*args, **kwargs)) as inner:
+                async for item in inner:
+                    yield item
 
         return async_gen_wrapper
 
@@ -157,9 +160,12 @@ class ImageRun:
     progress and preview frames streamed, its PNGs written.
 
     Their handlers are async generators: Gradio stops an event by cancelling its asyncio task (the tab's
-    Stop, gradio_client's ``job.cancel()``, a closed page), the cancel lands at the ``await`` in ``updates``
-    and its ``finally`` stops the image at its next step boundary, or drops it before its first step. A
-    sync generator's thread is never interrupted that way: an image cancelled right after submit ran on.
+    Stop, gradio_client's ``job.cancel()``, a closed page). The cancel lands at the ``await`` in ``updates``,
+    or, while the handler waits at a yield, Gradio closes the handler (``aclose()``); either way the
+    ``finally`` of ``updates`` stops the image at its next step boundary, or drops it before its first step.
+    A close reaches it only through wrappers that close what they iterate (``contextlib.aclosing``): an
+    ``async for`` alone leaves the inner generator to the garbage collector, and the image ran on. A sync
+    generator's thread is never interrupted that way: an image cancelled right after submit ran on.
     """
 
     def __init__(self, backend: Backend, request: ImageRequest, preview: bool):
@@ -373,8 +379,9 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
         count = 1 if images in (None, "") else images
         request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
                                guidance=guidance, count=count)
-        async for update in _image_updates(backend, request, preview is True):
-            yield update
+        async with aclosing(_image_updates(backend, request, preview is True)) as updates:
+            async for update in updates:
+                yield update
 
     api_trigger.click(generate_image_api, api_inputs,
                       [api_png, api_params], api_name="generate_image", concurrency_limit=1,
@@ -409,8 +416,9 @@ def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCa
         count = 1 if images in (None, "") else images
         request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
                                guidance=guidance, count=count, references=refs)
-        async for update in _image_updates(backend, request, preview is True):
-            yield update
+        async with aclosing(_image_updates(backend, request, preview is True)) as updates:
+            async for update in updates:
+                yield update
 
     edit_trigger.click(edit_image_api, edit_inputs, [edit_png, edit_params], api_name="edit_image",
                        concurrency_limit=1, concurrency_id=concurrency.get("image"))
@@ -429,14 +437,16 @@ async def _image_updates(backend: Backend, request: ImageRequest, preview: bool)
     frame, 1/8 of the size) and "preview_step".
     """
     run = ImageRun(backend, request, preview=preview)
-    async for state, frame in run.updates():
-        # Progress updates stream to clients that submit(); each one also lets the server
-        # notice a client that went away (and then stop the image within a step).
-        step, total, _ = state or (0, None, 0.0)
-        update = {"status": "running" if state else "waiting", "step": step, "total": total,
-                  "elapsed_s": round(time.perf_counter() - run.started, 2)}
-        if frame is not None:
-            update.update(preview=preview_data_url(frame), preview_step=frame.step, preview_image=frame.index + 1)
-        yield gr.skip(), update
+    async with aclosing(run.updates()) as updates:
+        async for state, frame in updates:
+            # Progress updates stream to clients that submit(); each one also lets the server
+            # notice a client that went away (and then stop the image within a step).
+            step, total, _ = state or (0, None, 0.0)
+            update = {"status": "running" if state else "waiting", "step": step, "total": total,
+                      "elapsed_s": round(time.perf_counter() - run.started, 2)}
+            if frame is not None:
+                update.update(preview=preview_data_url(frame), preview_step=frame.step,
+                              preview_image=frame.index + 1)
+            yield gr.skip(), update
     paths, params = zip(*await run.finished(), strict=True)
     yield (paths[0], params[0]) if request.count == 1 else (list(paths), list(params))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 
@@ -196,13 +197,15 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                                              count=int(n_images or 1),
                                              references=references_of(reference_files, fit, settings.references)),
                        preview=bool(want_preview) and settings.image_preview)
-        async for state, frame in run.updates(frame_every=PREVIEW_EVERY_S, at_once=True):
-            if state is None:
-                progress(0.0, desc=say("starting (or waiting for the image engine)"))
-            else:
-                progress(state[:2], desc=progress_text(*state), unit=say("steps"))
-            shows = gr.skip() if frame is None else gr.update(value=preview_picture(frame), label=preview_label(frame))
-            yield (shows,) + (gr.skip(),) * 6 + (run,)
+        async with aclosing(run.updates(frame_every=PREVIEW_EVERY_S, at_once=True)) as updates:
+            async for state, frame in updates:
+                if state is None:
+                    progress(0.0, desc=say("starting (or waiting for the image engine)"))
+                else:
+                    progress(state[:2], desc=progress_text(*state), unit=say("steps"))
+                shows = gr.skip() if frame is None else gr.update(value=preview_picture(frame),
+                                                                  label=preview_label(frame))
+                yield (shows,) + (gr.skip(),) * 6 + (run,)
 
     async def show_images(run, past, request: gr.Request):
         """What the run made (stopped: so far), or its refusal as a toast; the session has no run after it."""
@@ -258,8 +261,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     shown_run = generating.then(show_images, [running, session_images], outputs, concurrency_limit=None,
                                 api_visibility="private", show_progress_on=[image_progress])
     shown_run.then(lambda: gr.update(visible=False), None, stop_btn, queue=False, api_visibility="private")
-    # Stop ends press_generate; stop() also stops the image itself at once: a cancel that lands while the
-    # handler waits at a yield closes its outer generator only, and the inner one's finally runs when collected.
+    # Stop ends press_generate (its close reaches ImageRun's finally through every wrapper); stop() also
+    # stops the image itself, the moment the click arrives.
     stop_btn.click(lambda run: run and run.stop(), running, None, cancels=[generating], queue=False,
                    api_visibility="private")
     gallery.select(pick_image, session_images, [image_out, png_file, params_out, snippet],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from contextlib import aclosing
 from functools import wraps
 
 from gradio.context import LocalContext
@@ -73,8 +74,9 @@ def measured(metrics: Metrics, endpoint: str, ends: bool = True):
             async def async_gen_wrapper(*args, **kwargs):
                 clock = RequestClock(metrics, endpoint)
                 try:
-                    async for item in fn(*args, **kwargs):
-                        yield item
+                    async with aclosing(fn(*args, **kwargs)) as inner:
+                        async for item in inner:
+                            yield item
                 except ShowcaseError as exc:
                     clock.refused(exc)
                     clock.finish()

@@ -97,7 +97,8 @@ def test_the_guard_fills_in_the_event_id_gradio_needs():
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    demo, backend, url = start_app(tmp_path_factory.mktemp("early-cancel"), "--no-chat", "--max-steps", str(STEPS))
+    demo, backend, url = start_app(tmp_path_factory.mktemp("early-cancel"), "--no-chat", "--max-steps", str(STEPS),
+                                   "--references", "0,1")
     calls = []
     start_image = backend.start_image
 
@@ -107,7 +108,7 @@ def served(tmp_path_factory):
 
     backend.start_image = counting  # what the handler starts, seen from the outside
     fn_index = next(i for i, d in enumerate(demo.config["dependencies"]) if d.get("api_name") == "generate_image")
-    yield backend, url, fn_index, calls
+    yield backend, url, fn_index, calls, demo
     demo.close()
 
 
@@ -121,7 +122,7 @@ def _wait_free(engine, timeout: float) -> float:
 
 @pytest.mark.slow
 def test_a_cancel_that_comes_before_the_join_runs_no_step(served):
-    backend, url, fn_index, calls = served
+    backend, url, fn_index, calls, _ = served
     before = len(calls)
     session = f"early-{time.monotonic_ns()}"
     with httpx.Client(base_url=url, timeout=10) as http:
@@ -143,7 +144,7 @@ def test_a_cancel_that_comes_before_the_join_runs_no_step(served):
 
 
 def test_gradio_client_cancel_right_after_submit_frees_the_engine_at_once(served):
-    backend, url, _, _ = served
+    backend, url, _, _, _ = served
     client = Client(url, verbose=False)
     engine = backend.engine("image")
     for delay in (0.0, 0.01, 0.03):  # before the client knows its event id, and around the moment it learns it
@@ -153,3 +154,38 @@ def test_gradio_client_cancel_right_after_submit_frees_the_engine_at_once(served
         job.cancel()
         # A whole run takes ~5 s; stopped, the engine is free within a step or two.
         assert _wait_free(engine, 15.0) < 2.0, f"cancel {delay} s after submit: the image ran on"
+
+
+
+@pytest.mark.parametrize("endpoint", ["generate_image", "edit_image"])
+def test_closing_the_handler_at_a_yield_stops_the_image_at_once(served, endpoint):
+    """Gradio cancels an event by cancelling its task; when that lands while the handler waits at a yield
+    (Gradio is sending its last update), Gradio closes the handler with ``aclose()``. That close must reach
+    ImageRun's ``finally`` through every wrapper at once, not when the garbage collector finds the inner
+    generators: the image ran all its steps (seen over MCP, whose cancel goes through the same /cancel)."""
+    import gc
+
+    backend, _, _, calls, demo = served
+    handler = next(f.fn for f in demo.fns.values() if f.api_name == endpoint)
+    engine = backend.engine("image")
+    arguments = {"prompt": "slow", "size": "96x64", "steps": STEPS, "seed": 2}
+    if endpoint == "edit_image":
+        arguments["references"] = []
+
+    async def gradio_cancels_at_a_yield():
+        outer = handler(**arguments)
+        before = len(calls)
+        while True:  # the handler now waits at its yield
+            await anext(outer)
+            if len(calls) > before and engine.busy:
+                break
+        await outer.aclose()
+        # Waited for here, holding the loop: a generator closed later (by the loop's finalizer hook, or at
+        # the loop's end) does not count.
+        return _wait_free(engine, 15.0)
+
+    gc.disable()  # nor does one the collector finds
+    try:
+        assert asyncio.run(gradio_cancels_at_a_yield()) < 2.0, "the image ran on after its handler was closed"
+    finally:
+        gc.enable()
