@@ -137,8 +137,9 @@ class ChatEngine:
         self._eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
         attach(model)  # generate() picks the cache window before every forward (static_cache.py)
+        if self.placement.compile:  # a decode step reads the cache in place; chunks build their masks (static_cache.py)
+            static_cache.use_compiled_attention(model, static_masks=bool(self.prefill_chunk))
         if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (static_cache.py)
-            static_cache.use_static_masks(model)
             wanted = static_cache.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
         self.tokenizer, self.model = tokenizer, model
