@@ -98,6 +98,9 @@ def parse_args():
                    help="the device's peak memory bandwidth in GB/s (default: the table by device name)")
     p.add_argument("--chat-compile", choices=("on", "off"), default="on", help="the chat engine's --compile")
     p.add_argument("--image-compile", choices=("on", "off"), default="off", help="the image engine's --compile")
+    p.add_argument("--chat-layers-once", action="store_true",
+                   help="--chat-compile-layers-once: the decoder layer compiled once (a nested compile region); "
+                        "run once without and once with it to compare warm-up seconds, tok/s and tokens")
     p.add_argument("--buckets", default=None, help="chat prompt buckets (default 64,256,1024; dry run 32,64)")
     p.add_argument("--context", type=int, default=None, help="static KV cache in tokens (default 4096; dry run 256)")
     p.add_argument("--window", type=int, default=None, help="the smallest cache window (default 512; dry run 128)")
@@ -247,7 +250,8 @@ def load_chat(args, folder: Path):
                                "--dtype", "bfloat16", "--compile", args.chat_compile, "--chat-buckets", args.buckets,
                                "--context-length", str(args.context), "--cache-windows", str(args.window),
                                "--max-new-tokens", str(max(args.new_tokens, 64)),
-                               "--cache-dir", str(args.root / "device-check")], env={})
+                               "--cache-dir", str(args.root / "device-check"),
+                               *(["--chat-compile-layers-once"] if args.chat_layers_once else [])], env={})
     engine = ChatEngine(settings, resolve_placements(settings)["chat"], "Qwen3-0.6B architecture, random weights")
     engine.load(folder)
     warm = []

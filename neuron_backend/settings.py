@@ -55,6 +55,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("max-steps", "int", "most denoising steps one request may ask for"),
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
     ("compile-repeated-blocks", "bool", "compile each repeated transformer block once (faster compile)"),
+    ("chat-compile-layers-once", "bool", "compile the chat model's repeated decoder layer once inside its "
+                                         "whole-model graph (shorter compiles)"),
     ("compile-timeout-min", "float", "minutes one warm-up compile task may take; past them it fails and its shape "
                                      "is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
@@ -334,6 +336,7 @@ class Settings:
     max_steps: int = 50
     compile: str = "auto"
     compile_repeated_blocks: bool = False
+    chat_compile_layers_once: bool = False
     compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
     host: str = "127.0.0.1"
@@ -430,6 +433,7 @@ def parse_settings(
         max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
         compile_repeated_blocks=bool(raw.get("compile_repeated_blocks", False)),
+        chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw else _default_cache_dir(env),
         host=str(raw.get("host", host_default)),
@@ -573,6 +577,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--warmup-order", f"invalid order {','.join(s.warmup_order)!r}", "chat,image or image,chat")
     if s.compile_repeated_blocks and s.compile == "off":
         raise ConfigError("--compile-repeated-blocks", "needs compiling, but --compile is off", "--compile on|auto")
+    if s.chat_compile_layers_once and s.compile == "off":
+        raise ConfigError("--chat-compile-layers-once", "needs compiling, but --compile is off", "--compile on|auto")
     if s.tp < 1:
         raise ConfigError("--tp", f"{s.tp} is not positive", "1 or more")
     if s.tp > 1 and s.world_size != s.tp:

@@ -47,7 +47,7 @@ NEFF_KEY_FIELDS = ("device.platform_target", "device.instance_family", "device.l
                    "paths.app")
 ENGINE_FIELDS = {
     "chat": ("model", "fingerprint", "kind", "dtype", "compile", "backend", "fullgraph", "dynamic", "library",
-             "context_length", "cache_windows", "batch", "prefill_chunk"),
+             "context_length", "cache_windows", "batch", "prefill_chunk", "layers_once"),
     "image": ("model", "fingerprint", "kind", "dtype", "compile", "backend", "fullgraph", "dynamic", "library",
               "repeated_blocks"),
 }
@@ -159,7 +159,8 @@ def describe(settings, placements: Mapping, folders: Mapping[str, Path], models:
         if name == "chat":
             entry.update(library=f"transformers {libraries['transformers']}",
                          context_length=settings.context_length, cache_windows=list(settings.cache_windows),
-                         batch=settings.chat_batch, prefill_chunk=getattr(settings, "prefill_chunk", None))
+                         batch=settings.chat_batch, prefill_chunk=getattr(settings, "prefill_chunk", None),
+                         layers_once=getattr(settings, "chat_compile_layers_once", False))
         else:
             entry.update(library=f"diffusers {libraries['diffusers']}",
                          repeated_blocks=settings.compile_repeated_blocks)
