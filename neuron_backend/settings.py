@@ -55,10 +55,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("max-steps", "int", "most denoising steps one request may ask for"),
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
     ("compile-repeated-blocks", "bool", "compile each repeated transformer block once (faster compile)"),
-    ("chat-compile-layers-once", "bool", "compile the chat model's repeated decoder layer once inside its "
-                                         "whole-model graph (shorter compiles)"),
-    ("compile-timeout-min", "float", "minutes one warm-up compile task may take; past them it fails and its shape "
-                                     "is refused (0: no limit)"),
+    ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
+    ("compile-timeout-min", "float", "minutes a warm-up compile may take, then its shape is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
     ("port", "int", "port to listen on"),
@@ -577,8 +575,6 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--warmup-order", f"invalid order {','.join(s.warmup_order)!r}", "chat,image or image,chat")
     if s.compile_repeated_blocks and s.compile == "off":
         raise ConfigError("--compile-repeated-blocks", "needs compiling, but --compile is off", "--compile on|auto")
-    if s.chat_compile_layers_once and s.compile == "off":
-        raise ConfigError("--chat-compile-layers-once", "needs compiling, but --compile is off", "--compile on|auto")
     if s.tp < 1:
         raise ConfigError("--tp", f"{s.tp} is not positive", "1 or more")
     if s.tp > 1 and s.world_size != s.tp:

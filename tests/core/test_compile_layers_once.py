@@ -75,10 +75,9 @@ def test_the_swap_is_per_model_and_done_once():
 
 
 def test_the_flag_needs_a_compiled_chat_engine():
-    with pytest.raises(ConfigError, match="--compile is off"):
-        parse_settings(["--chat-compile-layers-once", "--compile", "off"], env={})
-    settings = parse_settings(["--chat-compile-layers-once", "--device", "cpu"], env={})  # auto: eager on CPU
-    with pytest.raises(ConfigError, match="chat engine runs eager"):
-        refuse_idle_compile_flags(settings, resolve_placements(settings, HostDevices(0, None, 0)))
+    for compile_flag in ("off", "auto"):  # auto: eager on CPU
+        settings = parse_settings(["--chat-compile-layers-once", "--device", "cpu", "--compile", compile_flag], env={})
+        with pytest.raises(ConfigError, match="chat engine runs eager"):
+            refuse_idle_compile_flags(settings, resolve_placements(settings, HostDevices(0, None, 0)))
     on = parse_settings(["--chat-compile-layers-once", "--device", "cpu", "--compile", "on"], env={})
     refuse_idle_compile_flags(on, resolve_placements(on, HostDevices(0, None, 0)))
