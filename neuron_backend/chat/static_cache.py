@@ -45,7 +45,7 @@ Three things the stock path does not do, which a compiled chunk needs to stay on
 - the cache must be initialised before the first chunk (``early_init``): a lazily initialised
   static layer is a different graph (dynamo guards on ``is_initialized``);
 - the chunk's ``position_ids`` must have dense strides (``_dense``);
-- the 4D mask must always be built (``use_static_masks``): transformers' sdpa mask skips itself
+- the 4D mask must always be built (``use_compiled_attention``'s static masks): transformers' sdpa mask skips itself
   (returns None and lets SDPA use ``is_causal``) when it sees no padding, a decision taken in
   Python on the mask's values, so a prompt of exactly a bucket's length got a graph of its own.
 
@@ -236,7 +236,7 @@ def packed_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0, s
     query rows over that head) only outside torch.compile; inside, it repeats the keys and values once
     per group (``repeat_kv``), which a compiled graph materialises: for Qwen3-0.6B (16 query heads over 8
     KV heads) each layer of each decode step copies the cache window's keys and values to twice their
-    size, then attention reads the copies. Over a 4096-token cache that made the compiled decode step 4x
+    size, then attention reads the copies. Over a 4096-token cache that made the compiled decode step 3-4x
     slower than the eager one on the CPU stand-in, and it moves the same extra bytes through HBM on any
     device. The packed query is a plain SDPA call (no ``enable_gqa``), so every backend can lower it.
     """
@@ -281,7 +281,7 @@ def compile_layers_once(model) -> int:
 
     ``torch.compiler.nested_compile_region``: dynamo traces and compiles the layer's forward once and
     calls that one subgraph for every layer, inside the same whole-model graph (one graph per shape,
-    as before), so the compile no longer grows with the model's depth (28 layers in Qwen3-0.6B). Applied
+    as before), so inductor no longer compiles each of the 28 layers of Qwen3-0.6B on its own. Applied
     through a subclass of the layer's class, made once per class, so other models of that class in the
     process keep the library's own forward. Eager, the region is a plain call.
     """
