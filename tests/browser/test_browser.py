@@ -36,7 +36,6 @@ from support.browser import (
     _generate,
     _message_box,
     _open_accordion,
-    _picture,
     _retry,
     _seed_box,
     _send,
@@ -44,11 +43,13 @@ from support.browser import (
     _short_replies,
     _shot,
     _size_options,
+    _steady_picture,
     _table_states,
     _user_texts,
     _wait_image_sizes_ready,
     _wait_ready,
     _wait_reply,
+    held,
     running_app,
 )
 
@@ -120,10 +121,11 @@ def test_chat_streams_stops_retries_and_undoes(page):
     _open_accordion(page, "Sampling and system prompt")
     page.get_by_label("Greedy (no sampling)").check()  # greedy runs to all MAX_NEW_TOKENS words here
     page.evaluate("window.__replies = []")
-    _send(page, "Tell me a long story about compilers.")
-    page.locator("#chat-tab button.stop-button").wait_for()
-    page.wait_for_function("() => window.__replies.length >= 2", timeout=REPLY_TIMEOUT_MS)
-    page.locator("#chat-tab button.stop-button").click()
+    with held(page.url, "chat", after_steps=12):  # Stop lands mid-reply, however late the page sees it
+        _send(page, "Tell me a long story about compilers.")
+        page.locator("#chat-tab button.stop-button").wait_for()
+        page.wait_for_function("() => window.__replies.length >= 2", timeout=REPLY_TIMEOUT_MS)
+        page.locator("#chat-tab button.stop-button").click()
     page.locator("#chat-tab button.stop-button").wait_for(state="hidden")
     streamed = page.evaluate("window.__replies")
     assert len(streamed) >= 2 and len(streamed[0]) < len(streamed[-1]), f"the reply did not stream: {streamed}"
@@ -467,26 +469,26 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
     page.locator("#image-prompt textarea").fill("a red fox in the snow")
     _choose_size(page, "96x64")
     _set_number(page, "number input for Steps", 50)
-    page.locator("#generate").click()
-    # What the eye sees mid-run: the image box shows the preview picture (no progress overlay on it), and
-    # the picture changes as it denoises; the one progress bar sits above it.
-    label = page.locator("#image-out [data-testid=block-label]")
-    label.filter(has_text="Preview").wait_for(timeout=REPLY_TIMEOUT_MS)
-    page.wait_for_function("() => { const i = document.querySelector('#image-out img'); return i && i.complete"
-                           " && i.naturalWidth > 0; }", timeout=REPLY_TIMEOUT_MS)
-    first_src, first = page.evaluate("() => document.querySelector('#image-out img').src"), _picture(page)
-    # the next preview frame drawn: another picture in the box, loaded (its label comes first, its image after)
-    # The progress bars shown are read at that same moment: a tiny run may end before the next step does.
-    bars = page.wait_for_function(
-        "old => { const i = document.querySelector('#image-out img'),"
-        " l = document.querySelector('#image-out [data-testid=block-label]');"
-        " if (!(i && i.src !== old && i.complete && i.naturalWidth > 0"
-        " && l.textContent.trim().startsWith('Preview'))) return false;"
-        " return [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
-        ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id); }",
-        arg=first_src, timeout=REPLY_TIMEOUT_MS).json_value()
-    second = _picture(page)
-    _shot(page, "06-image-preview-mid-run")
+    with held(page.url, "image", after_steps=5) as hold_again:  # each picture read while the run waits
+        page.locator("#generate").click()
+        # What the eye sees mid-run: the image box shows the preview picture (no progress overlay on it), and
+        # the picture changes as it denoises; the one progress bar sits above it.
+        label = page.locator("#image-out [data-testid=block-label]")
+        label.filter(has_text="Preview").wait_for(timeout=REPLY_TIMEOUT_MS)
+        first_src, first = _steady_picture(page)
+        hold_again(5)
+        # the next preview frame drawn: another picture in the box, loaded (its label comes first, its image
+        # after), and the progress bars shown at that same moment
+        bars = page.wait_for_function(
+            "old => { const i = document.querySelector('#image-out img'),"
+            " l = document.querySelector('#image-out [data-testid=block-label]');"
+            " if (!(i && i.src !== old && i.complete && i.naturalWidth > 0"
+            " && l.textContent.trim().startsWith('Preview'))) return false;"
+            " return [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
+            ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id); }",
+            arg=first_src, timeout=REPLY_TIMEOUT_MS).json_value()
+        _, second = _steady_picture(page)
+        _shot(page, "06-image-preview-mid-run")
     for picture in (first, second):
         stat = ImageStat.Stat(picture.convert("L"))
         assert stat.stddev[0] > 8 and stat.mean[0] < 235, (stat.mean, stat.stddev)  # a picture, not a blank box
@@ -546,14 +548,15 @@ def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page,
     page.locator("#image-prompt textarea").fill("a long run")
     _choose_size(page, SLOW_SIZE)
     _set_number(page, "number input for Steps", 50)
-    page.locator("#generate").click()
-    page.locator("#image-tab .progress-level", has_text="step").first.wait_for(timeout=REPLY_TIMEOUT_MS)
-    # The second tab's request waits in the queue; Stop there drops it before it starts.
-    other.locator("#image-prompt textarea").fill("queued then stopped")
-    other.locator("#generate").click()
-    other.locator("#image-tab .progress-text, #image-tab .eta-bar, #image-tab .progress-level").first.wait_for()
-    other.locator("#stop-image").click()
-    page.locator("#stop-image").click()  # and the running one stops at its next step boundary
+    with held(page.url, "image", after_steps=5):  # both Stops land while the run is on, however slow the page
+        page.locator("#generate").click()
+        page.locator("#image-tab .progress-level", has_text="step").first.wait_for(timeout=REPLY_TIMEOUT_MS)
+        # The second tab's request waits in the queue; Stop there drops it before it starts.
+        other.locator("#image-prompt textarea").fill("queued then stopped")
+        other.locator("#generate").click()
+        other.locator("#image-tab .progress-text, #image-tab .eta-bar, #image-tab .progress-level").first.wait_for()
+        other.locator("#stop-image").click()
+        page.locator("#stop-image").click()  # and the running one stops at its next step boundary
     other.locator(".toast-body", has_text="Stopped before it started").first.wait_for(timeout=REPLY_TIMEOUT_MS)
     assert other.locator("#gallery .thumbnail-item").count() == 0
     # The running one shows its stopped image (the queued one's toast may come first: Stop takes it out of
@@ -562,7 +565,7 @@ def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page,
     page.wait_for_function("() => /\"stopped\"\\s*:\\s*true/.test(document.querySelector('#image-params').innerText)",
                            timeout=REPLY_TIMEOUT_MS)
     params = page.locator("#image-params").inner_text().replace("\n", "")
-    assert '"stopped":true' in params, params
+    assert '"stopped":true' in params and '"steps_done":5' in params, params  # at the step it was held at
     snippet = page.locator("#python-snippet").inner_text()
     # The run makes the images the module's earlier tests chose: Stop lands in its first image, or (on a busy
     # host) after the first was made; the snippet says which.

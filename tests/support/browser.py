@@ -214,6 +214,18 @@ def _size_options(page) -> list[str]:
     return labels
 
 
+def _steady_picture(page) -> tuple[str, Image.Image]:
+    """The image box's picture and its source, from a screenshot during which no new frame came."""
+    shown = ("() => { const i = document.querySelector('#image-out img');"
+             " return i && i.complete && i.naturalWidth > 0 ? i.src : null; }")
+    for _ in range(20):
+        before = page.evaluate(shown)
+        picture = _picture(page)
+        if before and page.evaluate(shown) == before:
+            return before, picture
+    raise AssertionError("the image box never kept one picture through a screenshot")
+
+
 def _picture(page) -> Image.Image:
     """The picture area of the image box as the screen shows it (below its label, inside its border)."""
     box = page.locator("#image-out")
@@ -261,18 +273,20 @@ def _wait_image_sizes_ready(page, url: str) -> None:
 def running_app(log_name: str = "browser-app.log", *extra: str):
     """The app on the demo models in a subprocess, yielding its URL; its log goes to test-artifacts/.
 
-    Text-to-image only (``--references 0``) unless ``extra`` flags (which come last, so they win) say otherwise."""
+    Text-to-image only (``--references 0``) unless ``extra`` flags (which come last, so they win) say otherwise.
+    It runs through ``gated_app.py``, so ``held`` can hold a reply or an image mid-run."""
     ARTIFACTS.mkdir(exist_ok=True)
     port = _free_port()
     # The cache root sits outside the working directory and the temp dir, as the default ~/.cache does:
     # images and exports must still come back (Gradio serves only what launch(allowed_paths=) names).
     cache_root = Path.home() / f".showcase-browser-{port}"
-    cmd = [sys.executable, str(ROOT / "app.py"), "--models", "tiny", "--device", "cpu",
+    cmd = [sys.executable, str(Path(__file__).with_name("gated_app.py")), "--models", "tiny", "--device", "cpu",
            "--cache-dir", str(cache_root), "--port", str(port),
            "--sizes", ",".join((*SIZES, SLOW_SIZE)), "--max-new-tokens", str(MAX_NEW_TOKENS), "--references", "0",
            *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOWCASE_")}  # flags only
-    env.update(HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
+    env.update(HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1",
+               BROWSER_TEST_GATE=str(_gate_folder(port)))
     log_path = ARTIFACTS / log_name
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -288,6 +302,34 @@ def running_app(log_name: str = "browser-app.log", *extra: str):
             proc.kill()
             proc.wait()
         shutil.rmtree(cache_root, ignore_errors=True)
+        shutil.rmtree(_gate_folder(port), ignore_errors=True)
+
+
+def _gate_folder(url_port: int | str) -> Path:
+    folder = ARTIFACTS / f"gate-{url_port}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def held(url: str, gate: str, after_steps: int):
+    """The app at ``url`` holds its chat replies (``gate="chat"``: decode steps) or images (``"image"``:
+    denoising steps) at their ``after_steps``-th step until the block ends. It yields ``again(n)``, which
+    lets the run go on and holds it ``n`` steps later.
+
+    For a test that presses Stop or reads a picture mid-run: the server waits, however slow the page."""
+    hold = _gate_folder(url.rstrip("/").rsplit(":", 1)[1]) / gate
+
+    def again(steps: int) -> None:  # a new file (a new inode): the app counts its steps afresh
+        fresh = hold.with_suffix(".new")
+        fresh.write_text(str(steps))
+        os.replace(fresh, hold)
+
+    again(after_steps)
+    try:
+        yield again
+    finally:
+        hold.unlink(missing_ok=True)
 
 
 def open_page(browser, url: str, locale: str):
