@@ -4,7 +4,8 @@ Shown only when ``--references`` declares editing. The view is the fitted image 
 letterbox, the crop of a crop), made by the same ``fit_reference`` the engine runs, at the reference size of
 the size picked; a count the server does not serve is said plainly before anything is sent. One reference
 is picked (a labelled radio, or a click in the view) to move earlier, later or remove; the result shown
-beside can be added as a reference. The files box holds the order: every change goes through its value.
+beside, or an image pasted from the clipboard, can be added as a reference. The files box holds the order:
+every change goes through its value.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ReferencePicker:
 
     box: gr.Accordion
     files: gr.File
+    pasted: gr.Image  # an image pasted from the clipboard, moved into ``files`` at once
     fit: gr.Radio
     view: gr.Gallery
     note: gr.Markdown
@@ -53,6 +55,9 @@ def build_reference_picker(settings: Settings) -> ReferencePicker | None:
     with gr.Accordion(t("Edit from reference images"), open=False, elem_id="image-references-box") as box:
         files = gr.File(label=t("Reference images (the prompt says what to change)"), file_count="multiple",
                         type="filepath", elem_id="image-references")
+        # PNG, not Gradio's default WebP: the pasted pixels reach the model as they were copied.
+        pasted = gr.Image(label=t("Paste a reference from the clipboard"), sources=["clipboard"], type="filepath",
+                          format="png", height=120, elem_id="reference-paste")
         fit = gr.Radio([(t("letterbox (pad)"), "letterbox"), (t("crop"), "crop")], value=DEFAULT_FIT,
                        label=t("Fit to the image size"), elem_id="image-fit")
         note = gr.Markdown(elem_id="reference-note")
@@ -63,7 +68,7 @@ def build_reference_picker(settings: Settings) -> ReferencePicker | None:
             earlier = gr.Button(t("Move earlier"), size="sm", elem_id="reference-earlier")
             later = gr.Button(t("Move later"), size="sm", elem_id="reference-later")
             remove = gr.Button(t("Remove"), size="sm", variant="stop", elem_id="reference-remove")
-    return ReferencePicker(box, files, fit, view, note, chosen, earlier, later, remove)
+    return ReferencePicker(box, files, pasted, fit, view, note, chosen, earlier, later, remove)
 
 
 def file_paths(files) -> list[str]:
@@ -135,6 +140,13 @@ def removed(files, chosen):
     return (paths or None), (min(chosen, len(paths) - 1) if paths else None)
 
 
+def with_pasted(files, pasted):
+    """(files, pasted): the image pasted from the clipboard added as the last reference, the paste box emptied."""
+    if not pasted:
+        return gr.skip(), gr.skip()
+    return [*file_paths(files), str(pasted)], None
+
+
 def with_result(files, shown_pngs):
     """(files, box): the result image shown beside (the first of its PNGs) added as the last reference, the
     box opened on it; nothing shown yet: a message that says how to get one."""
@@ -162,6 +174,8 @@ def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.
     picker.later.click(lambda files, chosen: moved(files, chosen, 1), listed, listed, api_visibility="private",
                        queue=False)
     picker.remove.click(removed, listed, listed, api_visibility="private", queue=False)
+    picker.pasted.change(with_pasted, [picker.files, picker.pasted], [picker.files, picker.pasted],
+                         api_visibility="private", queue=False)
     if use_result is not None and shown_pngs is not None:
         use_result.click(with_result, [picker.files, shown_pngs], [picker.files, picker.box],
                          api_visibility="private", queue=False)

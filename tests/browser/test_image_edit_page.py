@@ -6,6 +6,7 @@ Screenshots of each step go to test-artifacts/screenshots/edit-*.png.
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -16,10 +17,11 @@ from support.browser import (
     _choose_size,
     _generate,
     _open_accordion,
-    _picture,
     _set_number,
     _shot,
+    _steady_picture,
     _wait_image_sizes_ready,
+    held,
     running_app,
 )
 
@@ -67,15 +69,15 @@ def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references
         page.locator("#image-prompt textarea").fill("the same shapes, slowly")
         _choose_size(page, "96x64")
         _set_number(page, "number input for Steps", 50)
-        page.locator("#generate").click()
         label = page.locator("#image-out [data-testid=block-label]")
-        label.filter(has_text="Preview · image 1 · step").wait_for()
-        page.wait_for_function("() => { const i = document.querySelector('#image-out img');"
-                               " return i && i.complete && i.naturalWidth > 0; }")
-        stat = ImageStat.Stat(_picture(page).convert("L"))
-        assert stat.stddev[0] > 8 and stat.mean[0] < 235, (stat.mean, stat.stddev)
-        _shot(page, "edit-3b-preview-mid-run")
-        page.locator("#stop-image").click()
+        with held(edit_url, "image", after_steps=5):  # the run waits at step 5 for the picture and the Stop
+            page.locator("#generate").click()
+            label.filter(has_text="Preview · image 1 · step").wait_for()
+            _, picture = _steady_picture(page)
+            stat = ImageStat.Stat(picture.convert("L"))
+            assert stat.stddev[0] > 8 and stat.mean[0] < 235, (stat.mean, stat.stddev)
+            _shot(page, "edit-3b-preview-mid-run")
+            page.locator("#stop-image").click()
         label.filter(has_text="stopped after").wait_for(timeout=REPLY_TIMEOUT_MS)
         png = _generate(page, "the same shapes, in blue", "96x64", 2)
         page.locator("#reference-note", has_text="at 96x64 (crop)").wait_for()  # the view follows the size
@@ -134,6 +136,40 @@ def test_reorder_remove_and_use_the_result_as_a_reference(browser, edit_url, ref
         refs = json.loads(second.text["showcase"])["references"]
         assert [(r["original_size"], r["fitted_size"]) for r in refs] == [("60x120", "64x64"), ("64x64", "64x64")]
         assert refs[0]["name"] == "tall.jpg" and refs[1]["name"].endswith(".png")
+    finally:
+        context.close()
+
+
+def test_paste_a_reference_from_the_clipboard(browser, edit_url, references):
+    """An image copied elsewhere and pasted with the paste box's button becomes the next reference."""
+    _, tall, third = references
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context.set_default_timeout(30_000)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=edit_url.rstrip("/"))
+    page = context.new_page()
+    chosen = page.locator("#reference-chosen label")
+    try:
+        page.goto(edit_url)
+        page.locator("#status-bar").wait_for()
+        _wait_image_sizes_ready(page, edit_url)
+        _open_accordion(page, "Edit from reference images")
+        page.locator("#image-references input[type=file]").set_input_files([str(tall)])
+        chosen.first.wait_for()
+        # The clipboard holds a PNG, as after "Copy image" in another tab.
+        page.evaluate("""async (b64) => {
+            const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+            await navigator.clipboard.write([new ClipboardItem({'image/png': new Blob([bytes], {type: 'image/png'})})]);
+        }""", base64.b64encode(third.read_bytes()).decode())
+        _shot(page, "edit-8-before-paste")
+        page.locator("#reference-paste").get_by_role("button").first.click()
+        chosen.nth(1).wait_for()
+        assert chosen.nth(0).inner_text() == "1 · tall.jpg" and chosen.nth(1).inner_text().startswith("2 · ")
+        page.locator("#reference-view img").nth(1).wait_for()
+        page.wait_for_function("() => !document.querySelector('#reference-paste img')")  # the paste box emptied
+        _shot(page, "edit-8-pasted")
+        made = _generate(page, "the same, pasted", "64x64", 1)
+        refs = json.loads(made.text["showcase"])["references"]
+        assert [(r["original_size"], r["fitted_size"]) for r in refs] == [("60x120", "64x64"), ("80x80", "64x64")]
     finally:
         context.close()
 

@@ -12,7 +12,7 @@ from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.references import LETTERBOX_FILL
 from neuron_backend.shapes import ImageSize
 from ui import i18n
-from ui.image_references import fitted_view, moved, reference_choices, references_of, removed, with_result
+from ui.image_references import fitted_view, moved, reference_choices, references_of, removed, with_pasted, with_result
 
 
 @pytest.fixture
@@ -113,3 +113,12 @@ def test_the_result_shown_becomes_the_last_reference(settings, files, tmp_path):
     assert with_result([str(wide)], None) == ({"__type__": "update"},) * 2  # nothing shown yet: kept
     view, _ = fitted_view(settings, with_result([str(wide)], [str(made)])[0], "letterbox", "96x64")
     assert [caption for _, caption in view["value"]][1] == "2 · 96x64 → 96x64 · letterbox"
+
+
+def test_a_pasted_image_becomes_the_last_reference_and_the_paste_box_empties(files, tmp_path):
+    wide, tall, _ = files
+    pasted = tmp_path / "clipboard.png"
+    Image.new("RGB", (32, 32), (1, 2, 3)).save(pasted)
+    assert with_pasted([str(wide), str(tall)], str(pasted)) == ([str(wide), str(tall), str(pasted)], None)
+    assert with_pasted(None, str(pasted)) == ([str(pasted)], None)
+    assert with_pasted([str(wide)], None) == ({"__type__": "update"},) * 2  # the box emptied: nothing to add
