@@ -26,7 +26,7 @@ from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
 from .probes import AuthGate, probe_routes, queue_depth
 from .request_metrics import QueueRefusals
-from .status_panel import build_status_panel, wire_refresh
+from .status_panel import STATUS_CSS, build_status_panel, wire_refresh
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         "i18n": I18N,
         "head": HEAD + A11Y_HEAD,
         "theme": THEME,  # colours at WCAG AA contrast (ui/accessibility.py)
-        "css": CSS + CHAT_CSS + IMAGE_CSS + A11Y_CSS,
+        "css": CSS + CHAT_CSS + IMAGE_CSS + A11Y_CSS + STATUS_CSS,
     }
 
 

@@ -17,7 +17,7 @@ from neuron_backend.messages import ltr_isolated
 from neuron_backend.runtime import Backend
 from neuron_backend.shapes import engine_name
 
-from .i18n import bilingual_html, lang, localized, say, t
+from .i18n import LANGUAGES, bilingual_html, lang, localized, say, speaking, t
 from .image_tab import ImageTab, size_choices
 from .presentation import fmt_seconds, operator_view, visitor_status
 
@@ -35,6 +35,15 @@ def ltr_runs(text: str, markup: bool = False) -> str:
     LRI and PDI (``neuron_backend.messages.ltr_isolated``).
     """
     return ltr_isolated(text, markup) if lang() == "ar" else text
+
+
+# The bar keeps its height from the page's first paint (the state at start) to warm-up's end: on a phone the
+# warming-up line takes two lines where "Warm-up done in 7.3 s" takes one, so two are kept there. Gradio's
+# footer logo has no size of its own and moved the page as it loaded.
+STATUS_CSS = """
+@media (max-width: 640px) { #warmup-state { min-height: 2lh; display: flex; align-items: center; } }
+footer img { width: 12px; height: 12px; }
+"""
 
 
 def state_word(state: str) -> str:
@@ -91,16 +100,22 @@ def still_compiling(task: dict, plan: dict | None) -> str:
 
 
 def plan_html(status: dict) -> str:
-    """While warming up: what it compiles per engine (graphs, eager programs) and the first-run estimate."""
+    """The compile plan per engine (graphs, eager programs): with the first-run estimate while warming up, as
+    what was warmed up once done. One line in both states (cut with an ellipsis where it does not fit, the
+    details say it whole), so the page below does not move when warm-up ends."""
     plan = status.get("plan")
-    if not plan or not plan["engines"] or status.get("warmup_done", status["ready"]):
+    if not plan or not plan["engines"]:
         return ""
     parts = [say("{engine}: {graphs} graphs, {programs} eager programs", engine=engine_title(name),
                  graphs=e["graphs"], programs=e["eager_programs"]) for name, e in plan["engines"].items()]
-    estimate = sum(e["estimate_s"] for e in plan["engines"].values())
-    line = say("Compile plan: {engines} · first run about {estimate} by estimate (learned times replace it)",
-               engines="; ".join(parts), estimate=fmt_seconds(estimate))
-    return f'<div id="warmup-plan" style="font-size:.9em;opacity:.85">{ltr_runs(line, True)}</div>'
+    if status.get("warmup_done", status["ready"]):
+        line = say("Warmed up: {engines}", engines="; ".join(parts))
+    else:
+        estimate = sum(e["estimate_s"] for e in plan["engines"].values())
+        line = say("Compile plan: {engines} · first run about {estimate} by estimate (learned times replace it)",
+                   engines="; ".join(parts), estimate=fmt_seconds(estimate))
+    return (f'<div id="warmup-plan" style="font-size:.9em;opacity:.85;white-space:nowrap;overflow:hidden;'
+            f'text-overflow:ellipsis">{ltr_runs(line, True)}</div>')
 
 
 def fallback_html(status: dict) -> str:
@@ -229,6 +244,21 @@ def header_html(status: dict) -> str:
             f'{"".join(chips)}</div>{demo_notice_html(status)}{status_bar_html(status)}</div>')
 
 
+def first_paint_html(status: dict) -> str:
+    """The header as the page first paints it, before its first refresh: every language, CSS showing the one of
+    ``<html lang>`` (built outside an event, there is no visitor's language). Only the English copy carries
+    the ids, which the refresh's single-language header then keeps. An Arabic visitor thus never sees the
+    English header first, nor the page move when the Arabic one, of another height, replaces it."""
+    copies = []
+    for language in LANGUAGES:
+        with speaking(language):
+            shown = header_html(status)
+        if language != "en":
+            shown = re.sub(r' id="[^"]*"', "", shown)
+        copies.append(f'<div class="i18n-{language}" lang="{language}">{shown}</div>')
+    return "".join(copies)
+
+
 # ----- the panel: bar, task table, details; the refresh ---------------------------------------------------
 TASK_COLUMNS = ["task", "shape", "state", "seconds", "compile cache", "error"]  # English: the API's words
 # Fixed shares of the table's width. Without them Gradio 6.31 sizes each column by its longest cell: "state"
@@ -275,7 +305,7 @@ def details_markdown(status: dict, show_paths: bool = True) -> str:
 def build_status_panel(backend: Backend, details: Sequence[Callable[[Backend], object]] = ()) -> list:
     """The bar and the details accordion; returns the components the refresh writes (see wire_refresh).
     ``details``: what the annex adds inside the accordion (app.py hands in the compile-cache Export)."""
-    status_bar = gr.HTML(header_html(visitor_status(backend)), elem_id="status-bar")  # title, chips, notice, bar
+    status_bar = gr.HTML(first_paint_html(visitor_status(backend)), elem_id="status-bar")  # title, chips, notice, bar
     with gr.Accordion(t("Warm-up details"), open=False, elem_id="warmup-details"):
         tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(visitor_status(backend)),
                                    interactive=False, wrap=True, column_widths=TASK_WIDTHS, elem_id="warmup-table")
@@ -305,8 +335,11 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
 
     size_choices_state = gr.State(size_choices(backend))
     outputs = [*panel, image.size, size_choices_state, timer, image.guidance]
-    timer.tick(refresh_status, size_choices_state, outputs, queue=False, api_visibility="private")
-    demo.load(refresh_status, size_choices_state, outputs, queue=False, api_visibility="private")
+    # No progress overlay: a spinner over the header on every poll would cover it and, at page load, move.
+    timer.tick(refresh_status, size_choices_state, outputs, queue=False, api_visibility="private",
+               show_progress="hidden")
+    demo.load(refresh_status, size_choices_state, outputs, queue=False, api_visibility="private",
+              show_progress="hidden")
     # The model's own default steps, once per page (never on a tick: it would undo the visitor's choice).
     def model_default_steps():
         return gr.update(value=backend.image_default_steps())

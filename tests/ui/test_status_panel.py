@@ -42,6 +42,7 @@ from ui.status_panel import (
     counters_lines,
     details_markdown,
     engine_chips,
+    first_paint_html,
     header_html,
     ltr_runs,
     status_bar_html,
@@ -102,6 +103,23 @@ def test_header_chips_notice_and_bar_in_arabic_english_unchanged(warm):
         alarm = status | {"compiles_since_ready": 2, "fallbacks": {"image": status["fallbacks"].get("image", "")}}
         _arabic(status_bar_html(alarm))
         assert "⚠ 2 ترجمة مخططات بعد الإحماء" in status_bar_html(alarm)
+
+
+def test_the_first_paint_holds_each_language_and_the_bar_keeps_its_lines(warm):
+    """Before its first refresh the page shows the header built at start: in both languages (CSS shows the one
+    of <html lang>), ids on one copy only; and the bar has the same lines warming up and done, so the page
+    under it does not move when warm-up ends."""
+    status = warm.status()
+    first = first_paint_html(status)
+    copies = r'<div class="i18n-en" lang="en">(.*)</div><div class="i18n-ar" lang="ar">(.*)</div>'
+    english, arabic = re.fullmatch(copies, first, re.S).groups()
+    assert english == header_html(status)
+    _arabic(arabic)
+    assert ' id="' not in arabic and first.count('id="warmup-state"') == 1
+    done, warming = status_bar_html(status), status_bar_html(_warming(status))
+    for bar in (done, warming):
+        assert bar.count('<div id="warmup-plan"') == 1 and "white-space:nowrap" in bar
+    assert "Warmed up: Chat: " in done and "Compile plan: Chat: " in warming
 
 
 def test_task_table_details_and_counters_in_arabic(warm):
