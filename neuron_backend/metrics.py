@@ -45,7 +45,7 @@ IMAGE_STEPS_PER_S_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200)
 # The endpoints a user waits on: the public API, the two tabs (their events are private), and /v1.
 WEB_ENDPOINTS = ("/chat", "/generate_image", "chat_tab", "image_tab")
 V1_ENDPOINTS = {"models": "/v1/models", "chat": "/v1/chat/completions", "images": "/v1/images/generations",
-                "files": "/v1/images/files"}
+                "edits": "/v1/images/edits", "files": "/v1/images/files"}
 QUEUE = "queue"  # a join that Gradio's queue (or the guard in front of it) refused: no handler ran
 REFUSAL_REASONS = ("bad_input", "busy", "not_ready", "failed_shape", "auth", "other")
 TASK_STATES = ("queued", "running", "ready", "failed", "skipped")
@@ -78,7 +78,7 @@ class Metrics:
         self.image_seconds = Histogram("showcase_image_seconds", "Image: generation time per precompiled size",
                                        ["size"], buckets=IMAGE_BUCKETS, registry=r)
         self.v1_requests = Counter("showcase_v1_requests", "OpenAI-compatible /v1 requests by route (models, chat, "
-                                   "images, files) and HTTP status", ["route", "status"], registry=r)
+                                   "images, edits, files) and HTTP status", ["route", "status"], registry=r)
         self.v1_errors = Counter("showcase_v1_errors", "/v1 requests answered with an error, by route and OpenAI "
                                  "error type", ["route", "type"], registry=r)
         self.v1_tokens = Counter("showcase_v1_tokens", "/v1 chat tokens by kind (prompt, completion)", ["kind"],

@@ -1,5 +1,5 @@
-"""The OpenAI-compatible API under ``/v1``: models, chat completions and image generations, with errors in
-OpenAI's schema, on the same Backend paths as ``/chat`` and ``/generate_image``.
+"""The OpenAI-compatible API under ``/v1``: models, chat completions, image generations and edits, with errors
+in OpenAI's schema, on the same Backend paths as ``/chat``, ``/generate_image`` and ``/edit_image``.
 
 - ``GET /v1/models`` (and ``/v1/models/{id}``): the chat and image models with their declared shapes.
 - ``POST /v1/chat/completions``: ``Backend.stream_chat``, as ``/chat`` (same engine, job queue,
@@ -9,6 +9,8 @@ OpenAI's schema, on the same Backend paths as ``/chat`` and ``/generate_image``.
   server-sent events ending in ``data: [DONE]``.
 - ``POST /v1/images/generations``: ``ui.api.ImageRun``, as ``/generate_image``; the PNGs keep their
   embedded parameters, as ``b64_json`` or as a URL under ``/v1/images/files/``.
+- ``POST /v1/images/edits``: the same, from reference images sent as multipart files (``edits.py``), as
+  ``/edit_image``; only where ``--references`` declares a count above 0.
 
 Errors are ``{"error": {"message", "type", "param", "code"}}``: a bad request 400 (the message names
 the allowed values), a shape still compiling 503 with ``Retry-After`` = its warm-up ETA in whole
@@ -49,7 +51,8 @@ from neuron_backend.metrics import V1_ENDPOINTS
 from neuron_backend.runtime import Backend
 from ui.api import ImageRun
 
-from .schema import ApiError, ChatCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
+from .edits import edit_call, edit_counts
+from .schema import ApiError, ChatCall, ImageCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
 
 log = logging.getLogger("showcase")
 
@@ -192,6 +195,7 @@ class OpenAIRoutes:
                 Route("/v1/models/{model:path}", self._answer("models", self.model), methods=["GET"]),
                 Route("/v1/chat/completions", self._answer("chat", self.chat), methods=["POST"]),
                 Route("/v1/images/generations", self._answer("images", self.images), methods=["POST"]),
+                Route("/v1/images/edits", self._answer("edits", self.edits), methods=["POST"]),
                 Route("/v1/images/files/{name}", self._answer("files", self.file), methods=["GET"])]
 
     def _answer(self, route: str, handler):
@@ -238,7 +242,8 @@ class OpenAIRoutes:
                          max_new_tokens=s.max_new_tokens, chat_batch=s.chat_batch)
         else:
             entry.update(sizes=[size.label for size in s.sizes], default_steps=b.image_default_steps(),
-                         max_steps=s.max_steps, max_images=s.max_images_per_run)
+                         max_steps=s.max_steps, max_images=s.max_images_per_run,
+                         edits=list(edit_counts(b)))  # images /v1/images/edits takes per request; []: no editing
         return entry
 
     async def models(self, request: Request) -> Response:
@@ -344,7 +349,14 @@ class OpenAIRoutes:
 
     # ----- images ---------------------------------------------------------------------------------
     async def images(self, request: Request) -> Response:
-        call = image_call(await _json_body(request), self.backend)
+        return await self._images(image_call(await _json_body(request), self.backend), request)
+
+    async def edits(self, request: Request) -> Response:
+        """/v1/images/edits: as /v1/images/generations, from the multipart form's image files (edits.py)."""
+        return await self._images(await edit_call(request, self.backend), request)
+
+    async def _images(self, call: ImageCall, request: Request) -> Response:
+        """Run one image call in the image engine's queue; the answer as OpenAI's images response."""
         release = self.admission.enter("image")
         try:
             run = ImageRun(self.backend, call.request, preview=False)

@@ -199,10 +199,11 @@ class ImageCall:
     response_format: str = "b64_json"
 
 
-def image_call(body: Mapping, backend: Backend) -> ImageCall:
-    """Check a /v1/images/generations body: a precompiled size only (the engine checks the rest again)."""
+def image_call(body: Mapping, backend: Backend, fields: tuple[str, ...] = IMAGE_FIELDS) -> ImageCall:
+    """Check a /v1/images/generations body (``fields``: those the route takes): a precompiled size only (the
+    engine checks the rest again)."""
     s = backend.settings
-    _check_fields(body, IMAGE_FIELDS, IMAGE_NEUTRAL)
+    _check_fields(body, fields, IMAGE_NEUTRAL)
     model = _model(body, model_names(backend, "image"))
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
