@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import csv
+import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -127,22 +130,28 @@ def test_cli_through_the_openai_api_gives_the_same_cells_as_through_gradio(serve
 
 @pytest.fixture(scope="module")
 def editing(tmp_path_factory):
-    """An app serving 0 or 1 reference (the test app's default is text-to-image only): (backend, url)."""
+    """An app serving 0, 1 or 2 references (the test app's default is text-to-image only): (backend, url)."""
     from support.app import start_app
 
-    demo, backend, url = start_app(tmp_path_factory.mktemp("qa-editing"), "--references", "0,1")
+    demo, backend, url = start_app(tmp_path_factory.mktemp("qa-editing"), "--references", "0,1,2")
     yield backend, url
     demo.close()
 
 
-@pytest.mark.slow
-def test_cli_sends_a_rows_references_through_edit_image(editing, tmp_path, capsys):
-    """A row with a reference file runs through /edit_image with the same bytes as in-process; --openai refuses it."""
+def picture(path: Path, size: tuple[int, int], colour: tuple[int, int, int], kind: str = "PNG") -> Path:
     from PIL import Image
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, colour).save(path, format=kind)
+    return path
+
+
+@pytest.mark.slow
+def test_cli_sends_a_rows_references_through_edit_image(editing, tmp_path, capsys):
+    """A row with a reference file runs through /edit_image with the same bytes as in-process."""
     backend, url = editing
-    assert backend.settings.references == (0, 1)
-    Image.new("RGB", (80, 50), (200, 30, 30)).save(tmp_path / "cat.png")
+    assert backend.settings.references == (0, 1, 2)
+    picture(tmp_path / "cat.png", (80, 50), (200, 30, 30))
     set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "make it blue", "references": ["cat.png"],
                                                    "fit": "crop"}])
     variants = ["--variants", "v: size=64x64, steps=1, seed=3"]
@@ -155,7 +164,65 @@ def test_cli_sends_a_rows_references_through_edit_image(editing, tmp_path, capsy
                         kind="image")
     qa.run_set(backend, local)
     assert local.cells[0].image_png == run.cells[0].image_png
-    capsys.readouterr()
-    assert cli.main(["run", str(set_file), *variants, "--kind", "image", "--openai", url.rstrip("/") + "/v1",
-                     "--out", str(tmp_path / "v1.jsonl")]) == 2
-    assert "Prompt 1 has reference images, but --openai runs" in capsys.readouterr().err
+
+
+def _showcase(cell) -> dict:
+    """The parameters a cell's PNG records (its ``showcase`` text chunk)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(base64.b64decode(cell.image_png))) as png:
+        return json.loads(png.info["showcase"])
+
+
+@pytest.mark.slow
+def test_cli_through_the_openai_api_edits_as_through_gradio(editing, tmp_path, capsys):
+    """``--openai URL/v1`` sends a row's reference files through /v1/images/edits (the SDK's images.edit) with
+    the row's fit modes: the same image bytes and the same recorded references as through /edit_image."""
+    backend, url = editing
+    cat = picture(tmp_path / "refs" / "cat.png", (80, 50), (200, 30, 30))
+    dog = picture(tmp_path / "dog.jpg", (40, 90), (10, 160, 40), "JPEG")
+    set_file = write_set(tmp_path / "set.jsonl", [
+        {"prompt": "make it blue", "references": ["refs/cat.png"], "fit": "crop"},
+        {"prompt": "the cat beside the dog", "references": ["refs/cat.png", "dog.jpg"], "fit": "letterbox,crop"},
+        {"prompt": "a lighthouse"},
+    ])
+    variants = ["--variants", "a: size=64x64, steps=1, seed=3", "--variants", "b: size=96x64, steps=2, seed=4"]
+    runs = {}
+    for name, where in (("gradio", ["--url", url]), ("v1", ["--openai", url.rstrip("/") + "/v1"])):
+        out = tmp_path / f"{name}.jsonl"
+        status = cli.main(["run", str(set_file), *variants, "--kind", "image", *where, "--out", str(out)])
+        printed = capsys.readouterr()
+        assert status == 0, printed
+        runs[name] = read_run(out, backend.settings)
+    gradio, v1 = runs["gradio"], runs["v1"]
+    assert [c.status for c in v1.cells] == ["done"] * 6
+    assert [c.settings for c in v1.cells] == [c.settings for c in gradio.cells]
+    sha = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in (("cat", cat), ("dog", dog))}
+    assert [[(r["sha256"], r["fit"]) for r in c.settings.get("references") or ()] for c in v1.cells] == \
+        [[(sha["cat"], "crop")]] * 2 + [[(sha["cat"], "letterbox"), (sha["dog"], "crop")]] * 2 + [[], []]
+    recorded = [_showcase(c).get("references") for c in v1.cells]
+    assert recorded == [_showcase(c).get("references") for c in gradio.cells]
+    assert [[(r["name"], r["sha256"], r["fit"], r["fitted_size"]) for r in refs or ()] for refs in recorded] == [
+        [("cat.png", sha["cat"], "crop", "64x64")], [("cat.png", sha["cat"], "crop", "96x64")],
+        [("cat.png", sha["cat"], "letterbox", "64x64"), ("dog.jpg", sha["dog"], "crop", "64x64")],
+        [("cat.png", sha["cat"], "letterbox", "96x64"), ("dog.jpg", sha["dog"], "crop", "96x64")], [], []]
+    assert recorded[4:] == [None, None]  # a text-to-image cell records no references
+    assert [c.image_png for c in v1.cells] == [c.image_png for c in gradio.cells]
+    assert len({c.image_png for c in v1.cells}) == 6  # each row and variant its own image
+
+
+@pytest.mark.slow
+def test_an_openai_edit_on_a_server_that_does_not_edit_fails_its_cell_with_the_servers_message(served, tmp_path,
+                                                                                                capsys):
+    backend, url = served
+    assert backend.settings.references == (0,)
+    picture(tmp_path / "cat.png", (80, 50), (200, 30, 30))
+    set_file = write_set(tmp_path / "set.jsonl", [{"prompt": "make it blue", "references": ["cat.png"]},
+                                                  {"prompt": "a red fox"}])
+    out = tmp_path / "v1.jsonl"
+    assert cli.main(["run", str(set_file), "--variants", "v: size=64x64, steps=1", "--kind", "image",
+                     "--openai", url.rstrip("/") + "/v1", "--out", str(out)]) == 1
+    assert "1 failed to run (cells 1)" in capsys.readouterr().out
+    run = import_jsonl(out.read_text(encoding="utf-8"))
+    assert [c.status for c in run.cells] == ["failed", "done"]
+    assert "This server does not edit images" in run.cells[0].error and "--references 0,1" in run.cells[0].error

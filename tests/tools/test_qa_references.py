@@ -180,16 +180,29 @@ def test_a_link_out_of_the_folder_and_fit_alone_are_refused(settings, tmp_path):
         qa.plan_run(settings, prompts_file=write_set(folder, [{"prompt": "x", "fit": "crop"}]))
 
 
-def test_the_tab_and_openai_runs_refuse_rows_with_references(settings, tmp_path):
+def test_the_tab_refuses_rows_with_references(settings, tmp_path):
     picture(tmp_path / "cat.png")
     path = write_set(tmp_path, [{"prompt": "edit", "references": ["cat.png"]}])
     with pytest.raises(InvalidRequestError, match="the QA tab cannot take with the prompt set: run this set with "
                                                   "python -m tools.qa run"):
         qa.plan_run(settings, prompts_file=path, kind="image", with_references=False)
-    run = qa.plan_run(settings, prompts_file=path, kind="both")
-    with pytest.raises(InvalidRequestError, match="Prompt 1 has reference images, but --openai runs"):
-        openai_cells.refuse_references(run)
-    openai_cells.refuse_references(qa.plan_run(settings, prompts_file=path, kind="chat"))  # chat cells send none
+
+
+def test_openai_runs_plan_references_by_the_counts_the_server_lists(tmp_path):
+    """/v1/models' image ``edits`` are the counts a row may carry; a server listing none is sent any count."""
+    picture(tmp_path / "cat.png")
+    picture(tmp_path / "dog.png")
+    path = write_set(tmp_path, [{"prompt": "edit", "references": ["cat.png", "dog.png"]}])
+
+    def limits(**image) -> tuple:
+        return openai_cells.server_settings({"image": {"id": "image", **image}})
+
+    assert limits(edits=[2, 1]).references == (0, 1, 2)
+    assert limits(edits=[]).references == limits().references == (0, 1, 2, 3, 4)
+    assert qa.plan_run(limits(edits=[1, 2]), prompts_file=path, kind="image").rows[0].references[1].name == "dog.png"
+    assert len(qa.plan_run(limits(), prompts_file=path, kind="image").rows[0].references) == 2
+    with pytest.raises(InvalidRequestError, match="2 reference images are not served here .* Allowed counts: 0, 1"):
+        qa.plan_run(limits(edits=[1]), prompts_file=path, kind="image")
 
 
 def test_an_import_refuses_references_that_do_not_match_the_row(edit_run_plan):

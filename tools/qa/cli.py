@@ -7,11 +7,11 @@ Plans the cells exactly as the QA tab does (same file formats, variants, limits 
 server's sizes and limits come from its ``/status``), runs each one through ``/chat`` or
 ``/generate_image`` with gradio_client (an image cell of a row with reference images through
 ``/edit_image``, the files read beside the set: ``references.py``; or, with ``--openai URL``, through
-any OpenAI-compatible server: ``openai_cells.py``, which refuses such rows), judges it against the
-row's expectations and writes the
-run as the tab's JSONL export (``--csv`` / ``--html`` add those exports). Exit status: 0 when
-every expectation holds and every cell ran; 1 when an expectation failed or a cell failed to run;
-2 when the set, the variants or the connection are wrong (nothing ran).
+any OpenAI-compatible server: ``openai_cells.py``, such a cell through ``/v1/images/edits``), judges it
+against the row's expectations and writes the run as the tab's JSONL export (``--csv`` / ``--html``
+add those exports). Exit status: 0 when every expectation holds and every cell ran; 1 when an
+expectation failed or a cell failed to run; 2 when the set, the variants or the connection are
+wrong (nothing ran).
 """
 
 from __future__ import annotations
@@ -68,14 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             client = openai_cells.connect(args.openai, args.api_key)
             models = openai_cells.served_models(client)
             settings, cells = openai_cells.server_settings(models), openai_cells.OpenAICells(client, models)
-            chat, image = cells.chat, cells.image
         else:
             client = _connect(args.url, args.auth)
             settings = server_settings(client.predict(api_name="/status"))
         run = plan_run(settings, prompts_file=args.set, variants=_variants(args.variants), kind=args.kind,
                        run_seed=args.run_seed)
         if args.openai:
-            openai_cells.refuse_references(run)
+            chat, image = cells.chat, partial(cells.image, run)
         else:
             chat, image = partial(_chat, client), partial(_image, client, run)
     except (ShowcaseError, OSError, ValueError) as exc:

@@ -9,8 +9,12 @@ sizes and step limits there; a server that lists none gets the preset's defaults
 cannot take fails its cell with the server's own message. Chat cells are streamed (so the time to
 the first token is what a client waits), with Qwen3's thinking as vLLM takes it
 (``chat_template_kwargs.enable_thinking``) and its reasoning read from ``reasoning_content``; image
-cells ask for ``b64_json`` with ``seed``, ``steps`` and ``guidance`` as extra fields. Speed figures are
-measured here, at the client, so they compare across servers.
+cells ask for ``b64_json`` with ``seed``, ``steps`` and ``guidance`` as extra fields. An image cell of a
+row with reference images goes through ``images.edit`` (``POST /v1/images/edits``): the row's files,
+read again and checked against the sha256 the set was read with, with ``fit`` as one more extra field.
+The counts of references a server takes come from its image model's ``edits`` in ``/v1/models``; a
+server that lists none is sent any count, and a server that does not edit answers the cell with its
+own message. Speed figures are measured here, at the client, so they compare across servers.
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ from __future__ import annotations
 import base64
 import io
 import time
+from pathlib import PurePosixPath
 
 from PIL import Image
 
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.png_info import png_metadata
-from neuron_backend.messages import tr
+from neuron_backend.image.references import MAX_REFERENCES
 from neuron_backend.settings import Settings
 from neuron_backend.shapes import parse_size
 
+from .references import current_bytes
 from .runs import DONE, Cell, QARun
 
 FINISH = {"stop": "eos", "length": "length"}  # OpenAI's finish_reason -> the bench's
@@ -60,22 +66,17 @@ def server_settings(models: dict[str, dict]) -> Settings:
     changes = {"chat": "chat" in models, "image": "image" in models}
     if isinstance(chat.get("max_new_tokens"), int):
         changes["max_new_tokens"] = chat["max_new_tokens"]
+    edits = image.get("edits")
+    if isinstance(edits, list) and edits and all(isinstance(n, int) and 0 < n <= MAX_REFERENCES for n in edits):
+        changes["references"] = (0, *sorted(set(edits)))
+    else:  # no counts declared (or none served): the server's own answer refuses a row it cannot take
+        changes["references"] = tuple(range(MAX_REFERENCES + 1))
     if image.get("sizes"):
         changes["sizes"] = tuple(parse_size(s) for s in image["sizes"])
     for key in ("default_steps", "max_steps"):
         if isinstance(image.get(key), int):
             changes[key] = image[key]
     return base.replace(**changes)
-
-
-def refuse_references(run: QARun) -> None:
-    """Refuse a run whose image cells edit from reference images: ``/v1`` has no edit endpoint here."""
-    for number, row in enumerate(run.rows, 1):
-        if row.references and run.kind in ("image", "both"):
-            raise InvalidRequestError(tr("Prompt {number} has reference images, but --openai runs go through "
-                                         "/v1/images/generations, which has no reference images: run this set "
-                                         "without --openai (through the app's /edit_image), or with --kind chat.",
-                                         number=number))
 
 
 class OpenAICells:
@@ -120,17 +121,31 @@ class OpenAICells:
                       "seed": None if greedy else s["seed"], "stopped": False}
         cell.status = DONE
 
-    def image(self, prompt: str, cell: Cell) -> None:
+    def image(self, run: QARun, prompt: str, cell: Cell) -> None:
+        """``images.generate``, or ``images.edit`` with the row's reference files when the cell records any."""
         s = cell.settings
+        references = run.rows[cell.prompt_index].references if s.get("references") else []
+        common = {"model": self._model("image"), "prompt": prompt, "size": s["size"], "n": 1,
+                  "response_format": "b64_json"}
+        extra = {"seed": s["seed"], "steps": s["steps"], "guidance": s["guidance"]}
+        # Each file as the set was read (else the cell fails saying it changed), named without its folder.
+        files = [(PurePosixPath(ref.name).name, current_bytes(ref)) for ref in references]
         started = time.perf_counter()
-        answer = self.client.images.generate(
-            model=self._model("image"), prompt=prompt, size=s["size"], n=1, response_format="b64_json",
-            extra_body={"seed": s["seed"], "steps": s["steps"], "guidance": s["guidance"]})
+        if files:
+            answer = self.client.images.edit(image=files, **common,
+                                             extra_body={**extra, "fit": ",".join(ref.fit for ref in references)})
+        else:
+            answer = self.client.images.generate(**common, extra_body=extra)
         seconds = time.perf_counter() - started
-        with Image.open(io.BytesIO(base64.b64decode(answer.data[0].b64_json))) as image:
+        item = answer.data[0]
+        png = {"prompt": prompt, "kind": "image", **s}
+        recorded = ((item.model_extra or {}).get("parameters") or {}).get("references")
+        if files and recorded:
+            png["references"] = recorded  # the server's record: sha256, sizes and fit of each (as /edit_image)
+        with Image.open(io.BytesIO(base64.b64decode(item.b64_json))) as image:
             buffer = io.BytesIO()
             # As the tab stores it: the cell's own parameters only, so the same pixels give the same bytes.
-            image.save(buffer, format="PNG", pnginfo=png_metadata({"prompt": prompt, "kind": "image", **s}))
+            image.save(buffer, format="PNG", pnginfo=png_metadata(png))
         cell.image_png = base64.b64encode(buffer.getvalue()).decode("ascii")
         cell.stats = {"seed": s["seed"], "seconds": seconds, "stopped": False}
         cell.status = DONE
