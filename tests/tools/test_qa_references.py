@@ -180,12 +180,10 @@ def test_a_link_out_of_the_folder_and_fit_alone_are_refused(settings, tmp_path):
         qa.plan_run(settings, prompts_file=write_set(folder, [{"prompt": "x", "fit": "crop"}]))
 
 
-def test_the_tab_and_openai_runs_refuse_rows_with_references(settings, tmp_path):
+def test_openai_runs_refuse_rows_with_references(settings, tmp_path):
+    # The QA tab takes a set with its images in one upload: tests/tools/test_qa_tab.py.
     picture(tmp_path / "cat.png")
     path = write_set(tmp_path, [{"prompt": "edit", "references": ["cat.png"]}])
-    with pytest.raises(InvalidRequestError, match="the QA tab cannot take with the prompt set: run this set with "
-                                                  "python -m tools.qa run"):
-        qa.plan_run(settings, prompts_file=path, kind="image", with_references=False)
     run = qa.plan_run(settings, prompts_file=path, kind="both")
     with pytest.raises(InvalidRequestError, match="Prompt 1 has reference images, but --openai runs"):
         openai_cells.refuse_references(run)
