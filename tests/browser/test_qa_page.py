@@ -187,6 +187,16 @@ def test_a_refusal_is_a_toast_and_every_result_stays(page, tmp_path):  # noqa: F
     _refused(page, "not both", "qa-refusal-toast")
     assert page.evaluate(KEPT_JS, list(KEPT)) == before
 
+    # Two prompt set files in one upload (the set goes with its images, one set at a time): refused.
+    page.locator("#qa-upload button[aria-label='Clear']").click()
+    other_file = tmp_path / "other.csv"
+    other_file.write_text("prompt\nSay hi.\n", encoding="utf-8")
+    page.locator("#qa-upload input[type=file]").set_input_files([str(prompts_file), str(other_file)])
+    page.locator("#qa-upload a[download='other.csv']").wait_for()
+    page.locator("#qa-run").click()
+    _refused(page, "2 prompt set files were uploaded", "qa-upload-refusal-toast")
+    assert page.evaluate(KEPT_JS, list(KEPT)) == before
+
     # One more pick after the last pair: refused, and the revealed result stays.
     page.locator("#qa-ab-pick-left").click()
     _refused(page, "Every pair is picked", "qa-ab-refusal-toast")

@@ -180,14 +180,6 @@ def test_a_link_out_of_the_folder_and_fit_alone_are_refused(settings, tmp_path):
         qa.plan_run(settings, prompts_file=write_set(folder, [{"prompt": "x", "fit": "crop"}]))
 
 
-def test_the_tab_refuses_rows_with_references(settings, tmp_path):
-    picture(tmp_path / "cat.png")
-    path = write_set(tmp_path, [{"prompt": "edit", "references": ["cat.png"]}])
-    with pytest.raises(InvalidRequestError, match="the QA tab cannot take with the prompt set: run this set with "
-                                                  "python -m tools.qa run"):
-        qa.plan_run(settings, prompts_file=path, kind="image", with_references=False)
-
-
 def test_openai_runs_plan_references_by_the_counts_the_server_lists(tmp_path):
     """/v1/models' image ``edits`` are the counts a row may carry; a server listing none is sent any count."""
     picture(tmp_path / "cat.png")

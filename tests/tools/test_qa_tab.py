@@ -4,13 +4,18 @@ Arabic on an Arabic page, and exactly as before in English (the CLI, the exports
 
 The unit tests build the views from planned runs whose cells are filled in by hand (no model runs); the browser
 test runs a 2 x 2 set on the demo chat engine. Screenshot: test-artifacts/screenshots/i18n-qa-ar.png.
+
+The tab's Run set handler also takes a prompt set with its reference images in one upload: the last tests run it
+on the tiny image model against the CLI's run of the same set, and check each refusal of an upload.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
+import gradio as gr
 import pytest
 from support.i18n_check import english_phrases, has_arabic
 
@@ -282,3 +287,127 @@ def test_a_failed_cell_keeps_its_message_translatable():
     assert import_jsonl(export_jsonl(run)) == run
 
 
+
+
+# ----- an uploaded set with its reference images -------------------------------------------------------
+UPLOAD_ARGS = ["--models", "tiny", "--device", "cpu", "--sizes", "64x64", "--references", "0,1,2", "--no-chat"]
+EDIT_ROWS = [{"prompt": "make it blue", "references": ["cat.png", "refs/dog.png"], "fit": "crop"},
+             {"prompt": "a lighthouse"}]
+
+
+def _picture(path, colour):
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (80, 50), colour).save(path)
+    return path
+
+
+def _uploaded(tmp_path, rows=EDIT_ROWS, images=("cat.png", "dog.png"), extra_sets=()):
+    """The paths Gradio hands the tab: each uploaded file in a temporary folder of its own."""
+    colours = {"cat.png": (200, 30, 30), "dog.png": (30, 30, 200)}
+    paths = [_picture(tmp_path / "upload" / f"image{i}" / name, colours.get(name, (9, 9, 9)))
+             for i, name in enumerate(images)]
+    for i, name in enumerate(("set.jsonl", *extra_sets)):
+        folder = tmp_path / "upload" / f"set{i}"
+        folder.mkdir(parents=True)
+        (folder / name).write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+        paths.insert(1 + i, folder / name)
+    return [str(p) for p in paths]
+
+
+@pytest.fixture(scope="module")
+def qa_page(tmp_path_factory):
+    """The app's QA bench on the tiny image model with 0-2 reference slots, and its Run set handler."""
+    from neuron_backend.runtime import Backend
+    from neuron_backend.settings import parse_settings
+    from tools.qa.tab import TAB
+    from ui import create_demo
+
+    backend = Backend(parse_settings([*UPLOAD_ARGS, "--cache-dir", str(tmp_path_factory.mktemp("qa-tab"))], env={}))
+    backend.runner.run()
+    assert backend.status()["ready"]
+    press = next(f.fn for f in create_demo(backend, tabs=[TAB]).fns.values() if f.name == "press_run")
+
+    def press_run(upload, text=None, variants="one: steps=1, seed=5"):
+        """Every update of one Run set press (the page's request and progress bar stood in for)."""
+        return list(press(text, upload, "image", variants, 0, None, lambda *a, **k: None))
+
+    return backend, press_run
+
+
+@pytest.mark.slow
+def test_an_uploaded_set_runs_with_its_reference_images_as_the_cli_does(qa_page, tmp_path):
+    import hashlib
+
+    backend, press_run = qa_page
+    upload = _uploaded(tmp_path)
+    run = press_run(upload)[-1][0]
+    assert [c.status for c in run.cells] == [qa.DONE] * 2, [c.error for c in run.cells]
+    digest = {Path(p).name: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in upload}
+    assert run.cells[0].settings["references"] == [
+        {"name": "cat.png", "sha256": digest["cat.png"], "fit": "crop"},
+        {"name": "refs/dog.png", "sha256": digest["dog.png"], "fit": "crop"}]  # as the set names them
+    assert "references" not in run.cells[1].settings
+    # The CLI's run of the same set, its images beside it: the same cells and the same images.
+    folder = tmp_path / "cli"
+    _picture(folder / "cat.png", (200, 30, 30))
+    _picture(folder / "refs" / "dog.png", (30, 30, 200))
+    (folder / "set.jsonl").write_text("\n".join(json.dumps(r) for r in EDIT_ROWS) + "\n", encoding="utf-8")
+    cli = qa.plan_run(backend.settings, prompts_file=folder / "set.jsonl", variants="one: steps=1, seed=5",
+                      kind="image")
+    qa.run_set(backend, cli)
+    assert cli.rows == run.rows  # names, sha256 and fit modes (the local paths differ)
+    assert [c.settings for c in cli.cells] == [c.settings for c in run.cells]
+    assert [c.image_png for c in cli.cells] == [c.image_png for c in run.cells]
+    assert all(c.image_png for c in run.cells)
+
+
+UPLOAD_REFUSALS = {  # what is uploaded -> the toast's words
+    "two sets": ({"extra_sets": ("other.csv",)},
+                 r"^2 prompt set files were uploaded \(set.jsonl, other.csv\); upload one set file \(.jsonl, .csv or "
+                 r".txt\), with its reference images\.$"),
+    "a reference missing": ({"images": ("cat.png",)},
+                            r"^set.jsonl line 1: reference image\(s\) 'refs/dog.png' were not uploaded; upload them "
+                            r"together with the prompt set file \(they are matched by file name\)\.$"),
+    "both missing": ({"images": ()},
+                     r"^set.jsonl line 1: reference image\(s\) 'cat.png', 'refs/dog.png' were not uploaded; upload "
+                     r"them together with the prompt set file"),
+    "too many references": ({"rows": [{"prompt": "x", "references": ["cat.png", "dog.png", "cow.png"]}],
+                             "images": ("cat.png", "dog.png", "cow.png")},
+                            r"^set.jsonl line 1: 3 reference images are not served here .*Allowed counts: 0, 1, 2\.$"),
+    "a reference too large": ({"rows": [{"prompt": "x", "references": ["cat.png"]}]},
+                              r"^set.jsonl line 1: Reference .*cat.png.* has more than 0 megapixels; send a smaller "
+                              r"image"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(UPLOAD_REFUSALS))
+def test_an_upload_is_refused_with_what_to_upload(qa_page, tmp_path, monkeypatch, case):
+    from neuron_backend.image import references as engine_references
+
+    backend, press_run = qa_page
+    given, words = UPLOAD_REFUSALS[case]
+    if case == "a reference too large":
+        monkeypatch.setattr(engine_references, "MAX_REFERENCE_PIXELS", 100)
+    with pytest.warns(UserWarning, match=words):
+        updates = press_run(_uploaded(tmp_path, **given))
+    assert len(updates) == 1 and all(u == gr.skip() for u in updates[0])  # nothing ran, nothing was wiped
+
+
+@pytest.mark.slow
+def test_a_lone_set_file_and_lone_images_upload_as_before_or_are_refused(qa_page, tmp_path):
+    _, press_run = qa_page
+    lone = tmp_path / "alone" / "set.txt"
+    lone.parent.mkdir()
+    lone.write_text("a lighthouse\n", encoding="utf-8")
+    run = press_run([str(lone)])[-1][0]
+    assert [c.status for c in run.cells] == [qa.DONE] and run.rows[0].references == []
+    assert press_run(str(lone))[-1][0].cells[0].image_png == run.cells[0].image_png  # one path, as before
+    images = [p for p in _uploaded(tmp_path / "images-only") if p.endswith(".png")]  # no set file
+    with pytest.warns(UserWarning, match=r"^Images were uploaded without a prompt set file; upload the set file"):
+        press_run(images, text="a lighthouse")
+    twin = _picture(tmp_path / "elsewhere" / "cat.png", (1, 2, 3))
+    with pytest.warns(UserWarning, match=r"^Two uploaded images are named 'cat.png'; references are matched by file"):
+        press_run([*_uploaded(tmp_path / "twins"), str(twin)])

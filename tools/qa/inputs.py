@@ -98,17 +98,17 @@ def check_text(value: str, what: str) -> str:  # what: a Message naming the text
 
 
 def parse_prompt_set(text: str | None = None, file: str | Path | None = None, *, settings: Settings,
-                     max_prompts: int = MAX_PROMPTS, with_references: bool = True) -> list[PromptRow]:
+                     max_prompts: int = MAX_PROMPTS, uploads: Mapping[str, Path] | None = None) -> list[PromptRow]:
     """Prompts pasted one per line, or read from a .jsonl/.csv (``prompt`` column plus settings) or .txt file.
 
-    ``with_references`` False: a row with a ``references`` column is refused (the file came alone, without
-    the images beside it).
+    A row's reference images are read from the file's folder, or, when ``uploads`` is given (the images
+    uploaded with the file: file name -> path), looked up among those by file name.
     """
     has_text = bool(text and text.strip())
     if has_text and file:
         raise InvalidRequestError(tr("Give either pasted prompts or a file, not both: clear one of them."))
     if file:
-        rows = _read_file(Path(file), settings, with_references)
+        rows = _read_file(Path(file), settings, uploads)
     else:
         rows = [PromptRow(check_text(line.strip(), tr("A prompt"))) for line in (text or "").splitlines()
                 if line.strip()]
@@ -142,7 +142,7 @@ def read_bounded_text(path: Path, max_bytes: int, too_big: str, unreadable: str)
                                       hint=unreadable)) from None
 
 
-def _read_file(path: Path, settings: Settings, with_references: bool) -> list[PromptRow]:
+def _read_file(path: Path, settings: Settings, uploads: Mapping[str, Path] | None) -> list[PromptRow]:
     kind = FILE_KINDS.get(path.suffix.lower())
     if kind is None:
         raise InvalidRequestError(tr("{name}: unsupported file type; upload a .jsonl, .csv or .txt file.",
@@ -152,8 +152,8 @@ def _read_file(path: Path, settings: Settings, with_references: bool) -> list[Pr
     if kind == "lines":
         return [PromptRow(line.strip()) for line in text.splitlines() if line.strip()]
     records = _jsonl_records(path.name, text) if kind == "jsonl" else _csv_records(path.name, text)
-    folder = path.parent if with_references else None
-    return [_row_from_record(tr("{name} {where}", name=path.name, where=where), record, settings, folder)
+    folder = path.parent if uploads is None else None
+    return [_row_from_record(tr("{name} {where}", name=path.name, where=where), record, settings, folder, uploads)
             for where, record in records]
 
 
@@ -217,8 +217,9 @@ def _check_columns(name: str, columns: list[str], need_prompt: bool = True) -> N
                                      name=name, allowed=allowed_columns()))
 
 
-def _row_from_record(where: str, record: dict, settings: Settings, folder: Path | None) -> PromptRow:
-    """A file's row; its references are read from ``folder`` (None: refused, the file came without them)."""
+def _row_from_record(where: str, record: dict, settings: Settings, folder: Path | None,
+                     uploads: Mapping[str, Path] | None = None) -> PromptRow:
+    """A file's row; its references are read from ``folder``, or from ``uploads`` when given."""
     _check_columns(where, list(record), need_prompt=False)
     prompt = record.pop("prompt", None)
     if not isinstance(prompt, str) or not prompt.strip():
@@ -229,11 +230,7 @@ def _row_from_record(where: str, record: dict, settings: Settings, folder: Path 
     for text in (v for value in expect.values() for v in (value if isinstance(value, list) else [value])):
         if isinstance(text, str):
             check_text(text, tr("{where}: an expectation", where=where))
-    if folder is None and record.get("references"):
-        raise InvalidRequestError(tr("{where} has reference images, which the QA tab cannot take with the prompt "
-                                     "set: run this set with python -m tools.qa run SET --url URL (the files beside "
-                                     "the set), or remove its references column.", where=where))
-    references = row_references(where, record.get("references"), record.get("fit"), folder, settings)
+    references = row_references(where, record.get("references"), record.get("fit"), folder, settings, uploads)
     return PromptRow(prompt.strip(), values, expect, references)
 
 

@@ -7,6 +7,10 @@ inside the set's folder, an existing PNG, JPEG or WebP file, a count the server 
 each file's sha256, and a cell reads the file again and refuses it if its bytes changed: a cell re-run
 sends the same bytes, so it reproduces its image.
 
+The QA tab takes the set and its images in one upload (``split_upload``): each upload sits in its own
+temporary folder, so a row's references are looked up by file name among the uploaded images (``uploads``)
+instead of in the set's folder.
+
 The run's exports name each reference (its path as written and its sha256) but never carry the
 folder it was read from: an imported run shows its references and cannot send them again.
 """
@@ -14,6 +18,7 @@ folder it was read from: an imported run shows its references and cannot send th
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -33,6 +38,7 @@ COLUMNS = ("references", "fit")  # prompt-set columns of an edit
 SHORT_SHA = 12  # hex digits of a reference's sha256 shown in reports (as the PNG infotext shows them)
 MAX_NAME_CHARS = 300  # a reference's path as written in the set
 SEPARATOR = ";"  # between the paths of a CSV cell
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # an upload's reference images; any other file is the set
 
 
 @dataclass
@@ -52,21 +58,55 @@ class RowReference:
         return {"name": self.name, "sha256": self.sha256, "fit": self.fit}
 
 
-def row_references(where: str, value: object, fit: object, folder: Path | None,
-                   settings: Settings) -> list[RowReference]:
-    """The ``references`` and ``fit`` columns of a row read from a file in ``folder``, each file checked."""
+def split_upload(paths: Sequence[str | Path]) -> tuple[Path | None, dict[str, Path]]:
+    """One upload of a prompt set with its reference images: the set (the one non-image file), images by name."""
+    paths = [Path(p) for p in paths]
+    sets = [p for p in paths if p.suffix.lower() not in IMAGE_SUFFIXES]
+    if len(sets) > 1:
+        raise InvalidRequestError(tr("{count} prompt set files were uploaded ({names}); upload one set file (.jsonl, "
+                                     ".csv or .txt), with its reference images.", count=len(sets),
+                                     names=", ".join(p.name for p in sets)))
+    images: dict[str, Path] = {}
+    for path in (p for p in paths if p not in sets):
+        if path.name in images:
+            raise InvalidRequestError(tr("Two uploaded images are named {name}; references are matched by file "
+                                         "name, so rename one and name it so in the prompt set.",
+                                         name=shown_value(path.name)))
+        images[path.name] = path
+    if images and not sets:
+        raise InvalidRequestError(tr("Images were uploaded without a prompt set file; upload the set file (.jsonl or "
+                                     ".csv) together with its reference images."))
+    return (sets[0] if sets else None), images
+
+
+def row_references(where: str, value: object, fit: object, folder: Path | None, settings: Settings,
+                   uploads: Mapping[str, Path] | None = None) -> list[RowReference]:
+    """The ``references`` and ``fit`` columns of a row read from a file in ``folder``, each file checked.
+
+    ``uploads``: the images uploaded with the set (file name -> path), where the files are looked up instead.
+    """
     names = _names(where, value)
     if fit is not None and not names:
         raise InvalidRequestError(tr("{where}: fit applies to reference images; add a references column or remove "
                                      "fit.", where=where))
-    if not names or folder is None:  # folder None: the caller refused the column already
+    if not names:
         return []
     try:
         check_reference_count(len(names), settings.references)
         fits = reference_fits(fit, len(names))
     except InvalidRequestError as exc:
         raise InvalidRequestError(tr("{where}: {detail}", where=where, detail=exc)) from None
-    return [_checked_file(where, name, mode, folder) for name, mode in zip(names, fits, strict=True)]
+    if uploads is not None:
+        missing = [name for name in names if _file_name(name) not in uploads]
+        if missing:
+            raise InvalidRequestError(tr("{where}: reference image(s) {names} were not uploaded; upload them together "
+                                         "with the prompt set file (they are matched by file name).", where=where,
+                                         names=", ".join(map(shown_value, missing))))
+    return [_checked_file(where, name, mode, folder, uploads) for name, mode in zip(names, fits, strict=True)]
+
+
+def _file_name(name: str) -> str:
+    return PurePosixPath(name.replace("\\", "/")).name
 
 
 def _names(where: str, value: object) -> list[str]:
@@ -85,21 +125,25 @@ def _names(where: str, value: object) -> list[str]:
     return names
 
 
-def _checked_file(where: str, name: str, fit: str, folder: Path) -> RowReference:
-    """A reference path as written: relative, inside ``folder`` (links resolved), an image file that exists."""
+def _checked_file(where: str, name: str, fit: str, folder: Path | None,
+                  uploads: Mapping[str, Path] | None = None) -> RowReference:
+    """A reference path as written: relative, inside ``folder`` (links resolved) or uploaded, an image file."""
     shown = shown_value(name) if name else "''"
     pure = PurePosixPath(name.replace("\\", "/"))
     if not name or len(name) > MAX_NAME_CHARS or pure.is_absolute() or Path(name).is_absolute() or ".." in pure.parts:
         raise InvalidRequestError(tr("{where}: reference {name} is not allowed; give a path relative to the prompt "
                                      "set's folder, inside it (no absolute path, no '..').", where=where, name=shown))
-    base = folder.resolve()
-    path = (base / pure).resolve()
-    if not path.is_relative_to(base):  # a link that leads out of the folder
-        raise InvalidRequestError(tr("{where}: reference {name} leads outside the prompt set's folder; keep the "
-                                     "reference files inside it.", where=where, name=shown))
-    if not path.is_file():
-        raise InvalidRequestError(tr("{where}: reference {name} does not exist; put the file in the prompt set's "
-                                     "folder ({folder}).", where=where, name=shown, folder=folder.name or "."))
+    if uploads is not None:
+        path = Path(uploads[pure.name])
+    else:
+        base = folder.resolve()
+        path = (base / pure).resolve()
+        if not path.is_relative_to(base):  # a link that leads out of the folder
+            raise InvalidRequestError(tr("{where}: reference {name} leads outside the prompt set's folder; keep the "
+                                         "reference files inside it.", where=where, name=shown))
+        if not path.is_file():
+            raise InvalidRequestError(tr("{where}: reference {name} does not exist; put the file in the prompt set's "
+                                         "folder ({folder}).", where=where, name=shown, folder=folder.name or "."))
     data = path.read_bytes()
     try:
         read_reference(data, fit, pure.name)  # a PNG, JPEG or WebP within the pixel limit, or refused
@@ -122,7 +166,8 @@ def current_bytes(ref: RowReference) -> bytes:
     try:
         data = Path(ref.path).read_bytes()
     except OSError:
-        raise InvalidRequestError(tr("Reference {name} could not be read again; put it back beside the prompt set.",
+        raise InvalidRequestError(tr("Reference {name} could not be read again; put it back beside the prompt set "
+                                     "(in the QA tab: upload the set with its images again).",
                                      name=shown_value(ref.name))) from None
     if hashlib.sha256(data).hexdigest() != ref.sha256:
         raise InvalidRequestError(tr("Reference {name} changed since the prompt set was read (sha256 {old}…); run "

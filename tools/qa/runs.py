@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -124,13 +124,13 @@ class RunProgress:
 # ----- planning -----------------------------------------------------------------------------------
 def plan_run(settings: Settings, prompts_text: str | None = None, prompts_file: str | Path | None = None,
              variants: str | list | dict | None = None, kind: str = "chat", run_seed: int = 0,
-             max_prompts: int = MAX_PROMPTS, with_references: bool = True) -> QARun:
+             max_prompts: int = MAX_PROMPTS, uploads: Mapping[str, Path] | None = None) -> QARun:
     """Parse the prompt set and variants and fix every cell's settings and seed; nothing runs yet.
 
-    ``with_references`` False: rows with reference images are refused (see ``parse_prompt_set``).
+    ``uploads``: the reference images uploaded with the set, by file name (see ``parse_prompt_set``).
     """
     rows = parse_prompt_set(prompts_text, prompts_file, settings=settings, max_prompts=max_prompts,
-                            with_references=with_references)
+                            uploads=uploads)
     return build_run(settings, rows, parse_variants(variants, settings=settings), kind, run_seed)
 
 

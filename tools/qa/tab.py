@@ -20,6 +20,7 @@ from tools.qa import report as qa_report
 from tools.qa import runs as qa
 from tools.qa.export_csv import export_csv
 from tools.qa.html_report import export_html
+from tools.qa.references import IMAGE_SUFFIXES, split_upload
 from ui import ExtraTab
 from ui.api import refusals_as_toast
 from ui.i18n import lang, say, t
@@ -34,6 +35,18 @@ def _file_path(upload) -> str | None:
     if upload is None:
         return None
     return upload if isinstance(upload, str) else getattr(upload, "name", None)
+
+
+def planned_run(settings, text, upload_value, kind, variants, seed) -> qa.QARun:
+    """The run of what the form holds: pasted prompts, or an uploaded set with its reference images.
+
+    Gradio keeps each uploaded file in its own temporary folder: the set's rows find their references among
+    the uploaded images by file name, and each cell reads its file again from Gradio's upload cache.
+    """
+    uploaded = [_file_path(u) for u in (upload_value if isinstance(upload_value, list) else [upload_value])]
+    set_file, images = split_upload([p for p in uploaded if p])
+    return qa.plan_run(settings, prompts_text=text or None, prompts_file=set_file, variants=variants or None,
+                       kind=kind, run_seed=int(seed or 0), uploads=images)
 
 
 def _done_line(run) -> str:
@@ -57,8 +70,9 @@ def build_qa_tab(backend: Backend) -> None:
     with gr.Row():
         with gr.Column():
             prompts = gr.Textbox(label=t("Prompts (one per line)"), lines=5, elem_id="qa-prompts")
-            upload = gr.File(label=t("…or a .jsonl / .csv / .txt file with a 'prompt' column (and expectations)"),
-                             file_types=[".jsonl", ".csv", ".txt"], elem_id="qa-upload")
+            upload = gr.File(label=t("…or a .jsonl / .csv / .txt file with a 'prompt' column (and expectations), "
+                                     "with the reference images its rows name"), file_count="multiple",
+                             file_types=[".jsonl", ".csv", ".txt", *IMAGE_SUFFIXES], elem_id="qa-upload")
         with gr.Column():
             kind = gr.Radio([(t(k, ctx="qa"), k) for k in kinds], value=kinds[0], label=t("Engine"),
                             elem_id="qa-kind")
@@ -154,11 +168,7 @@ def build_qa_tab(backend: Backend) -> None:
     @refusals_as_toast(outputs=len(run_outputs))
     def press_run(text, upload_value, kind_value, variants_text, seed, request: gr.Request,
                   progress=gr.Progress()):
-        # An uploaded set arrives alone in a temporary folder: rows with reference images are refused, with a
-        # message that points at the CLI, which reads the files beside the set.
-        run = qa.plan_run(settings, prompts_text=text or None, prompts_file=_file_path(upload_value),
-                          variants=variants_text or None, kind=kind_value, run_seed=int(seed or 0),
-                          with_references=False)
+        run = planned_run(settings, text, upload_value, kind_value, variants_text, seed)
         yield from _execute(run, request, progress)
 
     def _execute(run, request, progress):
