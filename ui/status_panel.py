@@ -107,7 +107,9 @@ def plan_html(status: dict) -> str:
     if not plan or not plan["engines"]:
         return ""
     parts = [say("{engine}: {graphs} graphs, {programs} eager programs", engine=engine_title(name),
-                 graphs=e["graphs"], programs=e["eager_programs"]) for name, e in plan["engines"].items()]
+                 graphs=e["graphs"], programs=e["eager_programs"]) if e["graphs"] or e["eager_programs"] else
+             say("{engine}: nothing to compile (eager)", engine=engine_title(name))
+             for name, e in plan["engines"].items()]
     if status.get("warmup_done", status["ready"]):
         line = say("Warmed up: {engines}", engines="; ".join(parts))
     else:

@@ -120,6 +120,7 @@ def test_the_first_paint_holds_each_language_and_the_bar_keeps_its_lines(warm):
     for bar in (done, warming):
         assert bar.count('<div id="warmup-plan"') == 1 and "white-space:nowrap" in bar
     assert "Warmed up: Chat: " in done and "Compile plan: Chat: " in warming
+    assert "Image: nothing to compile (eager)" in done  # eager on the CPU: no graph, no eager program
 
 
 def test_task_table_details_and_counters_in_arabic(warm):
