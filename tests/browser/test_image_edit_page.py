@@ -7,6 +7,7 @@ Screenshots of each step go to test-artifacts/screenshots/edit-*.png.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 
 import numpy as np
@@ -42,16 +43,28 @@ def references(tmp_path_factory):
     return wide, tall, third
 
 
-def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references, tmp_path):
-    wide, tall, third = references
+@contextlib.contextmanager
+def edit_page(browser, edit_url: str, *permissions: str):
+    """A fresh page on the editing app once every size and edit slot is warm (the Image tab open), its
+    references box open; ``permissions`` granted to the app's origin (e.g. the clipboard's)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     context.set_default_timeout(30_000)
+    if permissions:
+        context.grant_permissions(list(permissions), origin=edit_url.rstrip("/"))
     page = context.new_page()
     try:
         page.goto(edit_url)
         page.locator("#status-bar").wait_for()
-        _wait_image_sizes_ready(page, edit_url)  # every size and edit slot warmed up; the Image tab open
+        _wait_image_sizes_ready(page, edit_url)
         _open_accordion(page, "Edit from reference images")
+        yield page
+    finally:
+        context.close()
+
+
+def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references, tmp_path):
+    wide, tall, third = references
+    with edit_page(browser, edit_url) as page:
         files = page.locator("#image-references input[type=file]")
         files.set_input_files([str(wide), str(tall), str(third), str(wide)])
         page.locator("#reference-note", has_text="4 reference images cannot be sent").wait_for()
@@ -96,21 +109,12 @@ def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references
         assert "wide.png, tall.jpg" in note.inner_text()
         page.wait_for_function("() => document.querySelector('#image-fit input[value=crop]').checked")
         _shot(page, "edit-5-pasted-back")
-    finally:
-        context.close()
 
 
 def test_reorder_remove_and_use_the_result_as_a_reference(browser, edit_url, references):
     wide, tall, _ = references
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    chosen = page.locator("#reference-chosen label")
-    try:
-        page.goto(edit_url)
-        page.locator("#status-bar").wait_for()
-        _wait_image_sizes_ready(page, edit_url)
-        _open_accordion(page, "Edit from reference images")
+    with edit_page(browser, edit_url) as page:
+        chosen = page.locator("#reference-chosen label")
         page.locator("#image-references input[type=file]").set_input_files([str(wide), str(tall)])
         chosen.nth(1).wait_for()
         assert chosen.all_inner_texts() == ["1 · wide.png", "2 · tall.jpg"]
@@ -136,23 +140,13 @@ def test_reorder_remove_and_use_the_result_as_a_reference(browser, edit_url, ref
         refs = json.loads(second.text["showcase"])["references"]
         assert [(r["original_size"], r["fitted_size"]) for r in refs] == [("60x120", "64x64"), ("64x64", "64x64")]
         assert refs[0]["name"] == "tall.jpg" and refs[1]["name"].endswith(".png")
-    finally:
-        context.close()
 
 
 def test_paste_a_reference_from_the_clipboard(browser, edit_url, references):
     """An image copied elsewhere and pasted with the paste box's button becomes the next reference."""
     _, tall, third = references
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-    context.set_default_timeout(30_000)
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=edit_url.rstrip("/"))
-    page = context.new_page()
-    chosen = page.locator("#reference-chosen label")
-    try:
-        page.goto(edit_url)
-        page.locator("#status-bar").wait_for()
-        _wait_image_sizes_ready(page, edit_url)
-        _open_accordion(page, "Edit from reference images")
+    with edit_page(browser, edit_url, "clipboard-read", "clipboard-write") as page:
+        chosen = page.locator("#reference-chosen label")
         page.locator("#image-references input[type=file]").set_input_files([str(tall)])
         chosen.first.wait_for()
         # The clipboard holds a PNG, as after "Copy image" in another tab.
@@ -170,8 +164,6 @@ def test_paste_a_reference_from_the_clipboard(browser, edit_url, references):
         made = _generate(page, "the same, pasted", "64x64", 1)
         refs = json.loads(made.text["showcase"])["references"]
         assert [(r["original_size"], r["fitted_size"]) for r in refs] == [("60x120", "64x64"), ("80x80", "64x64")]
-    finally:
-        context.close()
 
 
 def _text_chunks(png: Image.Image):

@@ -97,6 +97,18 @@ def test_cli_refuses_a_bad_set_before_running(served, tmp_path, capsys):
     assert "Could not reach the app" in capsys.readouterr().err
 
 
+def both_ways(set_file, variants: list[str], kind: str, url: str, tmp_path, capsys, settings):
+    """The runs of ``set_file`` through the app (``--url``) and through its /v1 (``--openai``), each exiting 0."""
+    runs = []
+    for name, where in (("gradio", ["--url", url]), ("v1", ["--openai", url.rstrip("/") + "/v1"])):
+        out = tmp_path / f"{name}.jsonl"
+        status = cli.main(["run", str(set_file), *variants, "--kind", kind, *where, "--out", str(out)])
+        printed = capsys.readouterr()
+        assert status == 0, printed
+        runs.append(read_run(out, settings))
+    return runs
+
+
 @pytest.mark.slow
 def test_cli_through_the_openai_api_gives_the_same_cells_as_through_gradio(served, tmp_path, capsys):
     """``--openai URL/v1`` runs the same set through the openai SDK: the same limits (from /v1/models), the
@@ -107,14 +119,7 @@ def test_cli_through_the_openai_api_gives_the_same_cells_as_through_gradio(serve
     variants = ["--variants", "g: max_new_tokens=6, greedy=true, size=96x64, steps=1",
                 "--variants", "s: max_new_tokens=6, temperature=1.3, top_p=0.9, top_k=7, seed=11, thinking=true, "
                               "size=64x64, steps=2"]
-    runs = {}
-    for name, where in (("gradio", ["--url", url]), ("v1", ["--openai", url.rstrip("/") + "/v1"])):
-        out = tmp_path / f"{name}.jsonl"
-        status = cli.main(["run", str(set_file), *variants, "--kind", "both", *where, "--out", str(out)])
-        printed = capsys.readouterr()
-        assert status == 0, printed
-        runs[name] = read_run(out, backend.settings)
-    gradio, v1 = runs["gradio"], runs["v1"]
+    gradio, v1 = both_ways(set_file, variants, "both", url, tmp_path, capsys, backend.settings)
     assert [(c.kind, c.status) for c in v1.cells] == [(c.kind, "done") for c in gradio.cells]
     assert [c.settings for c in v1.cells] == [c.settings for c in gradio.cells]
     assert [c.text for c in v1.cells] == [c.text for c in gradio.cells]
@@ -187,14 +192,7 @@ def test_cli_through_the_openai_api_edits_as_through_gradio(editing, tmp_path, c
         {"prompt": "a lighthouse"},
     ])
     variants = ["--variants", "a: size=64x64, steps=1, seed=3", "--variants", "b: size=96x64, steps=2, seed=4"]
-    runs = {}
-    for name, where in (("gradio", ["--url", url]), ("v1", ["--openai", url.rstrip("/") + "/v1"])):
-        out = tmp_path / f"{name}.jsonl"
-        status = cli.main(["run", str(set_file), *variants, "--kind", "image", *where, "--out", str(out)])
-        printed = capsys.readouterr()
-        assert status == 0, printed
-        runs[name] = read_run(out, backend.settings)
-    gradio, v1 = runs["gradio"], runs["v1"]
+    gradio, v1 = both_ways(set_file, variants, "image", url, tmp_path, capsys, backend.settings)
     assert [c.status for c in v1.cells] == ["done"] * 6
     assert [c.settings for c in v1.cells] == [c.settings for c in gradio.cells]
     sha = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in (("cat", cat), ("dog", dog))}
