@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import io
 import time
-from pathlib import PurePosixPath
 
 from PIL import Image
 
@@ -32,7 +31,7 @@ from neuron_backend.image.references import MAX_REFERENCES
 from neuron_backend.settings import Settings
 from neuron_backend.shapes import parse_size
 
-from .references import current_bytes
+from .references import current_bytes, file_name
 from .runs import DONE, Cell, QARun
 
 FINISH = {"stop": "eos", "length": "length"}  # OpenAI's finish_reason -> the bench's
@@ -129,7 +128,7 @@ class OpenAICells:
                   "response_format": "b64_json"}
         extra = {"seed": s["seed"], "steps": s["steps"], "guidance": s["guidance"]}
         # Each file as the set was read (else the cell fails saying it changed), named without its folder.
-        files = [(PurePosixPath(ref.name).name, current_bytes(ref)) for ref in references]
+        files = [(file_name(ref.name), current_bytes(ref)) for ref in references]
         started = time.perf_counter()
         if files:
             answer = self.client.images.edit(image=files, **common,

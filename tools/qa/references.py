@@ -97,7 +97,7 @@ def row_references(where: str, value: object, fit: object, folder: Path | None, 
     except InvalidRequestError as exc:
         raise InvalidRequestError(tr("{where}: {detail}", where=where, detail=exc)) from None
     if uploads is not None:
-        missing = [name for name in names if _file_name(name) not in uploads]
+        missing = [name for name in names if file_name(name) not in uploads]
         if missing:
             raise InvalidRequestError(tr("{where}: reference image(s) {names} were not uploaded; upload them together "
                                          "with the prompt set file (they are matched by file name).", where=where,
@@ -105,7 +105,8 @@ def row_references(where: str, value: object, fit: object, folder: Path | None, 
     return [_checked_file(where, name, mode, folder, uploads) for name, mode in zip(names, fits, strict=True)]
 
 
-def _file_name(name: str) -> str:
+def file_name(name: str) -> str:
+    """A reference's file name without its folder, as it is uploaded and as the engine records it."""
     return PurePosixPath(name.replace("\\", "/")).name
 
 
@@ -154,7 +155,7 @@ def _checked_file(where: str, name: str, fit: str, folder: Path | None,
 
 def request_references(references: list[RowReference]) -> tuple[ReferenceImage, ...]:
     """A cell's references for the engine, each file read again and refused if its bytes changed."""
-    return tuple(read_reference(current_bytes(ref), ref.fit, PurePosixPath(ref.name).name) for ref in references)
+    return tuple(read_reference(current_bytes(ref), ref.fit, file_name(ref.name)) for ref in references)
 
 
 def current_bytes(ref: RowReference) -> bytes:
