@@ -161,9 +161,12 @@ def test_language_override_puts_its_script_first_in_the_head():
     assert body.index(b"navigator") < body.index(b"type=module")  # before Gradio's module script
     headers = dict(sent[0]["headers"])
     assert headers[b"content-length"] == str(len(body)).encode()
-    # Other responses, and pages asked for without lang=, pass through untouched (streamed as they came).
+    # A page asked for without lang= gets it too: it writes <html lang> and dir for an ar-* browser's Arabic.
+    sent = _run_override("/", b"", b"text/html", page)
+    assert b"".join(m.get("body", b"") for m in sent[1:]).startswith(b"<!doctype html><html><head><script>")
+    # Other responses pass through untouched (streamed as they came).
     for args in (("/config", b"lang=ar", b"application/json", b'{"head": "<head>"}'),
-                 ("/", b"", b"text/html", page), ("/", b"lang=ar", b"text/html", page, "POST")):
+                 ("/", b"lang=ar", b"text/html", page, "POST")):
         sent = _run_override(*args)
         assert len(sent) == 3 and b"".join(m.get("body", b"") for m in sent[1:]) == args[3], args[:3]
 

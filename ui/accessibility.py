@@ -5,7 +5,8 @@
   the primary orange (#f97316, 2.8:1) becomes white on orange-700 (5.2:1); white on the stop red
   (#ef4444, 3.8:1) becomes red-700 (6.5:1); the subdued grey of slider limits, info lines, the
   upload's "or" and the footer (#bbbbc2, 1.9:1) becomes neutral-600. ``CSS`` does the same for the
-  JSON viewer's syntax colours in the light theme.
+  selected tab's name (the accent orange, 2.8:1 on white) and the JSON viewer's syntax colours in the
+  light theme.
 - ``HEAD``: a script that repairs Gradio 6.31's markup as it appears (a MutationObserver, as the
   components render and re-render):
   - the chat examples' container says ``role="list"`` but holds buttons (axe
@@ -20,6 +21,8 @@
     control (its own keyboard handling is Gradio's);
   - the picture in an Image box sits in a nameless ``<button>`` (``button-name``): it is named after
     its box's label;
+  - the footer's Settings icon repeats its button's word as its alt text (Lighthouse's
+    ``image-redundant-alt``): the icon's alt is emptied;
   - Gradio writes its own aria-labels in English whatever the locale ("Empty value", "range slider for
     Steps", "Copy table data"): on an Arabic page each known one is replaced by its Arabic
     (``GRADIO_ARIA_LABELS``, ``GRADIO_ARIA_PREFIXES``) and put back when the page turns English; the
@@ -53,6 +56,7 @@ THEME = gr.themes.Default().set(
 # 2.0-3.9:1, so the light theme gets darker ones of the same hues (5.5-7.7:1).
 CSS = """
 [role="button"] button[disabled][aria-hidden="true"] { pointer-events: none; opacity: 1; cursor: pointer; }
+body:not(.dark) .tab-container button[role="tab"].selected { color: var(--primary-700); }
 body:not(.dark) .gradio-container .json-node {
   --text-color: #9a3412; --string-color: #b4441f; --number-color: #1e5a6b; --bracket-color: #3f6464;
   --square-bracket-color: #a8323c; --punctuation-color: #47615f;
@@ -137,6 +141,9 @@ HEAD = r"""<script>
     for (const picture of document.querySelectorAll('.image-container > button:not([aria-label])')) {
       const label = picture.closest(".block")?.querySelector('[data-testid="block-label"]');
       picture.setAttribute("aria-label", (label && label.textContent.trim()) || "Image");
+    }
+    for (const icon of document.querySelectorAll('footer button > img:not([alt=""])')) {
+      icon.setAttribute("alt", "");  // the button's own words name it ("Settings"): the icon is decoration
     }
     followLanguage();
     if (!document.body.classList.contains("dark")) {

@@ -421,12 +421,15 @@ def idle_meter(settings) -> str:
 # ends right above its stats, and both stay in view while the visitor types. Their height is reserved (a
 # full stats line takes three lines on a phone, two on a tablet, one on a desktop), so a line that arrives at
 # the end of a reply moves nothing under it. Below 500 px Gradio stacks the saved chats' column over the chat's; there
-# the chat comes first, so the saved list, which grows when a reply ends, moves nothing above it.
+# the chat comes first, so the saved list, which grows when a reply ends, moves nothing above it. The chat's
+# column is found by its meter, which mounts before the chatbot; until the chatbot mounts, a placeholder of its
+# height holds its place (else the column moved, and what is under the chatbot jumped down, as it came).
 CHAT_CSS = """
 #chat-stats p, #context-meter p { font-size: var(--text-md); line-height: 1.5; margin: 0; }
 #chat-stats { min-height: 4.5rem; }
 #context-meter { min-height: 3rem; }
-@media (max-width: 499px) { #chat-tab .column:has(> #chatbot) { order: -1; } }
+@media (max-width: 499px) { #chat-tab .column:has(> #context-meter) { order: -1; } }
+#chat-tab .column:has(> #context-meter):not(:has(> #chatbot))::before { content: ""; height: 420px; }
 @media (min-width: 768px) { #chat-stats { min-height: 3rem; } }
 @media (min-width: 1200px) { #chat-stats, #context-meter { min-height: 1.5rem; } }
 """

@@ -156,15 +156,23 @@ def bilingual_html(text: str | Callable[[], str]) -> str:
 # ?lang=ar|en: redefine navigator.language/languages before Gradio's module script reads them (its
 # svelte-i18n picks the locale from them once, at start). launch(head=) comes too late for that: Gradio adds
 # it to the page only after the config is fetched and the locale chosen; so LanguageOverride puts this
-# script at the top of the page's <head> when the address asks for a language.
+# script at the top of every page's <head>. It also writes <html lang> and <html dir> for the locale that
+# svelte-i18n will choose (the asked language, else an ar-* browser's Arabic, else English): the header's
+# first paint then shows the right copy from its first frame, where waiting for svelte-i18n let it paint
+# in English and jump to the Arabic copy's height (and side) when the locale came.
 EARLY_SCRIPT = """<script>
 (() => {
-  const wanted = (new URLSearchParams(location.search).get("lang") || "").toLowerCase();
-  if (!["ar", "en"].includes(wanted)) return;
-  document.cookie = `showcase_lang=${wanted}; path=/; SameSite=Lax`;
-  for (const [name, value] of [["language", wanted], ["languages", [wanted]]]) {
-    try { Object.defineProperty(navigator, name, {get: () => value, configurable: true}); } catch (e) {}
+  const asked = (new URLSearchParams(location.search).get("lang") || "").toLowerCase();
+  const wanted = ["ar", "en"].includes(asked) ? asked : null;
+  if (wanted) {
+    document.cookie = `showcase_lang=${wanted}; path=/; SameSite=Lax`;
+    for (const [name, value] of [["language", wanted], ["languages", [wanted]]]) {
+      try { Object.defineProperty(navigator, name, {get: () => value, configurable: true}); } catch (e) {}
+    }
   }
+  const shown = wanted || ((navigator.language || "").toLowerCase().startsWith("ar") ? "ar" : "en");
+  document.documentElement.setAttribute("lang", shown);
+  document.documentElement.setAttribute("dir", shown === "ar" ? "rtl" : "ltr");
 })();
 </script>"""
 
@@ -186,7 +194,7 @@ HEAD = """<script>
 
 
 class LanguageOverride:
-    """ASGI middleware: on a GET whose query has ``lang=``, puts ``EARLY_SCRIPT`` first in an HTML page's <head>.
+    """ASGI middleware: on a GET answered with an HTML page, puts ``EARLY_SCRIPT`` first in its <head>.
 
     Only HTML responses are touched (their body is buffered, then Content-Length is set anew);
     everything else passes through as it is.
@@ -196,7 +204,7 @@ class LanguageOverride:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope.get("method") != "GET" or b"lang=" not in scope.get("query_string", b""):
+        if scope["type"] != "http" or scope.get("method") != "GET":
             await self.app(scope, receive, send)
             return
         start: dict | None = None

@@ -39,10 +39,17 @@ def ltr_runs(text: str, markup: bool = False) -> str:
 
 # The bar keeps its height from the page's first paint (the state at start) to warm-up's end: on a phone the
 # warming-up line takes two lines where "Warm-up done in 7.3 s" takes one, so two are kept there. Gradio's
-# footer logo has no size of its own and moved the page as it loaded.
+# footer logo has no size of its own and moved the page as it loaded. While Gradio mounts the page piece by
+# piece: its "Loading..." overlay, centred in the growing page, moved with it (hidden once this CSS is in); the
+# footer, drawn under a half-built page, was pushed down (the main area is a screen tall from the start); the
+# details fold, drawn before the header above it, was pushed down (invisible until the header is there).
 STATUS_CSS = """
 @media (max-width: 640px) { #warmup-state { min-height: 2lh; display: flex; align-items: center; } }
 footer img { width: 12px; height: 12px; }
+.gradio-container > .main > [data-testid="status-tracker"] { display: none !important; }
+#warmup-details { visibility: hidden; }
+#status-bar ~ #warmup-details { visibility: visible; }
+.gradio-container > .main > .wrap > main { min-height: 100vh; }
 """
 
 

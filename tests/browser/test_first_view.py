@@ -63,11 +63,26 @@ WATCH_SHIFTS_JS = """() => {
 }"""
 
 
+# Every layout shift from the navigation on (an init script, so the shifts while Gradio mounts count too).
+LOAD_SHIFTS_JS = """
+window.__loadShift = 0;
+window.__loadShifted = [];
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) {
+    if (entry.hadRecentInput) continue;
+    window.__loadShift += entry.value;
+    const moved = (entry.sources || []).map((s) => s.node && (s.node.id || s.node.className));
+    window.__loadShifted.push([entry.value, moved]);
+  }
+}).observe({type: 'layout-shift', buffered: true});
+"""
+
 def _open(browser, url: str, size: str):
     width, height = SIZES[size]
     context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(30_000)
     page = context.new_page()
+    page.add_init_script(LOAD_SHIFTS_JS)
     page.goto(url)
     page.locator("#status-bar").wait_for()
     page.locator("#chat-tab textarea").first.wait_for()  # the chat's message box is drawn
@@ -94,6 +109,24 @@ def test_the_first_view_shows_the_header_the_demo_notice_and_the_warm_up_bar(bro
             assert _in_view(box, seen["height"]), f"{selector} is not in the viewport at {size}: {box}"
         # The message box is one click (or a few Tabs) away, not focused on load.
         assert page.evaluate("() => document.activeElement.tagName") != "TEXTAREA"
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "ar"])
+@pytest.mark.parametrize("size", SIZES)
+def test_the_page_holds_still_while_it_loads(browser, app_url, size, lang):
+    """Gradio mounts the page piece by piece: nothing drawn may move as the rest comes in (Lighthouse's CLS,
+    measured here from the navigation until the chat, the details fold and the footer are drawn)."""
+    context, page = _open(browser, f"{app_url}?lang={lang}", size)
+    try:
+        page.locator("#chatbot").wait_for()
+        page.locator("#warmup-details").wait_for()
+        page.locator("footer").wait_for()
+        page.wait_for_timeout(1000)  # a second of the finished page: a late shift would land here
+        shift, shifted = page.evaluate("[window.__loadShift, window.__loadShifted]")
+        _view_shot(page, f"first-view-{size}-{lang}-loaded")
+        assert shift < MAX_LAYOUT_SHIFT, f"the page moved while loading at {size} ({lang}): {shift:.3f} ({shifted})"
     finally:
         context.close()
 

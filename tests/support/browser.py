@@ -332,9 +332,12 @@ def held(url: str, gate: str, after_steps: int):
         hold.unlink(missing_ok=True)
 
 
-def open_page(browser, url: str, locale: str):
-    """A new browser context in ``locale`` and its page on ``url``, once the status bar and the tabs show."""
-    context = browser.new_context(locale=locale, viewport={"width": 1280, "height": 900})
+def open_page(browser, url: str, locale: str, phone: bool = False):
+    """A new browser context in ``locale`` and its page on ``url``, once the status bar and the tabs show; a
+    desktop window, or a phone's (390x844, touch, its pixel ratio: Gradio draws some text smaller there)."""
+    form = ({"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 3}
+            if phone else {"viewport": {"width": 1280, "height": 900}})
+    context = browser.new_context(locale=locale, **form)
     context.set_default_timeout(30_000)
     page = context.new_page()
     page.goto(url)
