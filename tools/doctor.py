@@ -443,10 +443,12 @@ def check_disk(settings: Settings) -> list[Check]:
     return checks
 
 
-def run(settings: Settings, out=None) -> int:
-    """Print the checklist; return the exit status (1 when a needed check failed)."""
+def run(settings: Settings, out=None, collect: list | None = None) -> int:
+    """Print the checklist; return the exit status (1 when a needed check failed).
+
+    ``collect``: a list that receives every ``Check`` as it is made (the device check's report)."""
     out = out or sys.stdout
-    checks: list[Check] = []
+    checks: list[Check] = [] if collect is None else collect
 
     def emit(*new: Check) -> None:
         for c in new:
@@ -484,9 +486,16 @@ def run(settings: Settings, out=None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.doctor [app flags]``: the same checklist as ``python app.py --doctor``."""
+    """``python -m tools.doctor [app flags]``: the same checklist as ``python app.py --doctor``.
+
+    With ``--device-check --out REPORT.json``: the first-device check instead (tools/device_check/)."""
     from neuron_backend.errors import ShowcaseError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--device-check" in argv:
+        from tools.device_check.report import main as device_check
+
+        return device_check(argv)
     try:
         settings = parse_settings(argv)
     except ShowcaseError as exc:
