@@ -83,8 +83,14 @@ def chat_parity(device, reference, prompts=PROMPTS, tokens: int = TOKENS) -> dic
                      "device_ids": ours, "reference_ids": theirs,
                      "device_text": device.tokenizer.decode(ours, skip_special_tokens=True),
                      "device_s": round(middle - started, 3), "reference_s": round(time.perf_counter() - middle, 3)})
-    return {"device": device.placement.label(), "reference": reference.placement.label(), "tokens": tokens,
+    return {**_sides(device, reference), "tokens": tokens,
             "prompts": rows, "all_match": all(r["first_divergence"] == "none" for r in rows)}
+
+
+def _sides(device, reference) -> dict:
+    """Which engine ran where: the placements' labels, and the device side's kind and core."""
+    return {"device": device.placement.label(), "device_kind": device.placement.kind,
+            "device_core": device.placement.core, "reference": reference.placement.label()}
 
 
 def image_parity(device, reference, size: str, steps: int, seed: int = IMAGE_SEED) -> dict:
@@ -96,7 +102,7 @@ def image_parity(device, reference, size: str, steps: int, seed: int = IMAGE_SEE
     ours = device.generate(request).image
     middle = time.perf_counter()
     theirs = reference.generate(request).image
-    return {"device": device.placement.label(), "reference": reference.placement.label(), "prompt": IMAGE_PROMPT,
+    return {**_sides(device, reference), "prompt": IMAGE_PROMPT,
             "size": size, "steps": steps, "seed": seed, "psnr_db": psnr(ours, theirs),
             "device_s": round(middle - started, 3), "reference_s": round(time.perf_counter() - middle, 3)}
 

@@ -66,7 +66,8 @@ def run_phase(settings, role: str, host=None) -> dict:
     tasks = _tasks(backend)
     result = {
         "role": role, "cache_root": str(settings.cache_dir),
-        "placements": {name: p.label() for name, p in backend.placements.items()},
+        "placements": {name: {"label": p.label(), "kind": p.kind, "core": p.core}
+                       for name, p in backend.placements.items()},
         "accelerator": backend.description["accelerator"], "warm_up_s": round(warm_up_s, 3), "tasks": tasks,
         "chat_warm_up": _warm_up_seconds(tasks, "chat"), "image_warm_up": _warm_up_seconds(tasks, "image"),
         "persistent_cache": {"hits": hits, "misses": misses, "counter": str(CompileCounter.source()),

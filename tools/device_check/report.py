@@ -10,8 +10,8 @@ tools.device_check``). In order:
 3. that cache exported as a bundle and installed, in a second fresh process, into another fresh
    cache root (at another path, same venv and app folder), which warms up the same shapes: its
    persistent-cache hits and misses say what the bundle brought;
-4. the doctor's checks, last: its placement checks hold the NeuronCores until this process exits,
-   and the phases need them before.
+4. the doctor's checks, last, in a process of its own: its placement checks hold the NeuronCores
+   until its process exits, and the phases need them before.
 
 Each phase has a time limit (``--phase-timeout-min``); past it its whole process group is killed
 (``neuronx-cc`` included) and the report says so. The report is written after every step, so a run
@@ -27,7 +27,6 @@ PATH`` runs the warm phase with another interpreter (a venv copy you made) to se
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
@@ -50,12 +49,14 @@ from neuron_backend.compile_cache import (
 )
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.settings import parse_settings
+from tools import neuron_ls
 
 FORMAT = 1
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: the phases run from it
 VERSIONS = ("torch", "torch-neuronx", "neuronx-cc", "transformers", "diffusers")
 CACHE_VARIABLES = (NEFF_CACHE_ENV, NEFF_LOCKS_ENV, HLO_CACHE_ENV, NKI_TRACE_ENV, INDUCTOR_CACHE_ENV, SET_BY_APP_ENV)
 NEURON_LS_TIMEOUT_S = 30
+DOCTOR_TIMEOUT_S = 1800  # its probes have 600 s each (a cold neuronx-cc included)
 KILL_GRACE_S = 10
 FRESH_ROOT = ("a fresh cache root at another path, same venv and app folder: the NEFF cache key includes the "
               "absolute source locations of the traced program (the install folders of torch, transformers, "
@@ -86,33 +87,6 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             found[dist] = None
     return found
-
-
-def neuron_ls() -> dict:
-    """``neuron-ls`` output: the first of its JSON forms that answers (parsed too), else the plain table."""
-    from tools.doctor import NEURON_LS_FORMS, read_neuron_ls, summarize_neuron_ls
-
-    exe = shutil.which("neuron-ls")
-    if exe is None:
-        return {"skipped": "neuron-ls is not on PATH (no Neuron SDK tools on this host)"}
-    tried = []
-    for flags in (*NEURON_LS_FORMS, ()):
-        command = " ".join(("neuron-ls", *flags))
-        try:
-            out = subprocess.run([exe, *flags], capture_output=True, text=True, timeout=NEURON_LS_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            tried.append({"command": command, "error": str(exc)})
-            continue
-        if out.returncode != 0:
-            tried.append({"command": command, "exit": out.returncode, "stderr": out.stderr[-2000:]})
-            continue
-        parsed = read_neuron_ls(out.stdout) if flags else None
-        if flags and parsed is None:
-            tried.append({"command": command, "error": "printed no device list", "stdout": out.stdout[-2000:]})
-            continue
-        return {"command": command, "stdout": out.stdout[-20000:], "json": json.loads(out.stdout) if flags else None,
-                "summary": summarize_neuron_ls(out.stdout) if flags else None, "tried": tried}
-    return {"error": "no form of neuron-ls answered", "tried": tried}
 
 
 def phase_flags(settings, app_flags: list[str], root: Path) -> list[str]:
@@ -179,15 +153,20 @@ def export_bundle(cold_root: Path, out: Path) -> dict:
             "shapes": {name: e.get("shapes", []) for name, e in described["engines"].items()}}
 
 
-def doctor_results(settings) -> dict:
-    """The doctor's checks as data, and its exit status (run in this process, after the phases)."""
-    from tools import doctor
-
-    checks: list = []
-    text = io.StringIO()
-    status = doctor.run(settings, out=text, collect=checks)
-    return {"exit": status, "checks": [{"status": c.status, "name": c.name, "detail": c.detail, "fix": c.fix,
-                                        "needed": c.needed} for c in checks]}
+def doctor_results(app_flags: list[str], work: Path, timeout_s: float = DOCTOR_TIMEOUT_S) -> dict:
+    """The doctor's checks as data and its exit status, from a process of its own (after the phases: its
+    placement checks hold the cores until it exits)."""
+    out = work / "doctor.json"
+    command = [sys.executable, "-m", "tools.doctor", "--report-json", str(out), *app_flags]
+    env = {**os.environ, "PYTHONPATH": child_env()["PYTHONPATH"]}
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the doctor gave no answer in {timeout_s:.0f} s"}
+    if not out.is_file():
+        return {"error": f"the doctor exited {done.returncode} without its checks", "log_tail":
+                (done.stdout + done.stderr)[-4000:]}
+    return json.loads(out.read_text())
 
 
 def skipped(report: dict) -> list[dict]:
@@ -261,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m tools.doctor", *(["--device-check"] if not args.device_check else []),
                              *(sys.argv[1:] if argv is None else argv)]),
         "host": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
-        "versions": versions(), "neuron_ls": neuron_ls(),
+        "versions": versions(), "neuron_ls": neuron_ls.output(NEURON_LS_TIMEOUT_S),
         "settings": {"models": settings.models, "device": settings.device, "dtype": settings.dtype,
                      "compile": settings.compile, "chat_bucket": settings.buckets[0],
                      "context_length": settings.context_length, "image_size": settings.sizes[0].label,
@@ -285,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report["bundle"] = bundle_round_trip(settings, app_flags, work, args, timeout_s)
         write(args.out, report, begun)
-        report["doctor"] = doctor_results(settings)
+        report["doctor"] = doctor_results(app_flags, work)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
