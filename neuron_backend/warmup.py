@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .compiler_processes import kill_compilers
 from .devices import CompileCounter
 from .messages import Message, tr
 from .shapes import EditSlot, ImageSize, ShapeKey, engine_name
@@ -272,9 +273,10 @@ class WarmupRunner:
         """Run the step; False when a compile task ran past the time limit (then it is failed, saying what to do).
 
         The step runs on a thread of its own so the warm-up can go on past the limit. Python cannot stop a
-        thread, so a compile past the limit goes on in the background and what it builds is not used
-        (the Backend keeps that shape refused); a later compile may wait for it (dynamo compiles one
-        frame at a time).
+        thread, but past the limit every ``neuronx-cc`` this process started is killed (its compile then
+        fails and the thread ends); a compile that runs in this process (inductor elsewhere) goes on in the
+        background and what it builds is not used (the Backend keeps that shape refused); a later compile
+        may wait for it (dynamo compiles one frame at a time).
         """
         limit = self.compile_timeout_s
         if step.task.kind != "compile" or not limit:
@@ -297,6 +299,7 @@ class WarmupRunner:
                 raise outcome[0]
             return True
         task = step.task
+        kill_compilers()  # a stuck neuronx-cc: killed, its compile fails and the task's thread ends
         message = tr("still compiling after {minutes} min, the time limit of one warm-up task "
                      "(--compile-timeout-min); this shape is refused until a restart. Restart with a higher "
                      "--compile-timeout-min (its graphs that did compile come from the compile cache), or drop "

@@ -35,13 +35,13 @@ from pathlib import Path
 from neuron_backend.compile_cache import NEFF_CACHE_ENV, configure_compile_cache
 from neuron_backend.neuron_install import COMPILER, WHEELS_OS, WHEELS_OS_NAME, glibc_version, load_failure, os_release
 from neuron_backend.settings import Settings, parse_settings
+from tools.neuron_ls import NEURON_LS_FORMS, read_neuron_ls, summarize_neuron_ls
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.0.* / 2.14.3.0.* wheels (Neuron 2.33)
 TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.0.* matches it
 MIN_FREE_GIB = 2.0  # below this at the cache root, compiled programs and outputs cannot be kept
 INSTALL_FIX = "pip install -r requirements-neuron.txt (docs/trainium.md)"
-NEURON_LS_FORMS = (("--output-format", "json"), ("-j",))  # Neuron 2.34 and later; 2.33 and before
 PROBE_TIMEOUT_S = 600  # a tiny graph compiles in well under a minute; neuronx-cc cold start included
 
 
@@ -203,49 +203,6 @@ def check_neuron_ls(timeout: float = 30.0) -> tuple[Check, int]:
 
 def _squeeze(text: str, limit: int = 200) -> str:
     return " ".join(text.split())[:limit]
-
-
-def read_neuron_ls(text: str) -> tuple[list[dict], dict] | None:
-    """The device objects and the instance-wide fields of either JSON form; None when ``text`` holds neither.
-
-    2.33 and before (``-j``): a list with one object per device. 2.34 (``--output-format json``): one
-    object whose top-level fields describe what spans devices (the instance, the UltraServer) beside the
-    device list. The docs do not name the new keys, so the list is found by its shape."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(data, list):
-        return [d for d in data if isinstance(d, dict)], {}
-    if not isinstance(data, dict):
-        return None
-    lists = {k: v for k, v in data.items() if isinstance(v, list) and all(isinstance(d, dict) for d in v)}
-    named = [lists[k] for k in ("neuron_devices", "devices") if k in lists]
-    devicelike = [v for v in lists.values() if v and any("nc_count" in d or "neuron_device" in d for d in v)]
-    chosen = (named or devicelike or (list(lists.values()) if len(lists) == 1 else []))[:1]
-    if not chosen:
-        return None
-    shared = {k: v for k, v in data.items() if not isinstance(v, (list, dict))}
-    for part in (v for v in data.values() if isinstance(v, dict)):
-        shared.update({k: v for k, v in part.items() if not isinstance(v, (list, dict))})
-    return chosen[0], shared
-
-
-def summarize_neuron_ls(text: str) -> str:
-    """'16 devices, 128 NeuronCores, LNC 2, 1 process using them' from either JSON form (keys read defensively)."""
-    found = read_neuron_ls(text)
-    if found is None:
-        return text.strip()[:300]
-    devices, shared = found
-    cores = sum(int(d.get("nc_count", 0) or len(d.get("neuroncore_ids", []) or [])) for d in devices)
-    lnc = {str(d.get("logical_neuroncore_config")) for d in devices if d.get("logical_neuroncore_config") is not None}
-    if not lnc and shared.get("logical_neuroncore_config") is not None:
-        lnc = {str(shared["logical_neuroncore_config"])}
-    lnc = lnc or {os.environ.get("NEURON_LOGICAL_NC_CONFIG", "?")}
-    users = sum(len(d.get("neuron_processes", []) or []) for d in devices)
-    instance = f"{shared['instance_type']}: " if shared.get("instance_type") else ""
-    return (f"{instance}{len(devices)} devices, {cores} NeuronCores, LNC {'/'.join(sorted(lnc))}, {users} process(es) "
-            "using them")
 
 
 def check_cores(host, neuron_devices: int = 0) -> Check:
@@ -443,10 +400,12 @@ def check_disk(settings: Settings) -> list[Check]:
     return checks
 
 
-def run(settings: Settings, out=None) -> int:
-    """Print the checklist; return the exit status (1 when a needed check failed)."""
+def run(settings: Settings, out=None, collect: list | None = None) -> int:
+    """Print the checklist; return the exit status (1 when a needed check failed).
+
+    ``collect``: a list that receives every ``Check`` as it is made (the device check's report)."""
     out = out or sys.stdout
-    checks: list[Check] = []
+    checks: list[Check] = [] if collect is None else collect
 
     def emit(*new: Check) -> None:
         for c in new:
@@ -484,15 +443,33 @@ def run(settings: Settings, out=None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.doctor [app flags]``: the same checklist as ``python app.py --doctor``."""
+    """``python -m tools.doctor [app flags]``: the same checklist as ``python app.py --doctor``.
+
+    With ``--device-check --out REPORT.json``: the first-device check instead (tools/device_check/).
+    With ``--report-json PATH``: the checks are also written there as JSON (exit status and each check)."""
     from neuron_backend.errors import ShowcaseError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--device-check" in argv:
+        from tools.device_check.report import main as device_check
+
+        return device_check(argv)
+    report = None
+    if "--report-json" in argv:  # the checks as JSON too (the device check runs the doctor this way)
+        at = argv.index("--report-json")
+        report, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
     try:
         settings = parse_settings(argv)
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return run(settings)
+    checks: list[Check] = []
+    status = run(settings, collect=checks)
+    if report is not None:
+        report.write_text(json.dumps({"exit": status, "checks": [
+            {"status": c.status, "name": c.name, "detail": c.detail, "fix": c.fix, "needed": c.needed}
+            for c in checks]}, indent=1) + "\n")
+    return status
 
 
 if __name__ == "__main__":

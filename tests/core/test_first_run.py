@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 
+import psutil
 import pytest
+from support.fake_neuronx_cc import write as fake_compiler
 
 from neuron_backend.chat import static_cache
 from neuron_backend.errors import ConfigError, ShapeFailedError
@@ -128,3 +132,39 @@ def test_a_shape_past_the_limit_is_refused_with_what_to_do(tmp_path, monkeypatch
         thread.join(60)
     with pytest.raises(ShapeFailedError, match="compile-timeout-min"):
         shapes.require(PromptBucket(64))
+
+
+@pytest.mark.slow
+def test_a_stuck_neuronx_cc_is_killed_at_the_compile_limit_and_nothing_else(tmp_path, monkeypatch):
+    compiler = fake_compiler(tmp_path / "bin", hang_s=600)
+    monkeypatch.setenv("PATH", f"{compiler.parent}{os.pathsep}{os.environ['PATH']}")
+    bystander = subprocess.Popen(["sleep", "60"])  # another child of this process: not a compiler
+    started = []
+
+    def compile_step(task):
+        proc = subprocess.Popen(["neuronx-cc", "--target", "trn2"])  # found on PATH, as TorchNeuron runs it
+        started.append(proc)
+        proc.wait()
+        raise RuntimeError(f"neuronx-cc exited {proc.returncode}")
+
+    runner = WarmupRunner([Step(Task("chat · bucket 32", "chat", "compile", "prefill-32"), compile_step, "k")],
+                          TimingHistory(tmp_path / "history.json"), compile_timeout_s=1.0)
+    try:
+        began = time.monotonic()
+        runner.start()
+        wait_for(lambda: started and psutil.Process(started[0].pid).children(), 10)
+        helpers = psutil.Process(started[0].pid).children()  # the compiler's own child (its sleep)
+        assert runner.wait(30)
+        assert time.monotonic() - began < 20
+        task = runner.tasks[0]
+        assert task.state == FAILED and "still compiling" in task.error
+        started[0].wait(timeout=10)  # ended within seconds, not 600 s (the kill reaps it: no return code to read)
+        assert not psutil.pid_exists(started[0].pid)
+        psutil.wait_procs(helpers, timeout=10)
+        assert not any(h.is_running() and h.status() != psutil.STATUS_ZOMBIE for h in helpers)
+        assert bystander.poll() is None  # a child that is no compiler is left alone
+    finally:
+        bystander.kill()
+        for proc in started:
+            for left in [*psutil.Process(proc.pid).children(recursive=True), proc] if proc.poll() is None else []:
+                left.kill()

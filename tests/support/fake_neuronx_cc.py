@@ -10,10 +10,14 @@ import stat
 from pathlib import Path
 
 
-def write(folder: Path) -> Path:
-    """Write an executable ``neuronx-cc`` into ``folder`` (created); return its path."""
+def write(folder: Path, hang_s: float | None = None) -> Path:
+    """Write an executable ``neuronx-cc`` into ``folder`` (created); return its path.
+
+    ``hang_s``: it then runs ``sleep`` for that long (a child of its own, as the real compiler's helpers
+    are) instead of answering at once: a stuck compile."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "neuronx-cc"
-    path.write_text(f"#!/bin/sh\necho neuronx-cc at {path}\n")
+    body = f"sleep {hang_s}" if hang_s is not None else f"echo neuronx-cc at {path}"
+    path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
