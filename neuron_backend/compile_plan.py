@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .chat import static_cache
-from .devices import Placement
+from .devices import Placement, repeated_blocks
 from .shapes import EditSlot, ShapeKey
 
 # Estimated seconds per compiled graph or eager program on a first run (empty compile cache), by device
@@ -70,13 +70,14 @@ def image_plan(settings, placement: Placement, shape: ShapeKey, index: int) -> T
     """The transformer's graphs at this size or edit slot, and the eager programs around it.
 
     Eager programs: the VAE decode at this shape, the text encoder once (its input length is fixed), the VAE
-    encode of the references of an edit slot, and the transformer itself when compile is off.
+    encode of the references of an edit slot, and the transformer itself when compile is off, or its layers
+    outside the blocks (embedders, final norm and projection) when only the repeated blocks compile.
     """
-    blocks = settings.compile_repeated_blocks
+    blocks = repeated_blocks(settings, placement)  # on by default where the image engine compiles on neuron
     graphs = (FLUX2_BLOCK_CLASSES if blocks else 1) if placement.compile else 0
     eager = 0
     if placement.kind == "neuron":
-        eager = 1 + (index == 0) + isinstance(shape, EditSlot) + (not placement.compile)
+        eager = 1 + (index == 0) + isinstance(shape, EditSlot) + (not placement.compile or blocks)
     return _priced(placement, "image-block" if blocks else "image", graphs, eager)
 
 

@@ -434,6 +434,17 @@ def _version(dist: str) -> str | None:
 
 
 
+def repeated_blocks(settings: Settings, placement: Placement) -> bool:
+    """Whether the image transformer compiles each repeated block class once rather than whole.
+
+    --compile-repeated-blocks on/off decides; auto turns it on where the image engine compiles on neuron: the
+    compile of FLUX.2-klein-4B's 5 double and 20 single blocks shrinks to one graph per block class, as the
+    Diffusers-on-Trainium guide recommends. Elsewhere auto keeps the whole-transformer graph.
+    """
+    mode = settings.compile_repeated_blocks
+    return placement.compile and (mode == "on" or (mode == "auto" and placement.kind == "neuron"))
+
+
 def refuse_idle_compile_flags(settings: Settings, placements: dict[str, Placement]) -> None:
     """ConfigError when --compile-repeated-blocks or --chat-compile-layers-once would be ignored: the engine
     it is for runs eager here."""
@@ -443,7 +454,7 @@ def refuse_idle_compile_flags(settings: Settings, placements: dict[str, Placemen
                           f"{chat.device} (--compile {settings.compile}; auto compiles only on neuron)",
                           "--compile on, or leave out --chat-compile-layers-once")
     image = placements.get("image")
-    if settings.compile_repeated_blocks and image is not None and not image.compile:
+    if settings.compile_repeated_blocks == "on" and image is not None and not image.compile:  # auto never
         raise ConfigError("--compile-repeated-blocks", f"compiles nothing here: the image engine runs eager on "
                           f"{image.device} (--compile {settings.compile}; auto compiles only on neuron)",
-                          "--compile on, or leave out --compile-repeated-blocks")
+                          "--compile on, or --compile-repeated-blocks auto|off")

@@ -174,7 +174,7 @@ class Backend:
 
             def key(kind, shape=None, engine=engine, p=p):
                 return TimingHistory.key(engine, self.model_id(engine), kind, shape, p.device, p.dtype_name,
-                                         p.compile, self.settings.compile_repeated_blocks, tag)
+                                         p.compile, devices.repeated_blocks(self.settings, p), tag)
 
             said = engine_name(engine)
             head.append(Step(Task(tr("{engine} · obtain weights", engine=said), engine, "weights"), self._obtain,

@@ -26,6 +26,7 @@ from .messages import shown_value, tr
 from .shapes import ImageSize, parse_size
 
 ENV_PREFIX = "SHOWCASE_"
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 MAX_INT_CHARS = 20  # the longest whole-number setting read (a signed 64-bit value has at most 20 characters)
 
 # name, type, help; the env var is SHOWCASE_<NAME upper, dashes as underscores>.
@@ -54,7 +55,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("default-steps", "int", "default denoising steps"),
     ("max-steps", "int", "most denoising steps one request may ask for"),
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
-    ("compile-repeated-blocks", "bool", "compile each repeated transformer block once (faster compile)"),
+    ("compile-repeated-blocks", "tri", "auto|on|off: compile each repeated transformer block once (faster compile; "
+                                       "alone: on; auto: on where the image engine compiles on neuron)"),
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("compile-timeout-min", "float", "minutes a warm-up compile may take, then its shape is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
@@ -103,17 +105,11 @@ def env_name(flag: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every flag (defaults are None: presets fill them later)."""
     parser = argparse.ArgumentParser(
-        prog="app.py",
-        description="Hugging Face models on AWS Trainium: chat and image demo.",
-        epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG>, "
-        f"e.g. {env_name('models')}=tiny.",
-    )
-    for name, kind, help_text in _FLAGS:
-        help_text = f"{help_text} [env {env_name(name)}]"
-        if kind == "bool":
-            parser.add_argument(f"--{name}", action="store_const", const=True, default=None, help=help_text)
-        else:
-            parser.add_argument(f"--{name}", default=None, help=help_text)
+        prog="app.py", description="Hugging Face models on AWS Trainium: chat and image demo.",
+        epilog=f"Any flag can be set as an environment variable {ENV_PREFIX}<FLAG>, e.g. {env_name('models')}=tiny.")
+    for name, kind, help_text in _FLAGS:  # a "tri" flag (auto|on|off) given alone means on, like a "bool" one
+        extra = {"bool": {"action": "store_const", "const": True}, "tri": {"nargs": "?", "const": "on"}}.get(kind, {})
+        parser.add_argument(f"--{name}", default=None, help=f"{help_text} [env {env_name(name)}]", **extra)
     return parser
 
 
@@ -133,12 +129,15 @@ def _raw_values(argv: Sequence[str] | None, env: Mapping[str, str]) -> dict[str,
     return raw
 
 
+def _tri(flag: str, value: object) -> str:
+    """auto|on|off from a flag or its environment variable (1/0, true/false, yes/no also accepted)."""
+    text = str(value).strip().lower()
+    return ("on" if _BOOLS[text] else "off") if text in _BOOLS else _choice(flag, text, ("auto", "on", "off"))
+
+
 def _parse_bool(flag: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
+    if text.strip().lower() in _BOOLS:
+        return _BOOLS[text.strip().lower()]
     raise ConfigError(env_name(flag), f"{text!r} is not a boolean", "1/0, true/false, yes/no, on/off")
 
 
@@ -333,7 +332,7 @@ class Settings:
     default_steps_set: bool = False  # --default-steps given; else a non-distilled image model defaults to 50
     max_steps: int = 50
     compile: str = "auto"
-    compile_repeated_blocks: bool = False
+    compile_repeated_blocks: str = "auto"  # auto|on|off; devices.repeated_blocks resolves it per placement
     chat_compile_layers_once: bool = False
     compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
@@ -430,7 +429,7 @@ def parse_settings(
         default_steps_set="default_steps" in raw,
         max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
-        compile_repeated_blocks=bool(raw.get("compile_repeated_blocks", False)),
+        compile_repeated_blocks=_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw else _default_cache_dir(env),
@@ -573,7 +572,7 @@ def validate(s: Settings) -> Settings:
     unknown = [e for e in s.warmup_order if e not in ("chat", "image")]
     if unknown or len(set(s.warmup_order)) != len(s.warmup_order) or not s.warmup_order:
         raise ConfigError("--warmup-order", f"invalid order {','.join(s.warmup_order)!r}", "chat,image or image,chat")
-    if s.compile_repeated_blocks and s.compile == "off":
+    if s.compile_repeated_blocks == "on" and s.compile == "off":
         raise ConfigError("--compile-repeated-blocks", "needs compiling, but --compile is off", "--compile on|auto")
     if s.tp < 1:
         raise ConfigError("--tp", f"{s.tp} is not positive", "1 or more")

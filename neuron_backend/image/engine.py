@@ -43,7 +43,7 @@ import torch
 from PIL import Image
 
 from .. import parallel
-from ..devices import Placement, compile_or_eager, on_device, uncompiled
+from ..devices import Placement, compile_or_eager, on_device, repeated_blocks, uncompiled
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..messages import tr
 from ..settings import Settings
@@ -164,7 +164,7 @@ class ImageEngine:
             # is one: make room for every declared size (process-wide, and only ever raised).
             wanted = len(self.shapes.keys()) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
-            if self.settings.compile_repeated_blocks:
+            if repeated_blocks(self.settings, self.placement):
                 pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
             else:
                 pipe.transformer.compile(**options)
@@ -394,7 +394,7 @@ class ImageEngine:
     def _mode(self) -> str:
         if not self.placement.compile:
             return "eager"
-        blocks = ", repeated blocks" if self.settings.compile_repeated_blocks else ""
+        blocks = ", repeated blocks" if repeated_blocks(self.settings, self.placement) else ""
         return f"compiled ({self.placement.compile_backend}{blocks})"
 
     def _run(self, pipe, request: ImageRequest, seed: int, cancelled: threading.Event, progress: ProgressFn | None,

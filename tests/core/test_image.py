@@ -344,7 +344,7 @@ def test_backend_import_does_not_import_gradio():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("repeated_blocks", [False, True], ids=["whole-transformer", "repeated-blocks"])
+@pytest.mark.parametrize("repeated_blocks", ["off", "on"], ids=["whole-transformer", "repeated-blocks"])
 def test_compiled_sizes_never_recompile_after_warm_up(tiny_settings, demo_models, repeated_blocks):
     # 96x64 and 64x96 have the same token count, so the same transformer graph: the cold size differs.
     warm, cold = SIZES[:2], ImageSize(80, 64)
@@ -358,7 +358,7 @@ def test_compiled_sizes_never_recompile_after_warm_up(tiny_settings, demo_models
         engine.warm_up(size)
     per_size = {label: info["compiled_graphs"] for label, info in engine.describe()["warmups"].items()}
     # one graph per size (whole transformer) or one per block class and size (repeated blocks)
-    assert per_size == {size.label: 2 if repeated_blocks else 1 for size in warm}
+    assert per_size == {size.label: 2 if repeated_blocks == "on" else 1 for size in warm}
     before = CompileCounter.graphs()
     seeds = random.Random(0)
     with torch.compiler.set_stance("fail_on_recompile"):
@@ -374,6 +374,6 @@ def test_compiled_sizes_never_recompile_after_warm_up(tiny_settings, demo_models
     assert CompileCounter.graphs() == before
     warmups = engine.describe()["warmups"]
     print(
-        f"\ncompiled graphs per size ({'repeated blocks' if repeated_blocks else 'whole'}): {per_size}; "
+        f"\ncompiled graphs per size ({'repeated blocks' if repeated_blocks == 'on' else 'whole'}): {per_size}; "
         f"warm-up seconds: { {k: v['seconds'] for k, v in warmups.items()} }"
     )

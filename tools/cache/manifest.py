@@ -149,6 +149,8 @@ def describe(settings, placements: Mapping, folders: Mapping[str, Path], models:
     ``revisions``: the commit sha (or revision) each engine's model was loaded at, recorded only: graphs
     depend on the fingerprint, not on the weights' values, so ``compare`` never reads it.
     """
+    from neuron_backend.devices import repeated_blocks  # torch: imported only when a manifest is described
+
     libraries = software()
     engines = {}
     for name, p in placements.items():
@@ -163,7 +165,7 @@ def describe(settings, placements: Mapping, folders: Mapping[str, Path], models:
                          layers_once=getattr(settings, "chat_compile_layers_once", False))
         else:
             entry.update(library=f"diffusers {libraries['diffusers']}",
-                         repeated_blocks=settings.compile_repeated_blocks)
+                         repeated_blocks=repeated_blocks(settings, p))
         entry["shapes"] = [key.label for key in shape_keys(settings, name)]
         engines[name] = entry
     kind = "neuron" if any(p.kind == "neuron" for p in placements.values()) else \
