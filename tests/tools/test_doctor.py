@@ -375,11 +375,11 @@ def test_the_image_memory_check_is_the_load_check_made_before_loading(tmp_path, 
                                "--sizes", "64x64,96x64", "--references", "0,1,2", "--cache-dir", str(tmp_path)],
                               env={})
     placements = devices.resolve_placements(settings)
-    monkeypatch.setattr(loading, "free_bytes", lambda kind, core: 64 * 2**30)
+    monkeypatch.setattr(loading, "free_bytes", lambda kind, core, *_: 64 * 2**30)
     fits, = doctor.check_memory_fit(settings, placements)
     assert fits.status == "pass" and fits.name == "image memory (cpu)"
     assert "needs ~" in fits.detail and "reference tokens" in fits.detail and "64.0 GiB free on cpu" in fits.detail
-    monkeypatch.setattr(loading, "free_bytes", lambda kind, core: 2**20)
+    monkeypatch.setattr(loading, "free_bytes", lambda kind, core, *_: 2**20)
     short, = doctor.check_memory_fit(settings, placements)
     assert short.status == "fail" and short.needed
     assert "more than the 0.0 GiB free on cpu" in short.detail and "fewer --references" in short.detail
