@@ -115,12 +115,13 @@ def device_counters(placements: dict) -> dict:
     import torch
 
     out: dict = {"compile_counter": CompileCounter.source(), "memory": {}, "cpu_fallback_ops": None}
-    cores = sorted({(p.kind, p.core) for p in placements.values() if p.kind in ("neuron", "cuda")})
-    for kind, core in cores:
+    # the total by the runtime's own index of the core (Placement.runtime_core), the allocated bytes by PyTorch's
+    cores = sorted({(p.kind, p.core, p.runtime_core) for p in placements.values() if p.kind in ("neuron", "cuda")})
+    for kind, core, runtime_core in cores:
         module = torch.neuron if kind == "neuron" else torch.cuda
         try:
             used = int(module.memory_allocated(core))
-            total = int(module.get_device_properties(core).total_memory)
+            total = int(module.get_device_properties(runtime_core if kind == "neuron" else core).total_memory)
         except Exception as exc:  # noqa: BLE001 - an API this release lacks is reported, not fatal
             out["memory"][f"{kind}:{core}"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
             continue

@@ -77,6 +77,17 @@ class Placement:
     inputs_on_cpu: bool  # generate() inputs stay on CPU (Neuron)
     tp: int = 1  # tensor-parallel degree: >1 means this process holds one shard (torchrun)
     core: int | None = None  # the device index the engine's threads select (neuron core, cuda ordinal); cpu: None
+    first_core: int = 0  # the first index this process holds: under torchrun on Neuron, the local rank
+
+    @property
+    def runtime_core(self) -> int | None:
+        """The Neuron runtime's own index of ``core``: it numbers this process's cores from 0.
+
+        Under torchrun each rank's runtime holds one core, its 0, which PyTorch calls ``neuron:LOCAL_RANK``;
+        TorchNeuron passes the index of a memory-total query (``get_device_properties``) to the runtime
+        unchanged, so that query takes this index, while the allocator's counters take ``core``.
+        """
+        return None if self.core is None else self.core - self.first_core
 
     @property
     def dtype_name(self) -> str:
@@ -176,8 +187,10 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
             # One shard per process: the core (or GPU) of this torchrun rank.
             kind, device = _explicit(flag, f"{kind}:{settings.local_rank}" if kind != "cpu" else "cpu", host, 0)
             placements[engine] = dataclasses.replace(_placement(settings, kind, device), tp=settings.tp)
-            continue
-        placements[engine] = _placement(settings, kind, device)
+        else:
+            placements[engine] = _placement(settings, kind, device)
+        if settings.tp > 1 and kind == "neuron":  # the process holds only its own core (init_process_group)
+            placements[engine] = dataclasses.replace(placements[engine], first_core=settings.local_rank)
     return placements
 
 

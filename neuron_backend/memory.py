@@ -1,11 +1,11 @@
-"""Memory before loading: what the image pipeline will need, what the device has free, which dtype fits.
+"""Memory before loading: what each engine will need, what its device has free, which dtype and decode fit.
 
 The parameter count comes from the safetensors headers (each tensor's declared shape; no weight
 is read), so it is exact for any checkpoint: the real FLUX.2-klein-4B pipeline holds about 8.0 B
-parameters, ~30 GiB in float32 and ~15 GiB in bfloat16. On top of the weights:
+parameters, ~30 GiB in float32 and ~15 GiB in bfloat16. On top of the image pipeline's weights:
 
 - decoding: the VAE decoder's activations at the largest declared size, in float32 when the VAE
-  config says ``force_upcast`` (it then stays float32 on bf16 devices). The peak is taken as
+  config says ``force_upcast`` and the plan keeps it, else in the pipeline's dtype. The peak is taken as
   ``DECODE_FACTOR`` times the largest decoder feature map (full resolution x
   ``block_out_channels[0]``); 15 matches the ~8 GB measured decoding 1024x1024 with the real VAE;
 - ``ACTIVATION_SHARE`` of the weights for the text encoder's and transformer's activations;
@@ -13,11 +13,24 @@ parameters, ~30 GiB in float32 and ~15 GiB in bfloat16. On top of the weights:
   image of its size, image/references.py); they are counted as ``TOKEN_FACTOR`` x the transformer's
   width (heads x head dim) per token, for the most references at the largest size (1024x1024 with one
   reference on the real transformer, 3072 wide: 4096 tokens, ~0.4 GiB in bfloat16);
-- on the CPU, ``HOST_OVERHEAD`` for the process itself (Python, torch, Gradio).
+- on the CPU, ``HOST_OVERHEAD`` for the process itself (Python, torch, Gradio); on an accelerator,
+  ``DEVICE_HEADROOM`` kept free beside the estimate for what the runtime allocates outside tensors
+  (on Neuron: scratchpad, DMA rings, the compiled programs).
+
+The plan (``plan_image``) keeps the VAE's float32 decode while it fits; when it does not, the decode runs
+in the pipeline's dtype, as diffusers' Flux2KleinPipeline itself does (it never upcasts). FLUX.2-klein-4B
+in bfloat16 at 1024x1024 needs ~24.4 GiB with the float32 decode (one reference declared) and ~20.5 GiB
+with a bfloat16 one, against the ~23.8 GiB a logical core of Trainium2 reports (docs/trainium.md, Memory).
+
+The chat model (``estimate_chat``): its weights, the static KV cache (2 x layers x KV heads x head dim
+x ``--context-length`` x ``--chat-batch``), and activations (``ACTIVATION_SHARE`` of the weights plus one
+prefill forward's float32 logits, an upper bound).
 
 Free memory is asked of the placement's device: the host's available RAM on the CPU,
-``mem_get_info`` on CUDA, total minus allocated of the core on Neuron. Unknown is reported, never
-guessed, and then nothing is refused.
+``mem_get_info`` on CUDA, total minus allocated of the core on Neuron, where the total is asked by the
+runtime's own index of the core (``Placement.runtime_core``: under torchrun the runtime of each rank
+numbers its one core 0, while PyTorch calls it by the local rank). Unknown (a runtime that reports a
+total of 0 when its query fails, too) is reported, never guessed, and then nothing is refused.
 """
 
 from __future__ import annotations
@@ -37,9 +50,18 @@ GIB = 1024**3
 DECODE_FACTOR = 15
 ACTIVATION_SHARE = 0.10
 HOST_OVERHEAD = 1 * GIB
+DEVICE_HEADROOM = 2 * GIB  # kept free on an accelerator beside the estimate (the runtime's own allocations)
 TOKEN_FACTOR = 16  # activations alive per token of one transformer block, in units of its width
 PATCH = 16  # pixels per token side: FLUX.2's VAE downsamples by 8, the transformer patchifies 2x2
 _SIZES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f}"
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def parameter_counts(folder: Path, kind: str = "image") -> dict[str, int]:
@@ -55,17 +77,22 @@ def parameter_counts(folder: Path, kind: str = "image") -> dict[str, int]:
     return counts
 
 
+def _config(folder: Path, rel: str) -> dict:
+    try:
+        config = json.loads((Path(folder) / rel).read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
 def vae_upcast(folder: Path) -> bool:
     """Whether the pipeline's VAE config asks to decode in float32 (``force_upcast: true``)."""
-    try:
-        return bool(json.loads((Path(folder) / "vae" / "config.json").read_text()).get("force_upcast", False))
-    except (OSError, ValueError):
-        return False
+    return bool(_config(folder, "vae/config.json").get("force_upcast", False))
 
 
 @dataclass(frozen=True)
 class ImageMemory:
-    """Bytes the image pipeline needs at one dtype."""
+    """Bytes the image pipeline needs at one dtype and decode dtype."""
 
     dtype: torch.dtype
     parameters: int
@@ -76,48 +103,51 @@ class ImageMemory:
     size_label: str
     references: int = 0  # bytes of the reference tokens' activations (0 without editing)
     reference_tokens: int = 0
+    upcast: bool = False  # the VAE decodes in float32 (force_upcast kept)
 
     @property
     def total(self) -> int:
         return self.weights + self.decode + self.activations + self.overhead + self.references
 
+    @property
+    def decode_dtype(self) -> torch.dtype:
+        return torch.float32 if self.upcast else self.dtype
+
     def text(self) -> str:
+        common = dict(total=_gib(self.total), dtype=_name(self.dtype), params=f"{self.parameters / 1e9:.2f}",
+                      weights=_gib(self.weights), size=self.size_label, decode_dtype=_name(self.decode_dtype),
+                      decode=_gib(self.decode), rest=_gib(self.activations + self.overhead))
         if self.references:
             return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} "
-                      "{decode} GiB + {tokens} reference tokens {references} GiB + activations and overhead {rest} "
-                      "GiB)", total=f"{self.total / GIB:.1f}", dtype=str(self.dtype).removeprefix("torch."),
-                      params=f"{self.parameters / 1e9:.2f}", weights=f"{self.weights / GIB:.1f}",
-                      size=self.size_label, decode=f"{self.decode / GIB:.1f}", tokens=self.reference_tokens,
-                      references=f"{self.references / GIB:.1f}",
-                      rest=f"{(self.activations + self.overhead) / GIB:.1f}")
-        return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} "
-                  "{decode} GiB + "
-                  "activations and "
-                  "overhead {rest} "
-                  "GiB)", total=f"{self.total / GIB:.1f}", dtype=str(self.dtype).removeprefix("torch."),
-                   params=f"{self.parameters / 1e9:.2f}", weights=f"{self.weights / GIB:.1f}", size=self.size_label,
-                   decode=f"{self.decode / GIB:.1f}", rest=f"{(self.activations + self.overhead) / GIB:.1f}")
+                      "in {decode_dtype} {decode} GiB + {tokens} reference tokens {references} GiB + activations "
+                      "and overhead {rest} GiB)", tokens=self.reference_tokens, references=_gib(self.references),
+                      **common)
+        return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} in "
+                  "{decode_dtype} {decode} GiB + activations and overhead {rest} GiB)", **common)
 
 
-def estimate_image(folder: Path, dtype: torch.dtype, sizes, on_cpu: bool, references: int = 0) -> ImageMemory:
-    """What loading the pipeline in ``folder`` at ``dtype`` and decoding the largest of ``sizes`` needs;
-    ``references``: the most reference images a request may carry (``--references``)."""
+def estimate_image(folder: Path, dtype: torch.dtype, sizes, on_cpu: bool, references: int = 0,
+                   upcast: bool | None = None, shards: int = 1) -> ImageMemory:
+    """What loading the pipeline in ``folder`` at ``dtype`` and decoding the largest of ``sizes`` needs.
+
+    ``references``: the most reference images a request may carry (``--references``); ``upcast``: decode
+    in float32 (None: as the VAE config says); ``shards``: the transformer split over that many ranks
+    (``--tp N --tp-engine image``), each holding 1/N of its weights.
+    """
     counts = parameter_counts(folder, "image")
-    upcast = vae_upcast(folder)
+    upcast = vae_upcast(folder) if upcast is None else upcast
     bytes_of = _SIZES.get(dtype, 4)
     vae_bytes = 4 if upcast else bytes_of
-    weights = sum(n * (vae_bytes if name == "vae" else bytes_of) for name, n in counts.items())
+    held = {name: -(-n // shards) if name == "transformer" else n for name, n in counts.items()}
+    weights = sum(n * (vae_bytes if name == "vae" else bytes_of) for name, n in held.items())
     largest = max(sizes, key=lambda s: s.width * s.height)
-    try:
-        channels = json.loads((Path(folder) / "vae" / "config.json").read_text())["block_out_channels"][0]
-    except (OSError, ValueError, KeyError, IndexError):
-        channels = 128
+    channels = (_config(folder, "vae/config.json").get("block_out_channels") or [128])[0]
     decode = DECODE_FACTOR * channels * largest.width * largest.height * vae_bytes
-    non_vae = weights - counts.get("vae", 0) * vae_bytes
+    non_vae = weights - held.get("vae", 0) * vae_bytes
     tokens = references * max(_reference_tokens(size) for size in sizes)
     return ImageMemory(dtype, sum(counts.values()), weights, decode, int(ACTIVATION_SHARE * non_vae),
                        HOST_OVERHEAD if on_cpu else 0, largest.label,
-                       TOKEN_FACTOR * transformer_width(folder) * tokens * bytes_of, tokens)
+                       TOKEN_FACTOR * transformer_width(folder) * tokens * bytes_of // shards, tokens, upcast)
 
 
 def _reference_tokens(size) -> int:
@@ -128,15 +158,61 @@ def _reference_tokens(size) -> int:
 
 def transformer_width(folder: Path) -> int:
     """The transformer's width (heads x head dim) from its config; 3072 (FLUX.2-klein-4B's) when unreadable."""
+    config = _config(folder, "transformer/config.json")
     try:
-        config = json.loads((Path(folder) / "transformer" / "config.json").read_text())
         return int(config["num_attention_heads"]) * int(config["attention_head_dim"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return 3072
 
 
-def free_bytes(kind: str, core: int | None) -> int | None:
-    """Free memory of a device kind ("cpu", "cuda", "neuron") and core, or None when it cannot be told."""
+@dataclass(frozen=True)
+class ChatMemory:
+    """Bytes the chat model needs at one dtype: weights, its static KV cache, activations."""
+
+    dtype: torch.dtype
+    parameters: int
+    weights: int
+    kv_cache: int
+    activations: int
+    overhead: int
+    batch: int
+    cache_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations + self.overhead
+
+    def text(self) -> str:
+        return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + KV cache of {batch} x "
+                  "{tokens} tokens {cache} GiB + activations and overhead {rest} GiB)", total=_gib(self.total),
+                  dtype=_name(self.dtype), params=f"{self.parameters / 1e9:.2f}", weights=_gib(self.weights),
+                  batch=self.batch, tokens=self.cache_tokens, cache=_gib(self.kv_cache),
+                  rest=_gib(self.activations + self.overhead))
+
+
+def estimate_chat(folder: Path, dtype: torch.dtype, context_length: int, batch: int, prefill_tokens: int,
+                  on_cpu: bool) -> ChatMemory:
+    """What the chat model in ``folder`` needs at ``dtype`` with a static cache of ``context_length`` tokens
+    for ``batch`` rows, prefilling ``prefill_tokens`` per forward (a chunk, or the largest bucket)."""
+    parameters = sum(parameter_counts(folder, "chat").values())
+    config = _config(folder, "config.json")
+    bytes_of = _SIZES.get(dtype, 4)
+    layers, heads = int(config.get("num_hidden_layers", 0)), int(config.get("num_attention_heads", 1))
+    head_dim = int(config.get("head_dim") or int(config.get("hidden_size", 0)) // max(heads, 1))
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    kv_cache = 2 * layers * kv_heads * head_dim * context_length * batch * bytes_of
+    weights = parameters * bytes_of
+    logits = batch * prefill_tokens * int(config.get("vocab_size", 0)) * 4
+    return ChatMemory(dtype, parameters, weights, kv_cache, int(ACTIVATION_SHARE * weights) + logits,
+                      HOST_OVERHEAD if on_cpu else 0, batch, context_length)
+
+
+def free_bytes(kind: str, core: int | None, runtime_core: int | None = None) -> int | None:
+    """Free memory of a device kind ("cpu", "cuda", "neuron") and core, or None when it cannot be told.
+
+    ``runtime_core``: the Neuron runtime's index of ``core`` (``Placement.runtime_core``), by which its
+    total is asked; the allocator's count takes PyTorch's index. None: the same index.
+    """
     try:
         if kind == "cpu":
             import psutil
@@ -146,46 +222,88 @@ def free_bytes(kind: str, core: int | None) -> int | None:
             return int(torch.cuda.mem_get_info(core or 0)[0])
         if kind == "neuron":
             index = core or 0
-            total = int(torch.neuron.get_device_properties(index).total_memory)
-            return total - int(torch.neuron.memory_allocated(index))
+            total = int(torch.neuron.get_device_properties(index if runtime_core is None else runtime_core)
+                        .total_memory)
+            # 0 is TorchNeuron's answer when the runtime's query fails (a core this process does not hold)
+            return total - int(torch.neuron.memory_allocated(index)) if total > 0 else None
     except Exception:  # noqa: BLE001 - an API this release lacks: unknown, reported as such
         return None
     return None
 
 
+def headroom(kind: str) -> int:
+    """Bytes kept free beside an estimate: none on the CPU (``HOST_OVERHEAD`` is in the estimate)."""
+    return 0 if kind == "cpu" else DEVICE_HEADROOM
+
+
+def where_text(kind: str, free: int) -> str:
+    """'23.8 GiB free on neuron, 2.0 GiB of it kept for the runtime' (the headroom only on an accelerator)."""
+    if kind == "cpu":
+        return tr("{free} GiB free on {kind}", free=_gib(free), kind=kind)
+    return tr("{free} GiB free on {kind}, {headroom} GiB of it kept for the runtime", free=_gib(free), kind=kind,
+              headroom=_gib(headroom(kind)))
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
-    """The dtype to load with, and what the panel says about it."""
+    """The dtype to load with, whether the VAE decodes in float32, and what the panel says about it."""
 
     dtype: torch.dtype
     note: str
+    upcast: bool = False
+    needs: int | None = None  # bytes of the chosen way (the estimate's total)
 
 
 def plan_image(folder: Path, dtype: torch.dtype, dtype_flag: str, sizes, kind: str, free: int | None,
-               references: int = 0) -> MemoryPlan:
-    """Keep ``dtype`` when it fits in ``free`` bytes; with ``--dtype auto`` fall back to bfloat16 if that fits.
-    ``references``: the most reference images a request may carry.
+               references: int = 0, shards: int = 1) -> MemoryPlan:
+    """The first of these that fits in ``free`` bytes less the headroom: ``dtype`` as the VAE config asks;
+    ``dtype`` with the decode in ``dtype`` too (when the config asks for float32); with ``--dtype auto``,
+    bfloat16 in the same two ways. ``references``: the most reference images a request may carry;
+    ``shards``: the transformer's tensor-parallel degree.
 
-    Raises NotEnoughMemory, whose message has the numbers and the flags to change.
+    Raises NotEnoughMemory, whose message has the numbers and only the changes that would fit.
     """
-    on_cpu = kind == "cpu"
-    wanted = estimate_image(folder, dtype, sizes, on_cpu, references)
+    on_cpu, upcast = kind == "cpu", vae_upcast(folder)
+
+    def ways(d: torch.dtype, n: int = shards) -> list[ImageMemory]:
+        first = estimate_image(folder, d, sizes, on_cpu, references, upcast, n)
+        return [first] + ([estimate_image(folder, d, sizes, on_cpu, references, False, n)]
+                          if upcast and d != torch.float32 else [])
+
+    own = ways(dtype)
+    wanted = own[0]
     if free is None:
         return MemoryPlan(dtype, tr("{needs}; free memory on {kind} unknown, not checked",
-                                    needs=wanted.text(), kind=kind))
-    where = tr("{free} GiB free on {kind}", free=f"{free / GIB:.1f}", kind=kind)
-    if wanted.total <= free:
-        return MemoryPlan(dtype, tr("{needs}; {where}", needs=wanted.text(), where=where))
-    half = estimate_image(folder, torch.bfloat16, sizes, on_cpu, references)
-    if dtype_flag == "auto" and dtype != torch.bfloat16 and half.total <= free:
+                                    needs=wanted.text(), kind=kind), upcast, wanted.total)
+    where = where_text(kind, free)
+
+    def fitting(estimates: list[ImageMemory]) -> ImageMemory | None:
+        return next((e for e in estimates if e.total + headroom(kind) <= free), None)
+
+    chosen = fitting(own)
+    if chosen is wanted:
+        return MemoryPlan(dtype, tr("{needs}; {where}", needs=wanted.text(), where=where), upcast, wanted.total)
+    if chosen is not None:  # the decode in the pipeline's dtype, as Flux2KleinPipeline itself runs it
+        return MemoryPlan(dtype, tr("{needs}, more than the {where}: decoding in {dtype} instead of float32 (the "
+                                    "VAE config's force_upcast), as Flux2KleinPipeline does, which {half}",
+                                    needs=wanted.text(), where=where, dtype=_name(dtype), half=chosen.text()), False,
+                          chosen.total)
+    half = fitting(ways(torch.bfloat16)) if dtype != torch.bfloat16 else None
+    if dtype_flag == "auto" and half is not None:
         return MemoryPlan(torch.bfloat16, tr("{needs}, more than the {where}: loading in bfloat16 instead, which "
-                                             "{half}", needs=wanted.text(), where=where, half=half.text()))
+                                             "{half}", needs=wanted.text(), where=where, half=half.text()),
+                          half.upcast, half.total)
     advice = tr("--no-image, or smaller --sizes") if not references else \
         tr("--no-image, or smaller --sizes, or fewer --references")
-    if dtype != torch.bfloat16 and half.total <= free:
+    sharded = fitting(ways(torch.bfloat16 if half is not None else dtype, 2)[-1:]) \
+        if kind != "cpu" and shards == 1 else None
+    if sharded is not None:
+        advice = tr("{advice}, or shard the transformer over two cores (torchrun --nproc_per_node=2 app.py --tp 2 "
+                    "--tp-engine image; each rank then {sharded})", advice=advice, sharded=sharded.text())
+    if half is not None:
         advice = tr("--dtype bfloat16 (which {half}), {advice}", half=half.text(), advice=advice)
     raise NotEnoughMemory(tr("The image model {needs}, more than the {where}. Pass {advice}; or free memory and "
-                             "restart.", needs=wanted.text(), where=where, advice=advice))
+                             "restart.", needs=own[-1].text(), where=where, advice=advice))
 
 
 class NotEnoughMemory(Exception):

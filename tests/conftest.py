@@ -38,6 +38,18 @@ def demo_models(session_root):
     return ensure_demo_models(session_root)
 
 
+@pytest.fixture(scope="session")
+def real_size_models(tmp_path_factory):
+    """FLUX.2-klein-4B and Qwen3-0.6B folders with the real configs and weight headers, no weights (real_size.py)."""
+    from types import SimpleNamespace
+
+    from support import real_size
+
+    root = tmp_path_factory.mktemp("real-size")
+    return SimpleNamespace(image=real_size.flux2_klein_4b(root / "FLUX.2-klein-4B"),
+                           chat=real_size.qwen3_0_6b(root / "Qwen3-0.6B"))
+
+
 @pytest.fixture
 def tiny_settings(tmp_path, session_root):
     """Settings for the demo models on CPU with a per-test cache root."""

@@ -11,7 +11,8 @@ to this process; per placement, a
 tiny graph compiled and run from a fresh thread inside that placement's device context (what every
 engine thread does, ``devices.on_device``); the NEFF cache folder, and a second fresh process reading
 back the graph a first one compiled; the counters the panel can read; memory per core; whether every
-file each chosen model needs is in the local Hugging Face cache; free disk for the caches.
+file each chosen model needs is in the local Hugging Face cache; free disk for the caches; each chosen
+model's memory estimate (chat and image) against what its core has free, and their sum on a shared core.
 
 Not checked: glibc against a minimum (none is published), the compiler's version or that it runs
 outside the tiny-graph check, the driver's and runtime's versions.
@@ -362,23 +363,64 @@ def check_models(settings: Settings) -> list[Check]:
 
 
 def check_memory_fit(settings: Settings, placements: dict) -> list[Check]:
-    """The image model's memory estimate (weights, the decode at the largest size, the declared reference
-    tokens) against what its device has free: the check loading makes, made before loading."""
+    """Each chosen model's memory estimate against what its device reports free (on Neuron: the runtime's
+    total less what is allocated), with the headroom kept beside it: for the image model the plan loading
+    makes (weights, the decode at the largest size, the declared reference tokens), made before loading;
+    for the chat model its weights, static KV cache and activations; their sum when both share a device."""
+    from neuron_backend import memory
     from neuron_backend.errors import EngineUnavailableError
     from neuron_backend.image.loading import plan_memory
-    from neuron_backend.weights import in_local_cache
+    from neuron_backend.weights import in_local_cache, local_folder
 
-    placement = placements.get("image")
-    if placement is None or settings.models == "tiny":
+    if settings.models == "tiny":
         return []
-    folder = in_local_cache(settings.image_model, settings.image_revision)
-    if folder is None:
-        return [Check(SKIPPED, "image memory", "the image weights are not in the local cache yet", needed=False)]
-    try:
-        plan = plan_memory(folder, placement, settings)
-    except EngineUnavailableError as exc:  # its message has the numbers and the flags to change
-        return [Check(FAIL, f"image memory ({placement.device})", str(exc))]
-    return [Check(PASS, f"image memory ({placement.device})", str(plan.note))]
+    checks, needs = [], {}
+    for kind, model, revision in (("chat", settings.chat_model, settings.chat_revision),
+                                  ("image", settings.image_model, settings.image_revision)):
+        placement = placements.get(kind)
+        if placement is None:
+            continue
+        folder = local_folder(model) or in_local_cache(model, revision)
+        if folder is None:
+            checks.append(Check(SKIPPED, f"{kind} memory", f"the {kind} weights are not in the local cache yet",
+                                needed=False))
+            continue
+        name = f"{kind} memory ({placement.device})"
+        if kind == "image":
+            try:
+                plan = plan_memory(folder, placement, settings)
+            except EngineUnavailableError as exc:  # its message has the numbers and the flags to change
+                checks.append(Check(FAIL, name, str(exc)))
+                continue
+            checks.append(Check(PASS, name, str(plan.note)))
+            needs[kind] = plan.needs
+            continue
+        chunk = settings.prefill_chunk_tokens if placement.compile else 0
+        chat = memory.estimate_chat(folder, placement.dtype, settings.context_length, settings.chat_batch,
+                                    chunk or settings.buckets[-1], placement.kind == "cpu")
+        checks.append(_fits(name, chat.text(), chat.total, placement, "smaller --context-length or --chat-batch, or "
+                            "--no-chat"))
+        needs[kind] = chat.total
+    chat, image = placements.get("chat"), placements.get("image")
+    if len(needs) == 2 and None not in needs.values() and chat.device == image.device:
+        total = sum(needs.values())
+        checks.append(_fits(f"chat + image memory ({chat.device})", f"both engines share {chat.device}: "
+                            f"~{total / memory.GIB:.1f} GiB together", total, chat,
+                            "put them on two cores (--chat-device / --image-device), or the fixes above"))
+    return checks
+
+
+def _fits(name: str, needs: str, total: int, placement, fix: str) -> Check:
+    """``needs`` (an estimate of ``total`` bytes) against what the placement's device has free, with the headroom."""
+    from neuron_backend import memory
+
+    free = memory.free_bytes(placement.kind, placement.core, placement.runtime_core)
+    if free is None:
+        return Check(SKIPPED, name, f"{needs}; free memory on {placement.kind} unknown, not checked", needed=False)
+    detail = f"{needs}; {memory.where_text(placement.kind, free)}"
+    if total + memory.headroom(placement.kind) <= free:
+        return Check(PASS, name, detail)
+    return Check(FAIL, name, f"{detail}: it does not fit", fix)
 
 
 def _free_gib(path: Path) -> tuple[Path, float]:

@@ -137,8 +137,10 @@ class ImageEngine:
         import transformers
 
         start = time.perf_counter()
-        # Every file checked, memory estimated (bfloat16 when float32 does not fit under --dtype auto).
-        self.placement, self.memory_note = loading.prepare(folder, self.model_id, self.placement, self.settings)
+        # Every file checked, memory estimated (bfloat16 when float32 does not fit under --dtype auto; the
+        # VAE's float32 decode only where it fits).
+        self.placement, plan = loading.prepare(folder, self.model_id, self.placement, self.settings)
+        self.memory_note = plan.note
         try:
             parts = {}
             if self.placement.tp > 1:  # this rank's shard of the transformer; the rest whole (parallel.py)
@@ -149,7 +151,7 @@ class ImageEngine:
                 pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype, **parts)
             # Always an explicit device: accelerate cannot enumerate Neuron, so device_map="auto" loads on CPU.
             pipe.to(self.placement.device)
-            loading.keep_force_upcast(pipe, folder)
+            loading.keep_force_upcast(pipe, folder, plan.upcast)
         except Exception as exc:  # noqa: BLE001 - any load failure makes the engine unavailable
             raise EngineUnavailableError(tr("Could not load the image model {model} from {folder}: {cause}",
                                             model=self.model_id, folder=str(folder),

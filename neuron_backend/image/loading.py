@@ -8,7 +8,9 @@
 - the VAE config's ``force_upcast: true`` is kept: AutoencoderKLFlux2 takes no such argument, so
   diffusers drops it with a warning on every load and Flux2KleinPipeline never upcasts. Here the
   value is registered back on the VAE's config, and on a 16-bit load the VAE stays in float32
-  with its decoder fed float32 latents, as diffusers' other pipelines do for ``force_upcast``;
+  with its decoder fed float32 latents, as diffusers' other pipelines do for ``force_upcast``, as long
+  as the memory plan has room for the float32 decode; otherwise the VAE decodes in the pipeline's
+  dtype, as Flux2KleinPipeline does (FLUX.2-klein-4B in bfloat16 on one 24 GiB NeuronCore);
 - a non-distilled checkpoint defaults to the pipeline's documented 50 steps instead of 4, unless
   ``--default-steps`` is given. Distilled or not is read from the loaded pipeline's config, as
   Flux2KleinPipeline itself reads it: a model_index.json without ``is_distilled`` (FLUX.2-klein-base-4B's
@@ -49,21 +51,22 @@ def check_files(folder: Path, model_id: str) -> None:
             "at a complete folder.")
 
 
-def prepare(folder: Path, model_id: str, placement, settings):
-    """Check the files and the memory: (the placement to load with, the panel's memory line)."""
+def prepare(folder: Path, model_id: str, placement, settings) -> tuple[object, MemoryPlan]:
+    """Check the files and the memory: (the placement to load with, the memory plan: decode dtype, panel line)."""
     check_files(folder, model_id)
     plan = plan_memory(folder, placement, settings)
     if plan.dtype != placement.dtype:  # --dtype auto and float32 does not fit: bfloat16 does
         placement = dataclasses.replace(placement, dtype=plan.dtype)
-    return placement, plan.note
+    return placement, plan
 
 
 def plan_memory(folder: Path, placement, settings) -> MemoryPlan:
-    """The dtype to load with and the panel's memory line; EngineUnavailableError when it cannot fit."""
+    """The dtype to load with, the decode's, and the panel's memory line; EngineUnavailableError when it cannot fit."""
     core = int(placement.device.partition(":")[2] or 0) if placement.kind != "cpu" else None
     try:
         return plan_image(folder, placement.dtype, settings.dtype, settings.sizes, placement.kind,
-                          free_bytes(placement.kind, core), max(settings.references))
+                          free_bytes(placement.kind, core, placement.runtime_core), max(settings.references),
+                          placement.tp)
     except NotEnoughMemory as exc:
         raise EngineUnavailableError(exc.args[0]) from None  # a Message: shown in the page's language
 
@@ -123,12 +126,15 @@ def quiet_upcast_warning():
         logger.removeFilter(quiet)
 
 
-def keep_force_upcast(pipe, folder: Path) -> bool:
-    """Restore the VAE config's force_upcast and, on a 16-bit load, decode in float32; return whether set."""
+def keep_force_upcast(pipe, folder: Path, upcast: bool = True) -> bool:
+    """Restore the VAE config's force_upcast and, on a 16-bit load, decode in float32 unless ``upcast`` is
+    False (the memory plan found no room for it); return whether the decode runs in float32."""
     if not vae_upcast(folder):
         return False
     vae = pipe.vae
     vae.register_to_config(force_upcast=True)
+    if not upcast:
+        return vae.dtype == torch.float32
     if vae.dtype != torch.float32:
         vae.to(torch.float32)
         first = vae.post_quant_conv if vae.post_quant_conv is not None else vae.decoder

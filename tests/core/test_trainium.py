@@ -206,7 +206,7 @@ def test_status_shows_which_compile_counter_memory_per_core_and_cpu_fallback_ops
     assert "TorchNeuron compiled graphs" in counters["compile_counter"]  # no metrics API: the graph counter
     assert set(counters["memory"]) == {"neuron:0", "neuron:1"}
     assert counters["memory"]["neuron:1"]["allocated_bytes"] > 0
-    assert counters["memory"]["neuron:1"]["total_bytes"] == 24 << 30
+    assert counters["memory"]["neuron:1"]["total_bytes"] == fake_neuron.REPORTED_TOTAL  # 24 GiB less the reserve
     values = {"CompilationCache.TotalCompilations": 3, "CompilationCache.PersistentHits": 2,
               "CompilationCache.PersistentMisses": 1}
     metrics = types.SimpleNamespace(is_enabled=lambda: True, set_enabled=lambda on: None,

@@ -10,6 +10,15 @@ What it models (from TorchNeuron's source and the Neuron docs; docs/trainium.md)
   sit on. Weights are CPU tensors here; ``place`` records which core each one "sits on", the way
   ``from_pretrained(device_map="neuron:1")`` / ``pipe.to("neuron:1")`` would put them there (and,
   like the copy's device guard, selects that core on the loading thread while it copies).
+- memory as the runtime reports it: ``get_device_properties(i).total_memory`` is the runtime's limit for
+  its core i (``nrt_get_vnc_memory_stats``), 24 GiB of HBM per logical core at LNC=2 less the micro-code
+  the runtime keeps on each of its two physical cores (``REPORTED_TOTAL``); a core the runtime does not
+  have reads 0 (TorchNeuron's fallback when the query fails). ``memory_allocated(i)`` takes PyTorch's
+  index;
+- torchrun (``torchrun=(local_rank, local_world_size)``): as after ``init_process_group("neuron")``, the
+  process holds only its own core: ``device_count()`` is the local world size, ``set_device`` takes only
+  the local rank, and the runtime numbers its one core 0, so ``get_device_properties(local_rank)`` reads 0
+  on every rank but 0 (TorchNeuron passes PyTorch's index to the runtime unchanged);
 - a compile error as Neuron surfaces it (``deferred_error``): not when dynamo hands over the graph but
   when the graph first runs, where its NEFF compile is submitted; the error is raised there
   (``deferred_at="execution"``) or left pending and raised, and cleared, by the next ``synchronize()``
@@ -31,14 +40,20 @@ from collections.abc import Callable
 import torch
 
 INCONSISTENT = "Inconsistent device IDs found in kernel outputs: expected device {} but found device {}"
+HBM_PER_CORE = 24 << 30  # one logical core of Trainium2 at LNC=2 (96 GiB per chip, 4 logical cores)
+MICROCODE = 96 << 20  # the runtime's micro-code overhead per physical NeuronCore (2 per logical core at LNC=2)
+REPORTED_TOTAL = HBM_PER_CORE - 2 * MICROCODE  # total_memory as the fake runtime reports it
 
 
 class FakeNeuron(types.SimpleNamespace):
-    def __init__(self, cores: int = 2, total_memory: int = 24 << 30):
+    def __init__(self, cores: int = 2, total_memory: int = REPORTED_TOTAL, torchrun: tuple[int, int] | None = None):
         super().__init__()
-        self.cores, self.total_memory = cores, total_memory
+        self.cores, self.total_memory = (torchrun[1], total_memory) if torchrun else (cores, total_memory)
+        # PyTorch indices this process may select, and how many cores its runtime holds (numbered from 0)
+        self.own = range(torchrun[0], torchrun[0] + 1) if torchrun else range(self.cores)
+        self.runtime_cores = len(self.own)
         self._local = threading.local()
-        self._default: int | None = None
+        self._default: int | None = torchrun[0] if torchrun else None  # distributed init sets the local rank
         self._lock = threading.Lock()
         self.synchronized: list[int] = []  # the core each synchronize() waited for
         self.compiled_calls: list[tuple[int, int]] = []  # (weights core, current device) of each compiled call
@@ -66,8 +81,9 @@ class FakeNeuron(types.SimpleNamespace):
         return 0 if self._default is None else self._default
 
     def set_device(self, index: int) -> None:
-        if not 0 <= index < self.cores:
-            raise ValueError(f"Invalid device id: {index}. Valid range is 0 to {self.cores - 1}")
+        if index not in self.own:
+            raise ValueError(f"Device index {index} is out of range. Valid range is {self.own.start} to "
+                             f"{self.own.stop - 1} for this process")
         self._local.index = index
         with self._lock:
             if self._default is None:
@@ -101,7 +117,12 @@ class FakeNeuron(types.SimpleNamespace):
         return sum(1 for c in self._weights.values() if c == core) * 4096
 
     def get_device_properties(self, device=None):
-        return types.SimpleNamespace(name="fake trainium2 core", total_memory=self.total_memory)
+        index = self.current_device() if device is None else int(str(device).rpartition(":")[2] or 0)
+        if not 0 <= index < self.device_count():
+            raise ValueError(f"Invalid device id: {index}")
+        # the index goes to the runtime unchanged; a core it does not hold reads 0 (the query failed)
+        total = self.total_memory if index < self.runtime_cores else 0
+        return types.SimpleNamespace(name="fake trainium2 core", total_memory=total)
 
     def is_bf16_supported(self) -> bool:
         return True
@@ -172,11 +193,13 @@ def _query_length(gm: torch.fx.GraphModule) -> int:
     return 0
 
 
-def install(monkeypatch, cores: int = 2) -> FakeNeuron:
-    """Put a FakeNeuron at ``torch.neuron`` and its backend at ``torch.compile(backend="neuron")``."""
+def install(monkeypatch, cores: int = 2, torchrun: tuple[int, int] | None = None) -> FakeNeuron:
+    """Put a FakeNeuron at ``torch.neuron`` and its backend at ``torch.compile(backend="neuron")``.
+
+    ``torchrun``: (local rank, local world size) of a process torchrun started, after its process group."""
     from torch._dynamo.backends import registry
 
-    fake = FakeNeuron(cores)
+    fake = FakeNeuron(cores, torchrun=torchrun)
     monkeypatch.setattr(torch, "neuron", fake, raising=False)
     monkeypatch.setitem(registry._BACKENDS, "neuron", None)
     monkeypatch.setitem(registry._COMPILER_FNS, "neuron", fake.backend)

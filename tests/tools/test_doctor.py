@@ -375,11 +375,11 @@ def test_the_image_memory_check_is_the_load_check_made_before_loading(tmp_path, 
                                "--sizes", "64x64,96x64", "--references", "0,1,2", "--cache-dir", str(tmp_path)],
                               env={})
     placements = devices.resolve_placements(settings)
-    monkeypatch.setattr(loading, "free_bytes", lambda kind, core: 64 * 2**30)
+    monkeypatch.setattr(loading, "free_bytes", lambda kind, core, *_: 64 * 2**30)
     fits, = doctor.check_memory_fit(settings, placements)
     assert fits.status == "pass" and fits.name == "image memory (cpu)"
     assert "needs ~" in fits.detail and "reference tokens" in fits.detail and "64.0 GiB free on cpu" in fits.detail
-    monkeypatch.setattr(loading, "free_bytes", lambda kind, core: 2**20)
+    monkeypatch.setattr(loading, "free_bytes", lambda kind, core, *_: 2**20)
     short, = doctor.check_memory_fit(settings, placements)
     assert short.status == "fail" and short.needed
     assert "more than the 0.0 GiB free on cpu" in short.detail and "fewer --references" in short.detail
@@ -387,3 +387,30 @@ def test_the_image_memory_check_is_the_load_check_made_before_loading(tmp_path, 
                                 "cpu", "--cache-dir", str(tmp_path)], env={})
     absent, = doctor.check_memory_fit(elsewhere, devices.resolve_placements(elsewhere))
     assert absent.status == "skipped" and not absent.needed
+
+
+def test_the_doctor_sets_each_engine_against_its_core_as_the_runtime_reports_it(tmp_path, monkeypatch,
+                                                                                real_size_models):
+    """On the fake runtime (23.8 GiB per core) with the real-size FLUX.2-klein-4B and Qwen3-0.6B folders: one line
+    per engine with its estimate, what the core has free and the headroom kept; their sum when they share a core."""
+    from neuron_backend import devices
+
+    fake_neuron.install(monkeypatch)
+    settings = parse_settings(["--models", "full", "--chat-model", str(real_size_models.chat), "--image-model",
+                               str(real_size_models.image), "--cache-dir", str(tmp_path)], env={})
+    placements = devices.resolve_placements(settings)
+    chat, image = doctor.check_memory_fit(settings, placements)
+    free = "23.8 GiB free on neuron, 2.0 GiB of it kept for the runtime"
+    assert (chat.status, chat.name) == ("pass", "chat memory (neuron:0)")
+    assert chat.detail.startswith("needs ~1.7 GiB in bfloat16 (0.60 B parameters: weights 1.1 GiB + KV cache of 1 x "
+                                  "4096 tokens 0.4 GiB") and free in chat.detail
+    assert (image.status, image.name) == ("pass", "image memory (neuron:1)")
+    assert "needs ~24.4 GiB in bfloat16" in image.detail and free in image.detail
+    assert "decoding in bfloat16 instead of float32" in image.detail and "needs ~20.5 GiB" in image.detail
+    per_core = {c.name: c.detail for c in doctor.check_counters_and_memory(placements)}
+    assert per_core["memory neuron:1"] == "0.00 GiB allocated of 23.8 GiB"
+    fake_neuron.install(monkeypatch, cores=1)  # one core visible: both engines on neuron:0
+    placements = devices.resolve_placements(settings)
+    *_, both = doctor.check_memory_fit(settings, placements)
+    assert both.name == "chat + image memory (neuron:0)" and both.status == "fail" and both.needed
+    assert "~22.2 GiB together" in both.detail and "--chat-device / --image-device" in both.fix
