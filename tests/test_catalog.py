@@ -157,13 +157,14 @@ def test_language_override_puts_its_script_first_in_the_head():
     page = b"<!doctype html><html><head><meta charset='utf-8'><script type=module src=x.js></script></head></html>"
     sent = _run_override("/", b"lang=ar", b"text/html; charset=utf-8", page)
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    assert body.startswith(b"<!doctype html><html><head>" + i18n.EARLY_SCRIPT.encode())
+    assert body.startswith(b"<!doctype html><html><head>" + i18n.EARLY_HEAD.encode())
     assert body.index(b"navigator") < body.index(b"type=module")  # before Gradio's module script
     headers = dict(sent[0]["headers"])
     assert headers[b"content-length"] == str(len(body)).encode()
     # A page asked for without lang= gets it too: it writes <html lang> and dir for an ar-* browser's Arabic.
     sent = _run_override("/", b"", b"text/html", page)
-    assert b"".join(m.get("body", b"") for m in sent[1:]).startswith(b"<!doctype html><html><head><script>")
+    assert b"".join(m.get("body", b"") for m in sent[1:]).startswith(
+        b"<!doctype html><html><head>" + i18n.EARLY_HEAD.encode())
     # Other responses pass through untouched (streamed as they came).
     for args in (("/config", b"lang=ar", b"application/json", b'{"head": "<head>"}'),
                  ("/", b"lang=ar", b"text/html", page, "POST")):

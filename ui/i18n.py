@@ -176,6 +176,11 @@ EARLY_SCRIPT = """<script>
 })();
 </script>"""
 
+# The rule that shows one language of bilingual_html() travels with EARLY_SCRIPT at the top of <head>, not in
+# Blocks(css=), which Gradio mounts only once its config has arrived: it holds from the first byte of the page.
+EARLY_HEAD = ('<style>html:not([lang^="ar"]) .i18n-ar, html[lang^="ar"] .i18n-en { display: none; }</style>'
+              + EARLY_SCRIPT)
+
 # <html dir> follows <html lang>, which svelte-i18n writes for the chosen locale (at start, and when
 # the footer's Settings menu changes the language): rtl for Arabic, ltr otherwise.
 HEAD = """<script>
@@ -194,7 +199,7 @@ HEAD = """<script>
 
 
 class LanguageOverride:
-    """ASGI middleware: on a GET answered with an HTML page, puts ``EARLY_SCRIPT`` first in its <head>.
+    """ASGI middleware: on a GET answered with an HTML page, puts ``EARLY_HEAD`` first in its <head>.
 
     Only HTML responses are touched (their body is buffered, then Content-Length is set anew);
     everything else passes through as it is.
@@ -221,7 +226,7 @@ class LanguageOverride:
                 chunks.append(message.get("body", b""))
                 if message.get("more_body"):
                     return
-                body = b"".join(chunks).replace(b"<head>", b"<head>" + EARLY_SCRIPT.encode(), 1)
+                body = b"".join(chunks).replace(b"<head>", b"<head>" + EARLY_HEAD.encode(), 1)
                 headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
                 await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})
@@ -242,7 +247,6 @@ textarea, input[type="text"], input:not([type]), [role="gridcell"], td, .cell-wr
   text-align: start;
 }
 #page-header h1, #page-header .summary, #page-header .demo-notice { unicode-bidi: plaintext; text-align: start; }
-html:not([lang^="ar"]) .i18n-ar, html[lang^="ar"] .i18n-en { display: none; }
 /* Gradio writes dir="ltr" on every block (its per-component rtl= flag, off here): in Arabic they follow the page */
 html[dir="rtl"] .block[dir="ltr"] { direction: rtl; }
 html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type="checkbox"] {

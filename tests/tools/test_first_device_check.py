@@ -172,7 +172,7 @@ def test_with_the_fake_neuron_runtime_the_cold_phase_compares_neuron_with_cpu(ne
     assert "note" not in result["parity"]
     assert isinstance(result["parity"]["image"]["psnr_db"], (float, str))
     assert set(result["memory"]) == {"neuron:0", "neuron:1"}
-    assert result["memory"]["neuron:0"]["total_bytes"] == 24 << 30
+    assert result["memory"]["neuron:0"]["total_bytes"] == fake_neuron.REPORTED_TOTAL
     assert "TorchNeuron" in result["persistent_cache"]["counter"]
     assert {core for core, _ in neuron.compiled_calls} == {0, 1}  # the compiled graphs ran on both cores
     assert (tmp_path / "compile-cache" / "manifest.json").is_file()  # recorded: what a bundle would carry
