@@ -69,8 +69,8 @@ class HostDevices:
 class Placement:
     """Where and how one engine runs."""
 
-    kind: str  # "neuron" | "cuda" | "cpu"
-    device: str  # explicit torch device string, e.g. "neuron:0"; never "auto"
+    kind: str  # "neuron" | "cuda" | "cpu" | "remote" (--chat-server: the chat runs on another server)
+    device: str  # explicit torch device string, e.g. "neuron:0"; never "auto"; remote: the server's base URL
     dtype: torch.dtype
     compile: bool
     compile_backend: str  # "neuron" on Neuron, "inductor" elsewhere
@@ -109,6 +109,8 @@ class Placement:
         return {"neuron": "neuron", "cuda": "nccl"}.get(self.kind, "gloo")
 
     def label(self) -> str:
+        if self.kind == "remote":
+            return f"{self.device} · OpenAI-compatible server"
         mode = f"compiled ({self.compile_backend})" if self.compile else "eager"
         shards = f" · tensor parallel ×{self.tp}" if self.tp > 1 else ""
         return f"{self.device} · {self.dtype_name} · {mode}{shards}"
@@ -176,6 +178,9 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
     placements = {}
     for index, engine in enumerate(("chat", "image")):
         if not getattr(settings, engine):
+            continue
+        if engine == "chat" and settings.chat_server:  # no device here: the chat runs there (chat/remote.py)
+            placements[engine] = Placement("remote", settings.chat_server, torch.float32, False, "none", True)
             continue
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)

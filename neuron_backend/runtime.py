@@ -127,15 +127,25 @@ class Backend:
     def model_id(self, engine: str, with_revision: bool = True) -> str:
         """What the engine runs: a hub id with its ``revision`` (``org/name@<commit sha>``), a local folder,
         or the demo model."""
+        if self.remote(engine):  # what the server says it runs, once connected
+            there = self._engines.get(engine)
+            if there is not None and there.demo:
+                return tr("demo {family} (tiny, random weights)", family="Qwen3")
+            return getattr(there, "model", None) or self.settings.chat_model
         if self.settings.demo or engine in self.fallbacks:
             return tr("demo {family} (tiny, random weights)", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
         model = asked_model(self.settings, engine)[0]
         return model_ref(model, self.revision(engine)) if with_revision else model
 
+    def remote(self, engine: str) -> bool:
+        """Whether ``engine`` runs on another server (--chat-server), not in this process."""
+        placement = self.placements.get(engine)
+        return placement is not None and placement.kind == "remote"
+
     def revision(self, engine: str) -> str | None:
         """The commit sha of the cached snapshot the engine's weights came from, once obtained; until then the
         revision asked for. None for main before the weights are found, a local folder or the demo model."""
-        if self.settings.demo or engine in self.fallbacks:
+        if self.settings.demo or engine in self.fallbacks or self.remote(engine):
             return None
         return snapshot_revision(self._folders.get(engine)) or asked_model(self.settings, engine)[1]
 
@@ -177,6 +187,10 @@ class Backend:
                                          p.compile, devices.repeated_blocks(self.settings, p), tag)
 
             said = engine_name(engine)
+            if p.kind == "remote":  # one task: reach the server and wait until it serves (chat/remote.py)
+                head.append(Step(Task(tr("{engine} · connect to {url}", engine=said, url=p.device), engine, "load"),
+                                 self._connect, key("load")))
+                continue
             head.append(Step(Task(tr("{engine} · obtain weights", engine=said), engine, "weights"), self._obtain,
                              key("weights")))
             head.append(Step(Task(tr("{engine} · load on {device}",
@@ -229,6 +243,17 @@ class Backend:
         fell = tr("demo model instead: {reason}", reason=self.fallbacks[task.engine]) if task.engine in self.fallbacks \
             else None
         task.detail = getattr(engine, "memory_note", None) or fell or task.detail
+        with self._lock:
+            self._engines[task.engine] = engine
+
+    def _connect(self, task: Task) -> None:
+        from .chat.remote import RemoteChatEngine
+
+        def progress(text: str) -> None:
+            task.detail = text
+
+        engine = RemoteChatEngine(self.settings)
+        engine.connect(progress)
         with self._lock:
             self._engines[task.engine] = engine
 

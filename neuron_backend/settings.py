@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp"),
     ("feedback-max-bytes", "int", "size of the feedback file (chat 👍/👎 marks) before it is rotated; "
                            "4 rotations are kept, then marks are refused"),
+    ("chat-server", "str", "chat on an OpenAI-compatible server at this base URL, e.g. http://10.0.0.5:8000/v1"),
+    ("chat-server-key", "str", "bearer key the --chat-server asks for (its --api-key); default none"),
     ("no-chat", "bool", "disable the chat engine"),
     ("no-image", "bool", "disable the image engine"),
     ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),
@@ -197,14 +200,11 @@ def _parse_windows(value: object) -> tuple[int, ...]:
 def _parse_prefill_chunk(value: object) -> int | None:
     """None: auto (the largest chunk that divides every bucket); 0: eager prefill."""
     text = str(value).strip().lower()
-    if text == "auto":
-        return None
-    return 0 if text == "off" else _as_int("prefill-chunk", text)
+    return None if text == "auto" else 0 if text == "off" else _as_int("prefill-chunk", text)
 
 
 def _parse_buckets(value: object) -> tuple[int, ...]:
-    parts = [p for p in str(value).split(",") if p.strip()]
-    buckets = sorted({_as_int("chat-buckets", p) for p in parts})
+    buckets = sorted({_as_int("chat-buckets", p) for p in str(value).split(",") if p.strip()})
     if not buckets:
         raise ConfigError("--chat-buckets", "no bucket given", "comma-separated token counts, e.g. 256,1024")
     return tuple(buckets)
@@ -249,17 +249,12 @@ def _parse_model(flag: str, value: object) -> tuple[str, str | None]:
     return name, revision
 
 
-def _parse_list(value: object) -> tuple[str, ...]:
-    return tuple(p.strip().lower() for p in str(value).split(",") if p.strip())
-
-
 def _optional_lower(value: object) -> str | None:
     return None if value is None else str(value).strip().lower()
 
 
 DEFAULT_CHAT_MODEL = "Qwen/Qwen3-0.6B"
 DEFAULT_IMAGE_MODEL = "black-forest-labs/FLUX.2-klein-4B"
-DEVICE_CHOICES = ("auto", "neuron", "cuda", "cpu")
 _DEVICE_RE = re.compile(r"^(auto|neuron|cuda|cpu)(?::(\d+))?$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")  # a branch, tag or commit sha; no second @
@@ -345,6 +340,8 @@ class Settings:
     api_key: str | None = field(default=None, repr=False)  # /v1 bearer key; with auth and none, /v1 is closed
     mcp: bool = False  # serve the public endpoints as MCP tools too
     feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
+    chat_server: str | None = None  # OpenAI base URL the chat engine calls instead of a local model (chat/remote.py)
+    chat_server_key: str | None = field(default=None, repr=False)
     chat: bool = True
     image: bool = True
     warmup_order: tuple[str, ...] = ("chat", "image")
@@ -442,9 +439,12 @@ def parse_settings(
         api_key=_parse_api_key(raw["api_key"]) if "api_key" in raw else None,
         mcp=bool(raw.get("mcp", False)),
         feedback_max_bytes=_as_int("feedback-max-bytes", raw.get("feedback_max_bytes", 2_000_000)),
+        chat_server=_parse_server(raw["chat_server"]) if "chat_server" in raw else None,
+        chat_server_key=str(raw["chat_server_key"]).strip() or None if "chat_server_key" in raw else None,
         chat=not raw.get("no_chat", False),
         image=not raw.get("no_image", False),
-        warmup_order=_parse_list(raw.get("warmup_order", "chat,image")),
+        warmup_order=tuple(p.strip().lower() for p in str(raw.get("warmup_order", "chat,image")).split(",")
+                           if p.strip()),
         queue_size=_as_int("queue-size", raw.get("queue_size", 16)),
         max_session_jobs=_as_int("max-session-jobs", raw.get("max_session_jobs", 2)),
         max_file_size=_as_int("max-file-size", raw.get("max_file_size", 64 * 2**20)),
@@ -462,12 +462,19 @@ def parse_settings(
         cache_bundle=str(raw["cache_bundle"]).strip() or None if "cache_bundle" in raw else None,
         cache_bundle_sha256=str(raw["cache_bundle_sha256"]).strip().lower() or None
         if "cache_bundle_sha256" in raw else None,
-        # torchrun sets these for each process it starts.
-        rank=_as_int("tp", env.get("RANK", 0)),
+        rank=_as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
         world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
     )
     return validate(settings)
+
+
+def _parse_server(text: object) -> str:
+    parts = urllib.parse.urlsplit(url := str(text).strip().rstrip("/"))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("--chat-server", f"{url!r} is not an http(s) URL", "an OpenAI base URL, e.g. "
+                          "http://127.0.0.1:8000/v1 (vLLM) or http://127.0.0.1:7860/v1 (this app with --no-image)")
+    return url
 
 
 def _default_cache_dir(env: Mapping[str, str]) -> Path:
@@ -486,19 +493,13 @@ def _resolve_models(requested, models, raw, weights_available) -> tuple[str, str
         return "full", tr("asked for the real models (--models full)")
     if weights_available is None:  # every needed file cached, or the Hub reachable (weights.py)
         from .weights import weights_available as probe  # local import: touches huggingface_hub
-
-        def weights_available(model, timeout, kind, revision):
-            return probe(model, timeout, kind, revision)
-    else:
-        injected = weights_available
-
-        def weights_available(model, timeout, kind, revision):
-            return injected(model, timeout)
     timeout = _as_float("hub-timeout", raw.get("hub_timeout", 5.0))
-    wanted = [(m, rev, kind) for (m, rev), kind, on in ((models[0], "chat", not raw.get("no_chat")),
+    local_chat = not (raw.get("no_chat") or raw.get("chat_server"))  # a --chat-server holds its own weights
+    wanted = [(m, rev, kind) for (m, rev), kind, on in ((models[0], "chat", local_chat),
                                                         (models[1], "image", not raw.get("no_image"))) if on]
     for model, revision, kind in wanted:
-        ok, why = weights_available(model, timeout, kind, revision)
+        ok, why = probe(model, timeout, kind, revision) if weights_available is None else \
+            weights_available(model, timeout)
         if not ok:
             return "tiny", tr("--models auto: {why}; using the offline demo models with random weights", why=why)
     return "full", tr("--models auto: the real model weights are available")
@@ -546,23 +547,19 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--port", f"{s.port} is out of range", "0 to 65535")
     if s.feedback_max_bytes < 10_000:
         raise ConfigError("--feedback-max-bytes", f"{s.feedback_max_bytes} is too small", "10000 or more")
-    if s.queue_size < 1:
-        raise ConfigError("--queue-size", f"{s.queue_size} is not positive", "1 or more")
     if not s.login_max_age_h > 0:
         raise ConfigError("--login-max-age", f"{s.login_max_age_h} is not positive", "hours, more than 0")
-    if s.max_session_jobs < 1:
-        raise ConfigError("--max-session-jobs", f"{s.max_session_jobs} is not positive", "1 or more")
+    for flag, value in (("--queue-size", s.queue_size), ("--max-session-jobs", s.max_session_jobs),
+                        ("--max-prompt-chars", s.max_prompt_chars)):
+        if value < 1:
+            raise ConfigError(flag, f"{value} is not positive", "1 or more")
     for flag, value in (("--max-file-size", s.max_file_size), ("--max-request-bytes", s.max_request_bytes)):
         if value < 65536:
             raise ConfigError(flag, f"{value} is too small", "65536 (64 KiB) or more")
-    if s.max_prompt_chars < 1:
-        raise ConfigError("--max-prompt-chars", f"{s.max_prompt_chars} is not positive", "1 or more")
-    if s.max_history_messages < 0:
-        raise ConfigError("--max-history-messages", f"{s.max_history_messages} is negative", "0 or more")
-    if s.max_history_chars < 0:
-        raise ConfigError("--max-history-chars", f"{s.max_history_chars} is negative", "0 or more")
-    if s.max_saved_images < 0:
-        raise ConfigError("--max-saved-images", f"{s.max_saved_images} is negative", "0 or more")
+    for flag, value in (("--max-history-messages", s.max_history_messages),
+                        ("--max-history-chars", s.max_history_chars), ("--max-saved-images", s.max_saved_images)):
+        if value < 0:
+            raise ConfigError(flag, f"{value} is negative", "0 or more")
     if not 1 <= s.max_images_per_run <= 16:
         raise ConfigError("--max-images-per-run", f"{s.max_images_per_run} is out of range", "1 to 16")
     if not 0 <= s.compile_timeout_min <= 7 * 24 * 60:
@@ -585,6 +582,9 @@ def validate(s: Settings) -> Settings:
         other = "image" if s.tp_engine == "chat" else "chat"
         raise ConfigError("--tp", f"shards the {s.tp_engine} engine (--tp-engine {s.tp_engine}), which "
                           f"--no-{s.tp_engine} disables", f"--tp 1 with --no-{s.tp_engine}, or --tp-engine {other}")
+    if s.chat_server and (not s.chat or (s.tp > 1 and s.tp_engine == "chat")):
+        raise ConfigError("--chat-server", "runs the chat on another server, but this one disables or shards it "
+                          "(--no-chat, --tp with --tp-engine chat)", "leave out --chat-server or those flags")
     if not s.chat and not s.image:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
     if s.cache_bundle and not s.cache_bundle_sha256:  # inductor's cache entries are pickles: they run on lookup

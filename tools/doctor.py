@@ -261,16 +261,36 @@ def tiny_graph_on(placement) -> str:
     return "compiled and ran" if placement.compile else "ran eager (compile is off here)"
 
 
-def check_placements(placements: dict) -> list[Check]:
+def check_placements(placements: dict, settings: Settings | None = None) -> list[Check]:
     checks = []
     for name, p in placements.items():
         title = f"{name} on {p.device}"
+        if p.kind == "remote":
+            checks.append(check_chat_server(settings))
+            continue
         try:
             checks.append(Check(PASS, title, f"tiny graph {tiny_graph_on(p)} from a fresh thread ({p.label()})"))
         except Exception as exc:  # noqa: BLE001 - a failing placement is the finding
             checks.append(Check(FAIL, title, f"{type(exc).__name__}: {str(exc)[:300]}",
                                 "see docs/trainium.md; another process may hold the core (neuron-ls)"))
     return checks
+
+
+def check_chat_server(settings: Settings) -> Check:
+    """--chat-server: one look at the server's model list (reached, the key taken, a chat model listed)."""
+    from neuron_backend.chat.remote import RemoteChatEngine
+    from neuron_backend.errors import ShowcaseError
+
+    title, engine = f"chat server {settings.chat_server}", RemoteChatEngine(settings)
+    try:
+        warming = engine.look()
+    except ShowcaseError as exc:
+        return Check(FAIL, title, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the openai SDK's errors: what reaching the server said
+        return Check(FAIL, title, str(engine.refusal(exc)))
+    if warming is not None:
+        return Check(PASS, title, f"reached; it is still warming up ({warming})")
+    return Check(PASS, title, f"serves {engine.model} (context {engine.context_length} tokens)")
 
 
 CACHE_PROBE = """
@@ -343,7 +363,8 @@ def check_models(settings: Settings) -> list[Check]:
     if settings.models == "tiny":
         return [Check(SKIPPED, "model files", f"demo models, built offline ({settings.models_reason})", needed=False)]
     checks = []
-    for kind, model, revision, enabled in (("chat", settings.chat_model, settings.chat_revision, settings.chat),
+    local_chat = settings.chat and not settings.chat_server  # a --chat-server holds its own weights
+    for kind, model, revision, enabled in (("chat", settings.chat_model, settings.chat_revision, local_chat),
                                            ("image", settings.image_model, settings.image_revision, settings.image)):
         if not enabled:
             continue
@@ -378,7 +399,7 @@ def check_memory_fit(settings: Settings, placements: dict) -> list[Check]:
     for kind, model, revision in (("chat", settings.chat_model, settings.chat_revision),
                                   ("image", settings.image_model, settings.image_revision)):
         placement = placements.get(kind)
-        if placement is None:
+        if placement is None or placement.kind == "remote":
             continue
         folder = local_folder(model) or in_local_cache(model, revision)
         if folder is None:
@@ -474,7 +495,7 @@ def run(settings: Settings, out=None, collect: list | None = None) -> int:
             emit(Check(FAIL, "placements", str(exc), "change --device / --chat-device / --image-device"))
             placements = {}
         emit(*check_neff_cache(settings, any(p.kind == "neuron" for p in placements.values())))  # before a core is held
-        emit(*check_placements(placements))
+        emit(*check_placements(placements, settings))
         emit(*check_counters_and_memory(placements))
     emit(*check_models(settings), *check_disk(settings))
     if torch is not None:

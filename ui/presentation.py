@@ -48,9 +48,15 @@ def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> 
     if stats is None:
         return say("Context: prompt buckets {buckets} tokens · cache {context} tokens",
                    buckets=", ".join(map(str, buckets)), context=context_length)
+    used = stats.prompt_tokens + stats.new_tokens
+    if not stats.bucket and not stats.prompt_tokens:  # stopped before the server's count (it ends the stream)
+        return say("Context: {used} new tokens on the chat server (it counts the prompt when a reply ends)",
+                   used=used)
+    if not stats.bucket:  # a --chat-server reply: the buckets and the cache are the server's
+        return say("Context: prompt {prompt} tokens · {used}/{context} tokens on the chat server",
+                   prompt=stats.prompt_tokens, used=used, context=stats.context_length)
     text = say("Context: prompt {prompt}/{bucket} tokens (bucket) · {used}/{context} tokens of cache",
-               prompt=stats.prompt_tokens, bucket=stats.bucket,
-               used=stats.prompt_tokens + stats.new_tokens, context=context_length)
+               prompt=stats.prompt_tokens, bucket=stats.bucket, used=used, context=context_length)
     if stats.dropped_turns:
         text += say(" · ⚠ {dropped} oldest turn(s) dropped to fit the {limit}-token limit",
                     dropped=stats.dropped_turns, limit=buckets[-1])

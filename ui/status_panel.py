@@ -223,7 +223,8 @@ def engine_chips(status: dict) -> list[tuple[str, str]]:
             state = "warming up"  # loaded and serving its warm shapes; others still compile
         device = status["device"]["engines"].get(name, {}).get("device", "?")
         words = say(state) if state in CHIP_COLOURS else state
-        parts = [engine_title(name), _short_model(model_id, status["demo"], name), device, words]
+        demo = status["demo"] and status["device"]["engines"].get(name, {}).get("kind") != "remote"  # theirs
+        parts = [engine_title(name), _short_model(model_id, demo, name), device, words]
         chips.append((state, " · ".join(parts)))
     return chips
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import ui
@@ -51,3 +53,23 @@ def warm_backend(root: Path, demo_models, *extra) -> Backend:
     backend = Backend(settings)
     backend.runner.run()
     return backend
+
+
+@contextmanager
+def slowed(engine, seconds: float = 0.02):
+    """Each forward of the chat model takes ``seconds`` longer (a reply of 200 tokens lasts seconds)."""
+    model, own = engine.model, "forward" in vars(engine.model)
+    forward = model.forward
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(seconds)
+        return forward(*args, **kwargs)
+
+    model.forward = slow_forward
+    try:
+        yield
+    finally:
+        if own:
+            model.forward = forward
+        else:
+            del model.forward

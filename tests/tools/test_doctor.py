@@ -414,3 +414,17 @@ def test_the_doctor_sets_each_engine_against_its_core_as_the_runtime_reports_it(
     *_, both = doctor.check_memory_fit(settings, placements)
     assert both.name == "chat + image memory (neuron:0)" and both.status == "fail" and both.needed
     assert "~22.2 GiB together" in both.detail and "--chat-device / --image-device" in both.fix
+
+
+def test_with_a_chat_server_the_doctor_looks_at_it_instead_of_a_core(warm_app):
+    from support.app import free_port
+
+    _, url = warm_app
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--chat-server", url + "v1"], env={})
+    check = doctor.check_chat_server(settings)
+    assert (check.status, check.detail) == (doctor.PASS, f"serves {settings.chat_model} (context 256 tokens)")
+    gone = f"http://127.0.0.1:{free_port()}/v1"
+    check = doctor.check_chat_server(settings.replace(chat_server=gone))
+    assert check.status == doctor.FAIL and gone in check.detail and "--chat-server" in check.detail
+    local_chat = [c.name for c in doctor.check_models(settings.replace(models="full"))]
+    assert local_chat == ["image model files"]  # the chat's weights are the server's

@@ -9,13 +9,12 @@ import io
 import re
 import threading
 import time
-from contextlib import contextmanager
 from types import SimpleNamespace
 
 import httpx
 import pytest
 from PIL import Image
-from support.app import start_app
+from support.app import slowed, start_app
 
 from neuron_backend.chat.text import ChatStats, ChatUpdate
 
@@ -45,26 +44,6 @@ def guarded(tmp_path_factory):
                                    "--queue-size", "1", warm=False)
     yield backend, url
     demo.close()
-
-
-@contextmanager
-def slowed(engine, seconds: float = 0.02):
-    """Each forward of the chat model takes ``seconds`` longer (a reply of 200 tokens lasts seconds)."""
-    model, own = engine.model, "forward" in vars(engine.model)
-    forward = model.forward
-
-    def slow_forward(*args, **kwargs):
-        time.sleep(seconds)
-        return forward(*args, **kwargs)
-
-    model.forward = slow_forward
-    try:
-        yield
-    finally:
-        if own:
-            model.forward = forward
-        else:
-            del model.forward
 
 
 def _chat(client, **kwargs):
