@@ -289,3 +289,20 @@ def readiness(tasks: list) -> tuple[bool, dict]:
     ready = not warming and not failed
     return ready, {"ready": ready, "done": sum(t.state == "ready" for t in tasks), "total": len(tasks),
                    "warming": warming, "failed": failed, "warnings": warnings}
+
+
+def shape_readiness(state: dict, engine_failed: bool = False) -> dict:
+    """One shape's entry in /readyz's ``shapes``, from its ``Backend.shape_states`` entry.
+
+    ``state``: "ready" (it serves: compiled, or eager after its Neuron compile failed, which ends the task
+    ready too), "queued" or "running" (``eta_s``: seconds until it is expected to serve, None when unknown),
+    or "failed" (its compile failed or ran past the time limit, or its engine failed to obtain its weights
+    or to load, ``engine_failed``: the warm-up skips the task when it reaches it; either way it does not
+    serve before a restart; ``eta_s`` None). Never the error text: the body is open.
+    """
+    if engine_failed or state["state"] in ("failed", "skipped"):
+        return {"state": "failed", "eta_s": None}
+    if state["state"] == "ready":  # eta_until says None for it while a task still to run has no estimate
+        return {"state": "ready", "eta_s": 0.0}
+    eta = state["eta_s"]
+    return {"state": state["state"], "eta_s": None if eta is None else round(eta, 1)}

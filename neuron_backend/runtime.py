@@ -17,7 +17,7 @@ from .chat import static_cache
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .messages import tr
-from .metrics import Metrics, app_version, readiness
+from .metrics import Metrics, app_version, readiness, shape_readiness
 from .settings import Settings
 from .shapes import ShapeKey, engine_name, shape_keys
 from .warmup import (
@@ -381,17 +381,31 @@ class Backend:
 
     def readiness(self) -> tuple[bool, dict]:
         """Whether every enabled engine serves every declared shape, and /readyz's body: the one answer that
-        /readyz, /status, MCP's warmup_status and the page's header give."""
-        return readiness(self.runner.tasks)
+        /readyz, /status, MCP's warmup_status and the page's header give. The body's ``shapes`` is
+        ``shape_readiness()``."""
+        ready, body = readiness(self.runner.tasks)
+        body["shapes"] = self.shape_readiness()
+        return ready, body
+
+    def shape_readiness(self) -> dict[str, dict[str, dict]]:
+        """Per enabled engine, per declared shape label: its state (ready, queued, running, failed) and
+        ETA in seconds (``metrics.shape_readiness``); no error texts: /readyz's body is open."""
+        # an engine whose weights or load failed: its shapes fail, also those the warm-up has yet to skip
+        failed = {t.engine for t in self.runner.tasks
+                  if t.kind in ("weights", "load") and t.state in ("failed", "skipped")}
+        return {name: {label: shape_readiness(state, name in failed)
+                       for label, state in self.shape_states(name).items()}
+                for name in ENGINES if name in self.placements}
 
     def status(self) -> dict:
         """The warm-up snapshot plus what runs where (JSON-serialisable)."""
         snap = self.runner.snapshot()
         engines = {name: self._engine_state(name) for name in ENGINES}
+        serves_all = readiness(self.runner.tasks)[0]  # self.readiness() would also work out every ETA
         snap.update(
             # ready: /readyz's answer (every enabled engine serves every declared shape; a failed one is not)
             warmup_done=snap["ready"],
-            ready=self.readiness()[0] and all(e["state"] in ("ready", "disabled") for e in engines.values()),
+            ready=serves_all and all(e["state"] in ("ready", "disabled") for e in engines.values()),
             fallbacks=dict(self.fallbacks),
             banner=self.banner(),
             demo=self.settings.demo,

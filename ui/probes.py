@@ -2,9 +2,13 @@
 
 - ``GET /healthz``: 200 while the process serves (it never looks at the engines).
 - ``GET /readyz``: 503 until every enabled engine serves every declared shape, then 200; the JSON
-  body names the warm-up tasks still warming and those that failed (names only: no paths, no errors).
-  A compile-cache bundle that failed to install is listed under ``warnings`` and does not hold
-  readiness back (``neuron_backend.metrics.readiness``).
+  body names the warm-up tasks still warming and those that failed (names only: no paths, no errors),
+  and under ``shapes`` each enabled engine's shapes with their state and ETA. A compile-cache bundle
+  that failed to install is listed under ``warnings`` and does not hold readiness back
+  (``neuron_backend.metrics.readiness``).
+- ``GET /readyz?shape=LABEL`` (``&engine=chat|image`` optional): the same for one shape, for a router in
+  front of several servers: 200 when it serves here, 503 while it warms up or after it failed, 404 when
+  this server does not declare it, 400 when the query names no single shape (``shape_answer``).
 - ``GET /metrics``: Prometheus text format (``neuron_backend/metrics.py``).
 
 The routes reach FastAPI through ``launch(app_kwargs={"routes": ...})`` (FastAPI's own ``routes``
@@ -27,8 +31,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from neuron_backend.messages import shown_value
 from neuron_backend.metrics import CONTENT_TYPE
-from neuron_backend.runtime import Backend
+from neuron_backend.runtime import ENGINES, Backend
 
 PROTECTED_PREFIXES = ("/metrics", "/gradio_api/mcp")
 
@@ -40,6 +45,12 @@ def probe_routes(backend: Backend) -> list[Route]:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
+        query = request.query_params
+        if "shape" in query or "engine" in query:
+            # A query string reads "+" as a space and no label holds one: "?shape=1024x1024+1ref" works unencoded.
+            label = query.get("shape")
+            label = None if label is None else label.replace(" ", "+")
+            return shape_answer(backend.shape_readiness(), label, query.get("engine"))
         ready, body = backend.readiness()
         return JSONResponse(body, status_code=200 if ready else 503)
 
@@ -48,6 +59,48 @@ def probe_routes(backend: Backend) -> list[Route]:
 
     return [Route("/healthz", healthz, methods=["GET", "HEAD"]), Route("/readyz", readyz, methods=["GET", "HEAD"]),
             Route("/metrics", metrics, methods=["GET"])]
+
+
+def shape_answer(shapes: dict[str, dict[str, dict]], label: str | None, engine: str | None) -> JSONResponse:
+    """/readyz for the shape ``label`` (``engine``: whose, when given); ``shapes``: ``Backend.shape_readiness()``.
+
+    200 when it serves here, 503 while it is queued or compiling (with its ETA) or when it failed; 404 when
+    this server does not declare it (the message lists what it declares), 400 when ``engine`` names no
+    known engine, comes without ``label``, or is needed because both engines declare ``label``. The messages are English
+    only, as the rest of /readyz's body (a probe's answer: the page never shows it).
+    """
+    declared = {name: list(served) for name, served in shapes.items()}
+    if engine is not None and engine not in ENGINES:
+        return _refusal(400, f"unknown engine {shown_value(engine)}; allowed: "
+                             f"{' or '.join(f'engine={name}' for name in ENGINES)}.", declared)
+    if label is None:
+        return _refusal(400, "engine= needs shape=: ask /readyz?shape=<label>&engine=<engine> for one shape, "
+                             "or plain /readyz for every shape.", declared)
+    if engine is not None and engine not in shapes:
+        return _refusal(404, f"the {engine} engine is not enabled on this server (--no-{engine}); enabled "
+                             f"engines: {', '.join(shapes) or 'none'}.", declared)
+    owners = [name for name, served in shapes.items() if label in served and engine in (None, name)]
+    if not owners:
+        if engine is None:
+            where, listed = "on this server", "; ".join(f"{name}: {', '.join(served)}" for name, served in
+                                                        declared.items())
+        else:
+            where, listed = f"by the {engine} engine on this server", ", ".join(declared[engine])
+        return _refusal(404, f"shape {shown_value(label)} is not declared {where}; declared shapes: "
+                             f"{listed or 'none'}.", declared)
+    if len(owners) > 1:
+        return _refusal(400, f"shape {shown_value(label)} is declared by both the {owners[0]} and the "
+                             f"{owners[1]} engine: add engine={owners[0]} or engine={owners[1]}.", declared)
+    entry = shapes[owners[0]][label]
+    ready = entry["state"] == "ready"
+    return JSONResponse({"ready": ready, "engine": owners[0], "shape": label, **entry},
+                        status_code=200 if ready else 503)
+
+
+def _refusal(status: int, detail: str, declared: dict[str, list[str]]) -> JSONResponse:
+    """A /readyz query that names no single declared shape: ``detail`` says what is allowed, ``declared``
+    lists each enabled engine's shape labels."""
+    return JSONResponse({"ready": False, "detail": detail, "declared": declared}, status_code=status)
 
 
 def queue_depth(demo) -> Callable[[], int]:

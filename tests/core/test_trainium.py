@@ -11,6 +11,8 @@ import threading
 
 import pytest
 import torch
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 from support import fake_neuron
 
 from neuron_backend import devices
@@ -19,6 +21,7 @@ from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from ui.presentation import visitor_status
+from ui.probes import probe_routes
 from ui.status_panel import counters_lines, task_rows
 
 
@@ -128,6 +131,12 @@ def test_a_failed_compile_on_neuron_falls_back_to_eager_and_serves(neuron, tmp_p
         assert task.detail.startswith("eager fallback: ") and "internal compiler error" in task.detail
     rows = task_rows(backend.status())
     assert sum("eager fallback" in row[2] for row in rows) == len(compile_tasks)
+    probe = TestClient(Starlette(routes=probe_routes(backend)))  # a shape that serves eager is ready in /readyz
+    assert [probe.get(f"/readyz?shape={s}").status_code for s in ("prefill-32", "64x64", "64x64+1ref")] == \
+        [200, 200, 200]  # the edit slot's "+" as a URL written by hand has it (a query string reads a space)
+    served = {"state": "ready", "eta_s": 0.0}
+    assert probe.get("/readyz").json()["shapes"] == {"chat": {"prefill-32": served},
+                                                     "image": {"64x64": served, "64x64+1ref": served}}
     reply = in_thread(lambda: list(backend.stream_chat({"message": "hi", "history": [], "greedy": True})))
     assert reply[-1].done and reply[-1].stats.new_tokens >= 1
     image = in_thread(lambda: backend.generate_image(ImageRequest("a fox", "64x64", steps=1, seed=3)))

@@ -83,6 +83,64 @@ def test_probes_and_metrics_during_and_after_warm_up(tmp_path):
         demo.close()
 
 
+@pytest.mark.slow
+def test_readyz_per_shape_on_a_partly_warm_server(tmp_path, monkeypatch):
+    from neuron_backend.chat.engine import ChatEngine
+    from neuron_backend.shapes import PromptBucket
+
+    warm_up = ChatEngine.warm_up
+
+    def flaky(self, shape):  # the largest prompt bucket fails to compile; the other two serve
+        if shape == PromptBucket(128):
+            self.shapes.mark_failed(shape, "simulated compiler crash in /opt/neuron")
+            raise RuntimeError("simulated compiler crash in /opt/neuron")
+        return warm_up(self, shape)
+
+    monkeypatch.setattr(ChatEngine, "warm_up", flaky)
+    demo, backend, url = start_app(tmp_path, warm=False)  # the last image size stays queued (30 s expected)
+    try:
+        def ask(method="GET", **params) -> httpx.Response:
+            return httpx.request(method, url + "readyz", params=params)
+
+        ready = ask(shape="64x64")
+        assert ready.status_code == 200
+        assert ready.json() == {"ready": True, "engine": "image", "shape": "64x64", "state": "ready", "eta_s": 0.0}
+        assert ask(shape="prefill-32", engine="chat").json()["state"] == "ready"
+        queued = ask(shape="96x64")
+        assert queued.status_code == 503
+        assert queued.json() == {"ready": False, "engine": "image", "shape": "96x64", "state": "queued",
+                                 "eta_s": 30.0}
+        failed = ask(shape="prefill-128")
+        assert failed.status_code == 503
+        assert failed.json() == {"ready": False, "engine": "chat", "shape": "prefill-128", "state": "failed",
+                                 "eta_s": None}
+        unknown = ask(shape="512x512")
+        assert unknown.status_code == 404
+        assert unknown.json()["detail"] == ("shape '512x512' is not declared on this server; declared shapes: "
+                                            "chat: prefill-32, prefill-64, prefill-128; image: 64x64, 96x64.")
+        assert [ask("HEAD", shape=s).status_code for s in ("64x64", "96x64", "prefill-128", "512x512")] == \
+            [200, 503, 503, 404]
+        assert ask("HEAD", shape="64x64").content == b""
+
+        plain = ask()  # every key it had, the same 503, and the map of every shape
+        assert plain.status_code == 503 and ask("HEAD").status_code == 503
+        body = plain.json()
+        assert set(body) == {"ready", "done", "total", "warming", "failed", "warnings", "shapes"}
+        assert body["warming"] == [backend.runner._steps[-1].task.name] and len(body["failed"]) == 1
+        ready_now = {"state": "ready", "eta_s": 0.0}
+        assert body["shapes"] == {
+            "chat": {"prefill-32": ready_now, "prefill-64": ready_now,
+                     "prefill-128": {"state": "failed", "eta_s": None}},
+            "image": {"64x64": ready_now, "96x64": {"state": "queued", "eta_s": 30.0}}}
+        assert "simulated" not in plain.text and "/opt/neuron" not in plain.text and str(tmp_path) not in plain.text
+
+        backend.runner._run_step(backend.runner._steps[-1])  # the last size ends its warm-up
+        assert ask(shape="96x64").status_code == 200
+        assert ask().status_code == 503  # prefill-128 still does not serve
+    finally:
+        demo.close()
+
+
 # ----- feedback file ----------------------------------------------------------------------------
 def test_feedback_file_is_bounded_and_is_a_qa_prompt_set(tmp_path, tiny_settings):
     log = FeedbackLog(tmp_path / "feedback", max_bytes=4000)
