@@ -25,6 +25,7 @@ import base64
 import binascii
 import hmac
 import json
+import math
 from collections.abc import Callable
 
 from starlette.requests import Request
@@ -93,8 +94,10 @@ def shape_answer(shapes: dict[str, dict[str, dict]], label: str | None, engine: 
                              f"{owners[1]} engine: add engine={owners[0]} or engine={owners[1]}.", declared)
     entry = shapes[owners[0]][label]
     ready = entry["state"] == "ready"
+    eta = entry.get("eta_s")  # a router may come back then (as /v1's 503s say)
+    wait = {"Retry-After": str(max(1, math.ceil(eta)))} if not ready and eta is not None else None
     return JSONResponse({"ready": ready, "engine": owners[0], "shape": label, **entry},
-                        status_code=200 if ready else 503)
+                        status_code=200 if ready else 503, headers=wait)
 
 
 def _refusal(status: int, detail: str, declared: dict[str, list[str]]) -> JSONResponse:

@@ -190,6 +190,8 @@ def test_readyz_answers_per_shape_while_one_engine_failed_and_a_size_compiles(tm
         body = compiling.json()
         assert (body["ready"], body["engine"], body["shape"], body["state"]) == (False, "image", "96x64", "running")
         assert isinstance(body["eta_s"], float) and body["eta_s"] >= 0  # learned from 64x64's time this run
+        assert compiling.headers["retry-after"] == str(max(1, math.ceil(body["eta_s"])))  # when to ask again
+        assert "retry-after" not in ready.headers
         assert [t.state for t in backend.runner.tasks if t.engine == "chat" and t.kind == "compile"] == \
             ["skipped", "queued", "queued"]
         for shape in ("prefill-32", "prefill-64"):  # its engine failed: skipped, or yet to be skipped
