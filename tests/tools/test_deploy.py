@@ -1,0 +1,592 @@
+"""deploy/: the Kubernetes manifests are valid Kubernetes and agree with the app they start.
+
+Every manifest is read with PyYAML. Each built-in kind is validated by kubernetes-validate against
+``KUBERNETES_VERSION`` in strict mode (an unknown field fails); the KEDA ScaledObject, a custom resource the
+validator has no schema for, is checked by hand for the fields KEDA requires. Then against the app itself:
+every app container's args and SHOWCASE_* env parse with ``parse_settings`` and its engines fit the
+NeuronCores it asks for; every probe path is a route of ``ui/probes.py`` on the container's ``--port``;
+Services reach their pods' ports; the page's ``--chat-server`` names the chat Service; the KEDA query reads
+a metric the app exports; the budgets cover the app's compile times; the compile cache lands on the shared
+volume with its lock files on local disk, as ``compile_cache.py`` decides from the pod's mounts.
+
+Each check returns the problems it finds. The real manifests give none; ``test_each_check_catches_its_break``
+breaks a copy of them one way per check and expects that check to say so.
+
+Budgets chosen: the app serves /healthz before its warm-up, so its startup probe waits for the process only
+(docs/api.md's 10 minutes) and nothing that restarts a pod waits on a compile. Readiness never restarts a pod;
+what gives up on a warming pod is the Deployment's progressDeadlineSeconds (the rollout is reported failed),
+so it must cover the startup budget plus the app's own first-run estimate for that pod's shapes on one
+NeuronCore (``compile_plan.py``), and at least one task's ``--compile-timeout-min``. vLLM answers HTTP only
+after its compile, so its startup probe must cover its compile timeout plus ten minutes for weights and load.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import urllib.parse
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from neuron_backend import compile_plan
+from neuron_backend.compile_cache import NEFF_LOCKS_ENV, configure_compile_cache, filesystem_type
+from neuron_backend.devices import HostDevices, resolve_placements
+from neuron_backend.errors import ShowcaseError
+from neuron_backend.metrics import Metrics
+from neuron_backend.settings import parse_settings
+from neuron_backend.shapes import shape_keys
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+# The oldest Kubernetes in EKS standard support in December 2026 (1.34's ended on 2 Dec 2026).
+KUBERNETES_VERSION = "1.35"
+NEURONCORE = "aws.amazon.com/neuroncore"
+APP_CONTAINER = "showcase"  # the name of every container that runs this app (deploy/Dockerfile's image)
+VLLM_COMPILE_TIMEOUT_S = 600  # vLLM Neuron's documented default VLLM_NEURON_COMPILATION_TIMEOUT
+VLLM_LOAD_S = 600  # weights and load before and after vLLM's compile
+# KEDA's ScaledObject (keda.sh/v1alpha1): the fields of its spec and of a trigger, and what each requires.
+KEDA_SPEC = {"scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod", "idleReplicaCount",
+             "minReplicaCount", "maxReplicaCount", "advanced", "triggers", "fallback"}
+KEDA_TRIGGER = {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"}
+KEDA_PROMETHEUS_REQUIRED = {"serverAddress", "query", "threshold"}
+SAMPLE_SHA256 = "ab" * 32
+
+
+# ----- reading the manifests --------------------------------------------------------------------------------
+def load_manifests(folder: Path = DEPLOY) -> list[dict]:
+    """Every document of every deploy/*.yaml, each with ``_file`` (its file name) added."""
+    docs = []
+    for path in sorted(folder.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if doc:
+                docs.append({**doc, "_file": path.name})
+    return docs
+
+
+def of_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def containers(docs: list[dict]):
+    """(deployment, container) for every container of every Deployment."""
+    for dep in of_kind(docs, "Deployment"):
+        for c in dep["spec"]["template"]["spec"]["containers"]:
+            yield dep, c
+
+
+def app_containers(docs: list[dict]):
+    return [(dep, c) for dep, c in containers(docs) if c["name"] == APP_CONTAINER]
+
+
+def env_of(container: dict, optional_present: bool) -> dict[str, str]:
+    """The container's SHOWCASE_* environment: literal values, a stand-in word for a Secret's value, and the
+    optional ConfigMap values either absent or present (a bundle with a sample sha256)."""
+    env = {}
+    for item in container.get("env", []):
+        name, source = item["name"], item.get("valueFrom", {})
+        if not name.startswith("SHOWCASE_"):
+            continue
+        if "value" in item:
+            env[name] = str(item["value"])
+        elif "secretKeyRef" in source:
+            env[name] = "secret-{name}-{key}".format(**source["secretKeyRef"])
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            if optional_present or not ref.get("optional"):
+                env[name] = SAMPLE_SHA256 if ref["key"] == "sha256" else "/cache/bundle.tar.gz"
+    return env
+
+
+def settings_of(container: dict, optional_present: bool = False):
+    """The app's Settings for this container; never asks the Hub (``--models auto`` reads as unreachable)."""
+    return parse_settings(container.get("args", []), env=env_of(container, optional_present),
+                          weights_available=lambda model, timeout: (False, "the manifests' test asks no Hub"))
+
+
+def secret_ref(container: dict, variable: str) -> tuple[str, str] | None:
+    for item in container.get("env", []):
+        ref = item.get("valueFrom", {}).get("secretKeyRef")
+        if item["name"] == variable and ref:
+            return ref["name"], ref["key"]
+    return None
+
+
+def flag(command: list[str], name: str) -> str | None:
+    """The value after ``name`` in a command line, or None."""
+    return command[command.index(name) + 1] if name in command[:-1] else None
+
+
+def container_port(container: dict, port) -> int | None:
+    """A probe's or Service's port (a number or a port name) as this container's number, or None."""
+    for p in container.get("ports", []):
+        if port in (p["containerPort"], p.get("name")):
+            return p["containerPort"]
+    return None
+
+
+def startup_budget(container: dict) -> int:
+    probe = container["startupProbe"]
+    return probe.get("initialDelaySeconds", 0) + probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
+
+
+def neuroncores(container: dict) -> int:
+    return int(container.get("resources", {}).get("limits", {}).get(NEURONCORE, 0))
+
+
+# ----- what the app says ------------------------------------------------------------------------------------
+def probe_routes() -> dict[str, set[str]]:
+    """Path -> methods of the routes ``ui/probes.py`` adds to Gradio's app (the backend is read only per request)."""
+    from ui.probes import probe_routes as routes
+
+    return {r.path: r.methods for r in routes(None)}
+
+
+def exported_metric_names() -> set[str]:
+    """Every series name /metrics exposes, as a Backend's Metrics has them once ui.serve sets the queue gauge."""
+    metrics = Metrics(lambda: [], lambda: {"chat": "ready", "image": "ready"}, lambda: 0, lambda: {})
+    metrics.queue_depth = lambda: 0  # ui/__init__.py: backend.metrics.queue_depth = queue_depth(demo)
+    return {sample.name for family in metrics.registry.collect() for sample in family.samples}
+
+
+def documented_probes() -> dict[str, dict]:
+    """The startup, readiness and liveness probes docs/api.md recommends."""
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    return yaml.safe_load(re.search(r"```yaml\n(startupProbe:.*?)```", page, re.S).group(1))
+
+
+def first_run_estimate(settings, cores: int) -> float:
+    """The app's own first-run warm-up estimate (s) for these settings on ``cores`` NeuronCores: its compile tasks
+    priced as ``Backend._plan`` prices them (weights and load not included)."""
+    total = 0.0
+    for engine, placement in resolve_placements(settings, HostDevices(neuron_cores=cores, cuda_devices=0)).items():
+        if placement.kind == "remote":
+            continue
+        shapes = shape_keys(settings, engine)
+        for i, shape in enumerate(shapes):
+            plan = compile_plan.chat_plan(settings, placement, [s.tokens for s in shapes], i) if engine == "chat" \
+                else compile_plan.image_plan(settings, placement, shape, i)
+            total += plan.estimate_s
+    return total
+
+
+# ----- the checks: each returns its problems ----------------------------------------------------------------
+def schema_problems(docs: list[dict], report: list[str] | None = None) -> list[str]:
+    """Built-in kinds against Kubernetes' schema (strict), the ScaledObject by hand."""
+    problems = []
+    for doc in docs:
+        data = {k: v for k, v in doc.items() if k != "_file"}
+        where = f"{doc['_file']}: {doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+        if doc.get("kind") == "ScaledObject":
+            problems += [f"{where}: {p}" for p in scaled_object_problems(data)]
+            continue
+        try:
+            version = kubernetes_validate.validate(data, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            problems.append(f"{where}: {'.'.join(map(str, e.path))}: {e.message}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            problems.append(f"{where}: {e.message}")
+        else:
+            if report is not None:
+                report.append(f"{where} passed against Kubernetes {version} (strict)")
+    return problems
+
+
+def scaled_object_problems(data: dict) -> list[str]:
+    problems = []
+    if data.get("apiVersion") != "keda.sh/v1alpha1":
+        problems.append(f"apiVersion {data.get('apiVersion')!r} is not keda.sh/v1alpha1")
+    if not data.get("metadata", {}).get("name"):
+        problems.append("metadata.name is missing")
+    spec = data.get("spec") or {}
+    problems += [f"spec.{key} is not a field of a ScaledObject" for key in sorted(set(spec) - KEDA_SPEC)]
+    if not (spec.get("scaleTargetRef") or {}).get("name"):
+        problems.append("spec.scaleTargetRef.name is required")
+    if not spec.get("triggers"):
+        problems.append("spec.triggers is required (one trigger or more)")
+    for i, trigger in enumerate(spec.get("triggers") or []):
+        problems += [f"triggers[{i}].{key} is not a field of a trigger" for key in sorted(set(trigger) - KEDA_TRIGGER)]
+        if not trigger.get("type") or not isinstance(trigger.get("metadata"), dict):
+            problems.append(f"triggers[{i}] needs type and metadata")
+        elif trigger["type"] == "prometheus":
+            missing = KEDA_PROMETHEUS_REQUIRED - set(trigger["metadata"])
+            problems += [f"triggers[{i}].metadata.{key} is required" for key in sorted(missing)]
+            problems += [f"triggers[{i}].metadata.{k} must be a string" for k, v in trigger["metadata"].items()
+                         if not isinstance(v, str)]
+    for key in ("minReplicaCount", "maxReplicaCount"):
+        if not isinstance(spec.get(key, 0), int):
+            problems.append(f"spec.{key} must be an integer")
+    return problems
+
+
+def settings_problems(docs: list[dict]) -> list[str]:
+    """Each app container's flags parse (with and without the optional bundle), bind 0.0.0.0, leave the image's
+    ENTRYPOINT (python app.py) alone, and place every local engine on the NeuronCores the pod asks for."""
+    problems = []
+    found = app_containers(docs)
+    if len(found) < 2:
+        problems.append(f"expected the chat worker and the page tier as {APP_CONTAINER!r} containers, found "
+                        f"{len(found)}")
+    for dep, c in found:
+        where = f"{dep['_file']}: {dep['metadata']['name']}"
+        try:
+            settings_of(c, optional_present=True)  # with the optional ConfigMap's bundle and its sha256
+            settings = settings_of(c)  # and without it
+        except ShowcaseError as e:
+            problems.append(f"{where}: the app refuses its settings: {e}")
+            continue
+        if settings.models_requested != "full":
+            problems.append(f"{where}: --models {settings.models_requested}: a pod that cannot reach the Hub would "
+                            "serve the demo models' noise; ask for --models full")
+        if settings.host != "0.0.0.0":
+            problems.append(f"{where}: binds {settings.host}, not 0.0.0.0: nothing outside the pod reaches it")
+        if "command" in c:
+            problems.append(f"{where}: command replaces the image's ENTRYPOINT (python app.py); give args only")
+        if neuroncores(c) != 1:
+            problems.append(f"{where}: asks for {neuroncores(c)} NeuronCores, the topology holds one per pod")
+        try:
+            resolve_placements(settings, HostDevices(neuron_cores=max(neuroncores(c), 0), cuda_devices=0))
+        except ShowcaseError as e:
+            problems.append(f"{where}: its engines do not fit its {neuroncores(c)} NeuronCore(s): {e}")
+    entry = re.findall(r"^ENTRYPOINT (.+)$", (DEPLOY / "Dockerfile").read_text(), re.M)
+    if entry != ['["python", "app.py"]']:
+        problems.append(f"deploy/Dockerfile's ENTRYPOINT is {entry}, not python app.py")
+    return problems
+
+
+def probe_problems(docs: list[dict]) -> list[str]:
+    """App probes: startup and liveness on /healthz, readiness on /readyz, routes the app serves, on its --port,
+    at least as tolerant as docs/api.md's; the scrape annotations name its port and /metrics. vLLM's probes
+    sit on its --port."""
+    problems = []
+    routes, documented = probe_routes(), documented_probes()
+    wanted = {"startupProbe": "/healthz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    for dep, c in app_containers(docs):
+        where = f"{dep['_file']}: {dep['metadata']['name']}"
+        try:
+            port = settings_of(c).port
+        except ShowcaseError:
+            continue  # settings_problems says why
+        if container_port(c, port) != port:
+            problems.append(f"{where}: no containerPort {port} (the app's --port)")
+        for kind, path in wanted.items():
+            probe = c.get(kind)
+            if not probe:
+                problems.append(f"{where}: no {kind}")
+                continue
+            get = probe.get("httpGet", {})
+            if get.get("path") not in routes or "GET" not in routes.get(get.get("path"), ()):
+                problems.append(f"{where}: {kind} asks {get.get('path')!r}, not a route the app serves "
+                                f"({', '.join(sorted(routes))})")
+            elif get["path"] != path:
+                problems.append(f"{where}: {kind} asks {get['path']}, should ask {path}")
+            if container_port(c, get.get("port")) != port:
+                problems.append(f"{where}: {kind} asks port {get.get('port')!r}, the app listens on {port}")
+            doc = documented[kind]
+            if probe.get("timeoutSeconds", 1) < doc["timeoutSeconds"] or \
+                    probe.get("failureThreshold", 3) < doc["failureThreshold"] or \
+                    probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3) < \
+                    doc["periodSeconds"] * doc["failureThreshold"]:
+                problems.append(f"{where}: {kind} is less tolerant than docs/api.md's")
+        notes = dep["spec"]["template"]["metadata"].get("annotations", {})
+        if "prometheus.io/port" in notes and int(notes["prometheus.io/port"]) != port:
+            problems.append(f"{where}: prometheus.io/port {notes['prometheus.io/port']} is not the app's {port}")
+        if "prometheus.io/path" in notes and notes["prometheus.io/path"] not in routes:
+            problems.append(f"{where}: prometheus.io/path {notes['prometheus.io/path']} is not a route of the app")
+    for dep, c in containers(docs):
+        if c["name"] == APP_CONTAINER:
+            continue
+        port = int(flag(c.get("command", []) + c.get("args", []), "--port") or 0)
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if container_port(c, c.get(kind, {}).get("httpGet", {}).get("port")) != port:
+                problems.append(f"{dep['_file']}: {c['name']} {kind} is not on its --port {port}")
+    return problems
+
+
+def selected(docs: list[dict], service: dict) -> list[tuple[dict, dict]]:
+    """(deployment, container) of the pods a Service selects, in the Service's own file."""
+    wanted = service["spec"].get("selector", {}).items()
+    return [(dep, c) for dep, c in containers(docs) if dep["_file"] == service["_file"]
+            and wanted <= dep["spec"]["template"]["metadata"]["labels"].items()]
+
+
+def service_problems(docs: list[dict]) -> list[str]:
+    """Every Service selects pods and reaches a port they listen on; the page's is sticky per client."""
+    problems = []
+    for svc in of_kind(docs, "Service"):
+        where = f"{svc['_file']}: Service/{svc['metadata']['name']}"
+        pods = selected(docs, svc)
+        if not pods:
+            problems.append(f"{where}: selects no pod of its file")
+        for p in svc["spec"]["ports"]:
+            target = p.get("targetPort", p["port"])
+            problems += [f"{where}: targetPort {target!r} is no port of {c['name']}" for _, c in pods
+                         if container_port(c, target) is None]
+    pages = [dep for dep, c in app_containers(docs) if _chat_server(c)]
+    for svc in of_kind(docs, "Service"):
+        if any(dep in pages for dep, _ in selected(docs, svc)) and svc["spec"].get("sessionAffinity") != "ClientIP":
+            problems.append(f"{svc['_file']}: Service/{svc['metadata']['name']} needs sessionAffinity: ClientIP "
+                            "(Gradio's sessions live in one process)")
+    if not pages:
+        problems.append("no page tier (an app container with --chat-server)")
+    return problems
+
+
+def _chat_server(container: dict) -> str | None:
+    try:
+        return settings_of(container).chat_server
+    except ShowcaseError:
+        return None
+
+
+def chat_services(docs: list[dict]) -> list[dict]:
+    """Services in front of a chat server: this app without its image engine, or vLLM."""
+    out = []
+    for svc in of_kind(docs, "Service"):
+        for _, c in selected(docs, svc):
+            if c["name"] == "vllm" or (c["name"] == APP_CONTAINER and not _is_image(c)):
+                out.append(svc)
+                break
+    return out
+
+
+def _is_image(container: dict) -> bool:
+    try:
+        return settings_of(container).image
+    except ShowcaseError:
+        return True
+
+
+def chat_link_problems(docs: list[dict]) -> list[str]:
+    """The page's --chat-server is http://<chat Service>:<its port>/v1 for each chat alternative, and the page
+    sends the key the chat server asks for (the same Secret and key)."""
+    problems = []
+    services = chat_services(docs)
+    if not services:
+        problems.append("no Service in front of a chat server")
+    keys = {}
+    for dep, c in containers(docs):
+        variable = "VLLM_API_KEY" if c["name"] == "vllm" else "SHOWCASE_API_KEY"
+        if dep["_file"] in {s["_file"] for s in services}:
+            keys[dep["_file"]] = secret_ref(c, variable)
+    for dep, c in app_containers(docs):
+        url = _chat_server(c)
+        if not url:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        for svc in services:
+            where = f"{dep['_file']}: --chat-server {url} for {svc['_file']}"
+            if (parts.hostname or "").split(".")[0] != svc["metadata"]["name"]:
+                problems.append(f"{where}: the host is not the Service {svc['metadata']['name']}")
+            if parts.port not in [p["port"] for p in svc["spec"]["ports"]]:
+                problems.append(f"{where}: port {parts.port} is not the Service's port")
+            if parts.path != "/v1":
+                problems.append(f"{where}: the path is {parts.path!r}, the OpenAI base URL ends in /v1")
+            wanted, sent = keys.get(svc["_file"]), secret_ref(c, "SHOWCASE_CHAT_SERVER_KEY")
+            if wanted != sent:
+                problems.append(f"{where}: the chat server asks for the key {wanted}, the page sends {sent}")
+    return problems
+
+
+def scaler_problems(docs: list[dict]) -> list[str]:
+    """KEDA scales the page Deployment on metrics the app exports, before a replica's queue is full."""
+    problems = []
+    exported = exported_metric_names()
+    deployments = {d["metadata"]["name"]: d for d in of_kind(docs, "Deployment")}
+    scalers = of_kind(docs, "ScaledObject")
+    if not scalers:
+        problems.append("no ScaledObject")
+    for so in scalers:
+        spec, where = so["spec"], f"{so['_file']}: ScaledObject/{so['metadata']['name']}"
+        target = deployments.get(spec["scaleTargetRef"]["name"])
+        if target is None:
+            problems.append(f"{where}: scales {spec['scaleTargetRef']['name']!r}, no Deployment of deploy/")
+            continue
+        app = [c for c in target["spec"]["template"]["spec"]["containers"] if c["name"] == APP_CONTAINER]
+        if spec.get("minReplicaCount", 0) < 1:
+            problems.append(f"{where}: scales to zero: the next visitor would wait for a warm-up")
+        for trigger in spec["triggers"]:
+            query = trigger["metadata"].get("query", "")
+            names = set(re.findall(r"\b(showcase_[a-z0-9_]+)\b", query))
+            if not names:
+                problems.append(f"{where}: the query {query!r} reads none of the app's metrics")
+            problems += [f"{where}: {name} is not a metric the app exports" for name in sorted(names - exported)]
+            threshold = float(trigger["metadata"].get("threshold", "inf"))
+            if app and "showcase_queue_depth" in names and threshold >= settings_of(app[0]).queue_size:
+                problems.append(f"{where}: threshold {threshold:g} waiting requests per replica is not below the "
+                                f"page's --queue-size {settings_of(app[0]).queue_size}, past which it refuses")
+    return problems
+
+
+def budget_problems(docs: list[dict]) -> list[str]:
+    """Nothing gives up on a pod while it may still be compiling within the app's limits (see the docstring)."""
+    problems = []
+    for dep, c in app_containers(docs):
+        where = f"{dep['_file']}: {dep['metadata']['name']}"
+        try:
+            settings = settings_of(c)
+            estimate = first_run_estimate(settings, neuroncores(c))
+        except ShowcaseError:
+            continue  # settings_problems says why
+        deadline = dep["spec"].get("progressDeadlineSeconds", 600)
+        needed = max(startup_budget(c) + estimate, settings.compile_timeout_min * 60)
+        if deadline < needed:
+            problems.append(f"{where}: progressDeadlineSeconds {deadline} < {needed:.0f} s (startup "
+                            f"{startup_budget(c)} s + the app's first-run estimate {estimate:.0f} s, or one "
+                            f"task's --compile-timeout-min)")
+    for dep, c in containers(docs):
+        if c["name"] != "vllm":
+            continue
+        timeout = next((int(e["value"]) for e in c.get("env", []) if e["name"] == "VLLM_NEURON_COMPILATION_TIMEOUT"),
+                       VLLM_COMPILE_TIMEOUT_S)
+        if startup_budget(c) < timeout + VLLM_LOAD_S:
+            problems.append(f"{dep['_file']}: vLLM's startup probe gives {startup_budget(c)} s, its compile alone "
+                            f"may take {timeout} s")
+        if dep["spec"].get("progressDeadlineSeconds", 600) < startup_budget(c):
+            problems.append(f"{dep['_file']}: progressDeadlineSeconds is shorter than vLLM's startup budget")
+    return problems
+
+
+def cache_problems(docs: list[dict], scratch: Path) -> list[str]:
+    """Where the app puts its compile cache and lock files given the pod's mounts (a claim: a network filesystem,
+    lustre for FSx; an emptyDir: the node's disk): the cache on a shared claim that allows several pods, the locks
+    and the rest of the cache root on local disk (docs/trainium.md)."""
+    problems = []
+    claims = {c["metadata"]["name"]: c for c in of_kind(docs, "PersistentVolumeClaim")}
+    for dep, c in app_containers(docs):
+        where = f"{dep['_file']}: {dep['metadata']['name']}"
+        try:
+            root = settings_of(c).cache_dir
+        except ShowcaseError:
+            continue
+        volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"].get("volumes", [])}
+        lines, here = ["overlay / overlay rw 0 0"], scratch / dep["metadata"]["name"]
+        for mount in c.get("volumeMounts", []):
+            volume = volumes.get(mount["name"], {})
+            kind = "lustre" if "persistentVolumeClaim" in volume else "ext4"
+            lines.append(f"{mount['name']} {here}{mount['mountPath']} {kind} rw 0 0")
+            claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+            if claim and "ReadWriteMany" not in claims.get(claim, {}).get("spec", {}).get("accessModes", []):
+                problems.append(f"{where}: claim {claim} is not a ReadWriteMany claim of deploy/")
+        mounts, env = "\n".join(lines) + "\n", {"HOME": str(here / "root")}
+        setup = configure_compile_cache(Path(f"{here}{root}"), env, mounts)
+        if filesystem_type(Path(f"{here}{root}"), mounts) == "overlay":
+            problems.append(f"{where}: the cache root {root} is in the container's writable layer, not a volume")
+        if setup.folder is None or filesystem_type(setup.folder, mounts) != "lustre":
+            problems.append(f"{where}: the compile cache {root}/compile-cache is not on the shared claim")
+        if filesystem_type(Path(env[NEFF_LOCKS_ENV]), mounts) == "lustre":
+            problems.append(f"{where}: the NEFF lock files land on the network filesystem")
+    return problems
+
+
+CHECKS = (schema_problems, settings_problems, probe_problems, service_problems, chat_link_problems,
+          scaler_problems, budget_problems)
+
+
+# ----- the tests ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def docs():
+    return load_manifests()
+
+
+def test_every_file_holds_what_the_topology_needs(docs):
+    files = {d["_file"]: d["kind"] for d in docs}
+    assert {"chat-worker.yaml", "vllm-chat.yaml", "page.yaml", "page-scaler.yaml", "compile-cache.yaml"} <= set(files)
+    assert sorted({d["kind"] for d in docs}) == ["Deployment", "PersistentVolumeClaim", "ScaledObject", "Service"]
+
+
+def test_the_manifests_are_valid_kubernetes(docs):
+    report = []
+    problems = schema_problems(docs, report)
+    assert not problems, "\n".join(problems)
+    assert len(report) == len(docs) - len(of_kind(docs, "ScaledObject")) >= 6
+
+
+@pytest.mark.parametrize("check", CHECKS[1:], ids=lambda check: check.__name__)
+def test_the_manifests_agree_with_the_app(docs, check):
+    problems = check(docs)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_compile_cache_is_shared_and_its_locks_stay_local(docs, tmp_path):
+    problems = cache_problems(docs, tmp_path)
+    assert not problems, "\n".join(problems)
+
+
+def _set(path: str, value):
+    """A break: set the value at ``path`` ("file|kind/name|key.0.key") in a copy of the manifests."""
+    def apply(docs):
+        where, kind_name, keys = path.split("|")
+        kind, name = kind_name.split("/")
+        doc = next(d for d in docs if d["_file"] == where and d["kind"] == kind and d["metadata"]["name"] == name)
+        *parents, last = [int(k) if k.isdigit() else k for k in keys.split(".")]
+        for key in parents:
+            doc = doc[key]
+        if value is None:
+            del doc[last]
+        else:
+            doc[last] = value
+    return apply
+
+
+PAGE = "page.yaml|Deployment/showcase-page|spec.template.spec.containers.0"
+WORKER = "chat-worker.yaml|Deployment/showcase-chat|spec.template.spec.containers.0"
+VLLM = "vllm-chat.yaml|Deployment/showcase-vllm|spec.template.spec.containers.0"
+SCALER = "page-scaler.yaml|ScaledObject/showcase-page|spec"
+BREAKS = {
+    "an unknown field": (_set(f"{PAGE}.livenesProbe", {}), schema_problems, "'livenesProbe' was unexpected"),
+    "a string for a number": (_set(f"{WORKER}.startupProbe.periodSeconds", "10"), schema_problems, "not of type"),
+    "a ScaledObject without triggers": (_set(f"{SCALER}.triggers", None), schema_problems, "spec.triggers"),
+    "a size the app refuses": (_set(f"{PAGE}.args", [*"--models full --sizes 1000x1000 --host 0.0.0.0".split()]),
+                               settings_problems, "refuses its settings"),
+    "the loopback address": (_set(f"{WORKER}.args.4", "127.0.0.1"), settings_problems, "not 0.0.0.0"),
+    "the demo models' fallback": (_set(f"{WORKER}.args.1", "auto"), settings_problems, "--models auto"),
+    "a second core the pod lacks": (_set(f"{WORKER}.args", [*"--models full --no-image --host 0.0.0.0 "
+                                                             "--device neuron:1".split()]),
+                                    settings_problems, "do not fit"),
+    "a wrong probe path": (_set(f"{PAGE}.readinessProbe.httpGet.path", "/ready"), probe_problems,
+                           "not a route the app serves"),
+    "liveness on /readyz": (_set(f"{WORKER}.livenessProbe.httpGet.path", "/readyz"), probe_problems,
+                            "should ask /healthz"),
+    "a probe on another port": (_set(f"{PAGE}.startupProbe.httpGet.port", 7861), probe_problems, "listens on 7860"),
+    "an impatient probe": (_set(f"{PAGE}.readinessProbe.timeoutSeconds", 1), probe_problems, "less tolerant"),
+    "--port unlike the containerPort": (_set(f"{PAGE}.args.7", "7861"), probe_problems, "no containerPort 7861"),
+    "vLLM probed off its port": (_set(f"{VLLM}.command.12", "8001"), probe_problems, "not on its --port 8001"),
+    "no session affinity": (_set("page.yaml|Service/showcase-page|spec.sessionAffinity", "None"), service_problems,
+                            "sessionAffinity: ClientIP"),
+    "a Service to a closed port": (_set("chat-worker.yaml|Service/showcase-chat|spec.ports.0.targetPort", 7861),
+                                   service_problems, "targetPort 7861"),
+    "the chat Service on another port": (_set("vllm-chat.yaml|Service/showcase-chat|spec.ports.0.port", 8080),
+                                         chat_link_problems, "not the Service's port"),
+    "a chat URL without /v1": (_set(f"{PAGE}.args.3", "http://showcase-chat:8000"), chat_link_problems, "/v1"),
+    "a chat URL to another host": (_set(f"{PAGE}.args.3", "http://chat:8000/v1"), chat_link_problems,
+                                   "not the Service showcase-chat"),
+    "another key": (_set(f"{PAGE}.env.0.valueFrom.secretKeyRef.key", "token"), chat_link_problems,
+                    "the page sends"),
+    "a metric the app lacks": (_set(f"{SCALER}.triggers.0.metadata.query", "sum(showcase_queue_length)"),
+                               scaler_problems, "not a metric the app exports"),
+    "scaling after the queue is full": (_set(f"{SCALER}.triggers.0.metadata.threshold", "16"), scaler_problems,
+                                        "not below the page's --queue-size 16"),
+    "scaling to zero": (_set(f"{SCALER}.minReplicaCount", 0), scaler_problems, "scales to zero"),
+    "a rollout deadline shorter than the warm-up": (
+        _set("page.yaml|Deployment/showcase-page|spec.progressDeadlineSeconds", 3600), budget_problems,
+        "first-run estimate 12000 s"),
+    "vLLM's compile past its startup probe": (_set(f"{VLLM}.startupProbe.failureThreshold", 60), budget_problems,
+                                              "its compile alone"),
+    "no shared compile cache": (_set(f"{PAGE}.volumeMounts", [{"name": "cache-root", "mountPath": "/cache"}]),
+                                cache_problems, "not on the shared claim"),
+    "a claim for one pod": (_set("compile-cache.yaml|PersistentVolumeClaim/showcase-compile-cache|spec.accessModes",
+                                 ["ReadWriteOnce"]), cache_problems, "not a ReadWriteMany claim"),
+}
+
+
+@pytest.mark.parametrize("name", BREAKS)
+def test_each_check_catches_its_break(docs, tmp_path, name):
+    """A test that cannot fail proves nothing: each break, on a copy, makes its check name the problem."""
+    apply_break, check, expected = BREAKS[name]
+    broken = copy.deepcopy(docs)
+    apply_break(broken)
+    problems = check(broken, tmp_path) if check is cache_problems else check(broken)
+    assert any(expected in p for p in problems), problems
