@@ -283,7 +283,8 @@ def test_the_image_tab_in_arabic_shows_arabic_progress_captions_and_toasts(brows
         stem, ext = (page.locator(f"#png-file td.filename .{part}").first.bounding_box() for part in ("stem", "ext"))
         assert stem["x"] + stem["width"] <= ext["x"] + 1, (stem, ext)
         # and the notice's "--models full" never breaks after a hyphen
-        assert page.locator("#demo-notice code").first.evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
+        page.wait_for_function("() => { const e = document.querySelector('#demo-notice code');"  # live: redrawn
+                               " return e !== null && getComputedStyle(e).whiteSpace === 'nowrap'; }")
         captions = page.locator("#gallery img").evaluate_all("imgs => imgs.map(i => i.alt)")
         assert captions and all(re.fullmatch(r"البذرة \d+ · 64x64", c) for c in captions), captions
         # A dropped file that is not a PNG is refused, in Arabic.

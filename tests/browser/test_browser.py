@@ -74,7 +74,10 @@ def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
                                                    ["Image", "demo FLUX.2-klein (tiny)", "cpu"]], chips
     notice = page.locator("#demo-notice")
     assert "noise" in notice.inner_text() and "--models tiny" in notice.inner_text()
-    assert notice.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 243, 205)"  # coloured
+    # coloured; read from the live element: the header is redrawn while warming up, and a replaced element's
+    # computed style reads empty
+    page.wait_for_function("() => { const e = document.querySelector('#demo-notice');"
+                           " return e !== null && getComputedStyle(e).backgroundColor === 'rgb(255, 243, 205)'; }")
     state = page.locator("#warmup-state").inner_text()
     assert state.startswith("Warming up"), f"the page should open during warm-up, it says {state!r}"
 
