@@ -111,12 +111,6 @@ class RemoteChatEngine:
             raise self.refusal(exc) from None
         return self._read(request, response, stop or threading.Event(), started)
 
-    def reply(self, request: ChatRequest | Mapping) -> ChatUpdate:
-        final = None
-        for final in self.stream(request):  # noqa: B007 - only the last update is kept
-            pass
-        return final
-
     def cancel(self) -> bool:
         """Stop every reply streaming now (as the local engine stops the one it runs), each within one token."""
         with self._lock:
