@@ -166,6 +166,11 @@ class ImageRun:
     A close reaches it only through wrappers that close what they iterate (``contextlib.aclosing``): an
     ``async for`` alone leaves the inner generator to the garbage collector, and the image ran on. A sync
     generator's thread is never interrupted that way: an image cancelled right after submit ran on.
+
+    A cancel can also land in Gradio's own code between two steps of the handler, before Gradio has kept the
+    handler to close it later (its first update is still being postprocessed): then neither reaches it, and
+    the image ran all its steps (about one MCP disconnect in six). So the run also stops when the task that
+    iterates it ends: nothing will ask for its next update.
     """
 
     def __init__(self, backend: Backend, request: ImageRequest, preview: bool):
@@ -178,6 +183,8 @@ class ImageRun:
         progress is (step, total, elapsed_s) over the run, None while the request waits for the engine;
         frame a preview frame not yielded before, at most one per ``frame_every`` s, else None."""
         sent, sent_at = None, 0.0
+        task = asyncio.current_task()  # the event's task: it iterates this handler from its first update to its last
+        task.add_done_callback(self._on_task_end)
         try:
             while at_once or not self.call.wait(0):
                 if not at_once:
@@ -189,7 +196,11 @@ class ImageRun:
                     sent, sent_at = frame, time.perf_counter()
                 yield self.call.progress, frame
         finally:
+            task.remove_done_callback(self._on_task_end)
             self.stop()
+
+    def _on_task_end(self, task: asyncio.Task) -> None:
+        self.stop()
 
     def stop(self) -> None:
         """Stop the image at its next step boundary, or drop it before its first step (once ended: nothing)."""

@@ -189,3 +189,42 @@ def test_closing_the_handler_at_a_yield_stops_the_image_at_once(served, endpoint
         assert asyncio.run(gradio_cancels_at_a_yield()) < 2.0, "the image ran on after its handler was closed"
     finally:
         gc.enable()
+
+
+def test_a_cancel_that_lands_between_two_updates_stops_the_image(served):
+    """Gradio cancels an event's task wherever it waits. Between two updates of the handler (postprocessing
+    its first update, before Gradio keeps the handler to close it) the cancel reaches neither the handler nor
+    its close: the image ran all its steps (one MCP disconnect in six). The task's end must stop it."""
+    import gc
+
+    backend, _, _, calls, demo = served
+    handler = next(f.fn for f in demo.fns.values() if f.api_name == "generate_image")
+    engine = backend.engine("image")
+    kept = []  # the handler, never closed: as Gradio leaves it when the cancel lands in its own code
+
+    async def event():
+        outer = handler(prompt="slow", size="96x64", steps=STEPS, seed=2)
+        kept.append(outer)
+        before = len(calls)
+        while True:
+            await anext(outer)
+            if len(calls) > before and engine.busy:
+                break
+        await asyncio.sleep(30)  # Gradio's own work after an update: the cancel lands here
+
+    async def gradio_cancels_outside_the_handler():
+        task = asyncio.create_task(event())
+        while not (kept and engine.busy):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # past the first update: the handler waits at its yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)
+        return _wait_free(engine, 15.0)  # holding the loop: a close by the loop's finalizer does not count
+
+    gc.disable()  # nor does one the collector finds
+    try:
+        assert asyncio.run(gradio_cancels_outside_the_handler()) < 2.0, "the image ran on after its event ended"
+    finally:
+        gc.enable()
+        kept.clear()
