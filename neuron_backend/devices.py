@@ -69,8 +69,8 @@ class HostDevices:
 class Placement:
     """Where and how one engine runs."""
 
-    kind: str  # "neuron" | "cuda" | "cpu" | "remote" (--chat-server: the chat runs on another server)
-    device: str  # explicit torch device string, e.g. "neuron:0"; never "auto"; remote: the server's base URL
+    kind: str  # "neuron" | "cuda" | "cpu" | "remote" (--chat-server, --image-server: it runs on other servers)
+    device: str  # explicit torch device string, e.g. "neuron:0"; never "auto"; remote: the servers' base URLs
     dtype: torch.dtype
     compile: bool
     compile_backend: str  # "neuron" on Neuron, "inductor" elsewhere
@@ -78,6 +78,7 @@ class Placement:
     tp: int = 1  # tensor-parallel degree: >1 means this process holds one shard (torchrun)
     core: int | None = None  # the device index the engine's threads select (neuron core, cuda ordinal); cpu: None
     first_core: int = 0  # the first index this process holds: under torchrun on Neuron, the local rank
+    remote_api: str = ""  # remote: "openai" (a chat server: chat/remote.py) or "gradio" (image workers)
 
     @property
     def runtime_core(self) -> int | None:
@@ -110,7 +111,7 @@ class Placement:
 
     def label(self) -> str:
         if self.kind == "remote":
-            return f"{self.device} · OpenAI-compatible server"
+            return f"{self.device} · {'image workers' if self.remote_api == 'gradio' else 'OpenAI-compatible server'}"
         mode = f"compiled ({self.compile_backend})" if self.compile else "eager"
         shards = f" · tensor parallel ×{self.tp}" if self.tp > 1 else ""
         return f"{self.device} · {self.dtype_name} · {mode}{shards}"
@@ -180,7 +181,12 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
         if not getattr(settings, engine):
             continue
         if engine == "chat" and settings.chat_server:  # no device here: the chat runs there (chat/remote.py)
-            placements[engine] = Placement("remote", settings.chat_server, torch.float32, False, "none", True)
+            placements[engine] = Placement("remote", settings.chat_server, torch.float32, False, "none", True,
+                                           remote_api="openai")
+            continue
+        if engine == "image" and settings.image_servers:  # the images come from workers (image/remote.py)
+            placements[engine] = Placement("remote", ",".join(settings.image_servers), torch.float32, False, "none",
+                                           True, remote_api="gradio")
             continue
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)

@@ -105,6 +105,7 @@ class Backend:
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
         self.fallbacks: dict[str, str] = {}  # engine -> why its real model gave way to the demo (--models auto)
+        self._remote_images = None  # --image-server: the engine of the workers, made by the first connect task
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
         self.hooks: list[WarmupHook] = [make(self) for make in hooks]
@@ -129,16 +130,15 @@ class Backend:
         or the demo model."""
         if self.remote(engine):  # what the server says it runs, once connected
             there = self._engines.get(engine)
-            if there is not None and there.demo:
-                return tr("demo {family} (tiny, random weights)", family="Qwen3")
-            return getattr(there, "model", None) or self.settings.chat_model
-        if self.settings.demo or engine in self.fallbacks:
+            if there is None or not there.demo:
+                return there.model if there is not None and there.model else asked_model(self.settings, engine)[0]
+        if self.remote(engine) or self.settings.demo or engine in self.fallbacks:
             return tr("demo {family} (tiny, random weights)", family="Qwen3" if engine == "chat" else "FLUX.2-klein")
         model = asked_model(self.settings, engine)[0]
         return model_ref(model, self.revision(engine)) if with_revision else model
 
     def remote(self, engine: str) -> bool:
-        """Whether ``engine`` runs on another server (--chat-server), not in this process."""
+        """Whether ``engine`` runs on other servers (--chat-server, --image-server), not in this process."""
         placement = self.placements.get(engine)
         return placement is not None and placement.kind == "remote"
 
@@ -187,9 +187,9 @@ class Backend:
                                          p.compile, devices.repeated_blocks(self.settings, p), tag)
 
             said = engine_name(engine)
-            if p.kind == "remote":  # one task: reach the server and wait until it serves (chat/remote.py)
-                head.append(Step(Task(tr("{engine} · connect to {url}", engine=said, url=p.device), engine, "load"),
-                                 self._connect, key("load")))
+            if p.kind == "remote":  # per server, one task: reach it and wait until it serves (chat/, image/remote.py)
+                head += [Step(Task(tr("{engine} · connect to {url}", engine=said, url=url), engine, "load"),
+                              functools.partial(self._connect, url), key("load")) for url in p.device.split(",")]
                 continue
             head.append(Step(Task(tr("{engine} · obtain weights", engine=said), engine, "weights"), self._obtain,
                              key("weights")))
@@ -246,14 +246,23 @@ class Backend:
         with self._lock:
             self._engines[task.engine] = engine
 
-    def _connect(self, task: Task) -> None:
-        from .chat.remote import RemoteChatEngine
+    def _connect(self, url: str, task: Task) -> None:
+        """Reach the server at ``url`` and wait until it serves; its engine serves from the first one reached."""
+        if task.engine == "chat":
+            from .chat.remote import RemoteChatEngine
 
-        def progress(text: str) -> None:
-            task.detail = text
+            engine = RemoteChatEngine(self.settings)
+            engine.connect(lambda text: setattr(task, "detail", text))
+        else:
+            from .image.remote import RemoteImageEngine
 
-        engine = RemoteChatEngine(self.settings)
-        engine.connect(progress)
+            with self._lock:  # one engine routes to every worker
+                engine = self._remote_images = self._remote_images or RemoteImageEngine(self.settings)
+
+            def progress(fraction: float, text: str) -> None:
+                task.progress, task.detail = fraction, text
+
+            engine.connect(url, progress)
         with self._lock:
             self._engines[task.engine] = engine
 

@@ -74,6 +74,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                            "4 rotations are kept, then marks are refused"),
     ("chat-server", "str", "chat on an OpenAI-compatible server at this base URL, e.g. http://10.0.0.5:8000/v1"),
     ("chat-server-key", "str", "bearer key the --chat-server asks for (its --api-key); default none"),
+    ("image-server", "str", "images from workers (this app with --no-chat) at these comma-separated base URLs"),
     ("no-chat", "bool", "disable the chat engine"),
     ("no-image", "bool", "disable the image engine"),
     ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),
@@ -107,8 +108,7 @@ def env_name(flag: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every flag (defaults are None: presets fill them later)."""
-    parser = argparse.ArgumentParser(
-        prog="app.py", description="Hugging Face models on AWS Trainium: chat and image demo.",
+    parser = argparse.ArgumentParser(prog="app.py", description="Hugging Face models on AWS Trainium: chat and image.",
         epilog=f"Any flag can be set as an environment variable {ENV_PREFIX}<FLAG>, e.g. {env_name('models')}=tiny.")
     for name, kind, help_text in _FLAGS:  # a "tri" flag (auto|on|off) given alone means on, like a "bool" one
         extra = {"bool": {"action": "store_const", "const": True}, "tri": {"nargs": "?", "const": "on"}}.get(kind, {})
@@ -342,6 +342,7 @@ class Settings:
     feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
     chat_server: str | None = None  # OpenAI base URL the chat engine calls instead of a local model (chat/remote.py)
     chat_server_key: str | None = field(default=None, repr=False)
+    image_servers: tuple[str, ...] = ()  # workers' base URLs the image engine calls instead of a local model
     chat: bool = True
     image: bool = True
     warmup_order: tuple[str, ...] = ("chat", "image")
@@ -429,7 +430,8 @@ def parse_settings(
         compile_repeated_blocks=_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
-        cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw else _default_cache_dir(env),
+        cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
+        else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",
         host=str(raw.get("host", host_default)),
         port=_as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
@@ -440,6 +442,8 @@ def parse_settings(
         mcp=bool(raw.get("mcp", False)),
         feedback_max_bytes=_as_int("feedback-max-bytes", raw.get("feedback_max_bytes", 2_000_000)),
         chat_server=_parse_server(raw["chat_server"]) if "chat_server" in raw else None,
+        image_servers=tuple(_parse_server(u, "--image-server") for u in str(raw.get("image_server", "")).split(",")
+                            if u.strip()),
         chat_server_key=str(raw["chat_server_key"]).strip() or None if "chat_server_key" in raw else None,
         chat=not raw.get("no_chat", False),
         image=not raw.get("no_image", False),
@@ -469,17 +473,13 @@ def parse_settings(
     return validate(settings)
 
 
-def _parse_server(text: object) -> str:
+def _parse_server(text: object, flag: str = "--chat-server") -> str:
     parts = urllib.parse.urlsplit(url := str(text).strip().rstrip("/"))
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("--chat-server", f"{url!r} is not an http(s) URL", "an OpenAI base URL, e.g. "
-                          "http://127.0.0.1:8000/v1 (vLLM) or http://127.0.0.1:7860/v1 (this app with --no-image)")
+        raise ConfigError(flag, f"{url!r} is not an http(s) URL", "a worker's base URL, e.g. http://127.0.0.1:7861"
+                          if flag == "--image-server" else "an OpenAI base URL, e.g. http://127.0.0.1:8000/v1 "
+                          "(vLLM) or http://127.0.0.1:7860/v1 (this app with --no-image)")
     return url
-
-
-def _default_cache_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "trainium-showcase"
 
 
 def _resolve_models(requested, models, raw, weights_available) -> tuple[str, str]:
@@ -494,9 +494,8 @@ def _resolve_models(requested, models, raw, weights_available) -> tuple[str, str
     if weights_available is None:  # every needed file cached, or the Hub reachable (weights.py)
         from .weights import weights_available as probe  # local import: touches huggingface_hub
     timeout = _as_float("hub-timeout", raw.get("hub_timeout", 5.0))
-    local_chat = not (raw.get("no_chat") or raw.get("chat_server"))  # a --chat-server holds its own weights
-    wanted = [(m, rev, kind) for (m, rev), kind, on in ((models[0], "chat", local_chat),
-                                                        (models[1], "image", not raw.get("no_image"))) if on]
+    local = {e: not (raw.get(f"no_{e}") or raw.get(f"{e}_server")) for e in ("chat", "image")}  # or on servers
+    wanted = [(m, rev, kind) for (m, rev), kind in ((models[0], "chat"), (models[1], "image")) if local[kind]]
     for model, revision, kind in wanted:
         ok, why = probe(model, timeout, kind, revision) if weights_available is None else \
             weights_available(model, timeout)
@@ -582,9 +581,11 @@ def validate(s: Settings) -> Settings:
         other = "image" if s.tp_engine == "chat" else "chat"
         raise ConfigError("--tp", f"shards the {s.tp_engine} engine (--tp-engine {s.tp_engine}), which "
                           f"--no-{s.tp_engine} disables", f"--tp 1 with --no-{s.tp_engine}, or --tp-engine {other}")
-    if s.chat_server and (not s.chat or (s.tp > 1 and s.tp_engine == "chat")):
-        raise ConfigError("--chat-server", "runs the chat on another server, but this one disables or shards it "
-                          "(--no-chat, --tp with --tp-engine chat)", "leave out --chat-server or those flags")
+    for flag, elsewhere, engine in (("--chat-server", s.chat_server, "chat"), ("--image-server", s.image_servers,
+                                                                               "image")):
+        if elsewhere and (not getattr(s, engine) or (s.tp > 1 and s.tp_engine == engine)):
+            raise ConfigError(flag, f"runs the {engine} on other servers, but this one disables or shards it (--no-"
+                              f"{engine}, --tp with --tp-engine {engine})", f"leave out {flag} or those flags")
     if not s.chat and not s.image:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
     if s.cache_bundle and not s.cache_bundle_sha256:  # inductor's cache entries are pickles: they run on lookup

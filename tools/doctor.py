@@ -266,7 +266,7 @@ def check_placements(placements: dict, settings: Settings | None = None) -> list
     for name, p in placements.items():
         title = f"{name} on {p.device}"
         if p.kind == "remote":
-            checks.append(check_chat_server(settings))
+            checks += [check_chat_server(settings)] if name == "chat" else check_image_workers(settings)
             continue
         try:
             checks.append(Check(PASS, title, f"tiny graph {tiny_graph_on(p)} from a fresh thread ({p.label()})"))
@@ -291,6 +291,29 @@ def check_chat_server(settings: Settings) -> Check:
     if warming is not None:
         return Check(PASS, title, f"reached; it is still warming up ({warming})")
     return Check(PASS, title, f"serves {engine.model} (context {engine.context_length} tokens)")
+
+
+def check_image_workers(settings: Settings) -> list[Check]:
+    """--image-server: one look at each worker's /readyz (reached, an image worker, which sizes are warm)."""
+    from neuron_backend.errors import ShowcaseError
+    from neuron_backend.image.remote import RemoteImageEngine
+
+    engine, checks = RemoteImageEngine(settings), []
+    for worker in engine.workers.values():
+        title = f"image worker {worker.url}"
+        try:
+            shapes = engine._look(worker)
+        except OSError as exc:
+            checks.append(Check(FAIL, title, str(engine._unreachable(worker, exc))))
+            continue
+        except ShowcaseError as exc:
+            checks.append(Check(FAIL, title, str(exc)))
+            continue
+        ready = sorted(label for label, shape in shapes.items() if shape.get("state") == "ready")
+        missing = [size.label for size in settings.sizes if size.label not in shapes]
+        detail = f"{len(ready)}/{len(shapes)} shapes ready ({', '.join(ready) or 'none yet'})"
+        checks.append(Check(PASS, title, detail + (f"; it does not declare {', '.join(missing)}" if missing else "")))
+    return checks
 
 
 CACHE_PROBE = """
@@ -364,8 +387,9 @@ def check_models(settings: Settings) -> list[Check]:
         return [Check(SKIPPED, "model files", f"demo models, built offline ({settings.models_reason})", needed=False)]
     checks = []
     local_chat = settings.chat and not settings.chat_server  # a --chat-server holds its own weights
+    local_image = settings.image and not settings.image_servers  # so do --image-server's workers
     for kind, model, revision, enabled in (("chat", settings.chat_model, settings.chat_revision, local_chat),
-                                           ("image", settings.image_model, settings.image_revision, settings.image)):
+                                           ("image", settings.image_model, settings.image_revision, local_image)):
         if not enabled:
             continue
         shown = f"{model}@{revision}" if revision else model

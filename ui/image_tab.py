@@ -156,7 +156,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                                label=t("Size (precompiled only)"), elem_id="image-size")
             steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label=t("Steps"),
                               elem_id="image-steps")
-            count = gr.Slider(1, settings.max_images_per_run, value=1, step=1, label=t("Images per run"),
+            # Hidden at --max-images-per-run 1; Gradio refuses a slider whose minimum is its maximum.
+            count = gr.Slider(1, max(settings.max_images_per_run, 2), value=1, step=1, label=t("Images per run"),
                               info=t("consecutive seeds, made one after another"), elem_id="image-count",
                               visible=settings.max_images_per_run > 1)
             with gr.Row():
