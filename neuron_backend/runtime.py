@@ -380,7 +380,9 @@ class Backend:
         return bool(engine and engine.cancel())
 
     def shape_states(self, name: str) -> dict[str, dict]:
-        """Per shape: state (queued/running/ready/failed/skipped), error and ETA."""
+        """Per shape: state (queued/running/ready/failed/skipped), error and ETA (image workers: as they say)."""
+        if name == "image" and self.remote(name):
+            return self._remote_images.shape_states() if self._remote_images is not None else {}
         out = {}
         for task in self.runner.tasks:
             if task.engine == name and task.kind == "compile":

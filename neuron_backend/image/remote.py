@@ -106,7 +106,7 @@ class RemoteImageEngine:
             except OSError as exc:
                 if time.monotonic() > deadline:
                     raise self._unreachable(worker, exc) from None
-                progress(0.0, tr("waiting for the image worker at {url}: {error}", url=url, error=_short(exc)))
+                progress(0.0, tr("waiting for the image worker at {url}: {error}", url=url, error=exc))
             else:
                 ready = sum(1 for shape in shapes.values() if shape.get("state") == "ready")
                 failed = [label for label, shape in shapes.items() if shape.get("state") == "failed"]
@@ -157,7 +157,7 @@ class RemoteImageEngine:
     def _unreachable(self, worker: Worker, exc: BaseException) -> EngineUnavailableError:
         return EngineUnavailableError(tr("The image worker at {url} cannot be reached ({error}): check that it runs "
                                          "and that --image-server names its base URL.", url=worker.url,
-                                         error=_short(exc)))
+                                         error=str(exc) if type(exc) is OSError else _short(exc)))
 
     # ----- routing --------------------------------------------------------------------------------------
     def pick(self, label: str, tried: set[str]) -> Worker:
@@ -324,6 +324,21 @@ class RemoteImageEngine:
         for job in jobs:
             job.cancel()
         return bool(jobs)
+
+    def shape_states(self) -> dict[str, dict]:
+        """Per size label, as the workers last said: ready where one connected worker serves it, else the
+        soonest ETA of one warming it up (what the size picker and this server's /readyz show)."""
+        states: dict[str, dict] = {}
+        for worker in self.workers.values():
+            if worker.client is None or worker.lost is not None:
+                continue
+            for label, shape in worker.shapes.items():
+                best = states.get(label)
+                rank = {"ready": 0, "running": 1, "queued": 2}.get(shape.get("state"), 3)
+                if best is None or rank < best["rank"] or (rank == best["rank"] and (shape.get("eta_s") or 0) <
+                                                            (best["eta_s"] or 0)):
+                    states[label] = {"rank": rank, "state": shape.get("state"), "eta_s": shape.get("eta_s")}
+        return {label: {"state": s["state"], "eta_s": s["eta_s"], "error": None} for label, s in states.items()}
 
     def describe(self) -> dict:
         return {"loaded": True, "busy": self.busy, "workers": {

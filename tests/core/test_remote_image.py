@@ -118,6 +118,8 @@ def test_the_front_connects_to_each_worker_and_reports_its_sizes(workers):
     assert tasks == [(f"image · connect to {urls[0]}", "ready", f"1/1 sizes ready at {urls[0]}", 1.0),
                      (f"image · connect to {urls[1]}", "ready", f"2/2 sizes ready at {urls[1]}", 1.0)], tasks
     assert front.status()["ready"] and front.model_id("image") == "demo FLUX.2-klein (tiny, random weights)"
+    states = front.shape_states("image")  # as the size picker and this server's /readyz read them
+    assert {label: state["state"] for label, state in states.items()} == {"96x64": "ready", "64x64": "ready"}
     assert front.placements["image"].label() == ",".join(urls) + " · image workers"
 
 

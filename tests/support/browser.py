@@ -269,6 +269,9 @@ def _wait_image_sizes_ready(page, url: str) -> None:
     page.locator("#image-tab-button").click()
 
 
+PROCESSES: dict[str, subprocess.Popen] = {}  # each running_app's process by its URL (a test may kill one)
+
+
 @contextlib.contextmanager
 def running_app(log_name: str = "browser-app.log", *extra: str):
     """The app on the demo models in a subprocess, yielding its URL; its log goes to test-artifacts/.
@@ -293,8 +296,10 @@ def running_app(log_name: str = "browser-app.log", *extra: str):
     url = f"http://127.0.0.1:{port}/"
     try:
         _wait_for_http(url, proc, log_path, timeout_s=120)
+        PROCESSES[url] = proc
         yield url
     finally:
+        PROCESSES.pop(url, None)
         proc.terminate()
         try:
             proc.wait(timeout=15)

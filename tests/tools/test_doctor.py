@@ -428,3 +428,20 @@ def test_with_a_chat_server_the_doctor_looks_at_it_instead_of_a_core(warm_app):
     assert check.status == doctor.FAIL and gone in check.detail and "--chat-server" in check.detail
     local_chat = [c.name for c in doctor.check_models(settings.replace(models="full"))]
     assert local_chat == ["image model files"]  # the chat's weights are the server's
+
+
+def test_with_image_workers_the_doctor_looks_at_each_instead_of_a_core(warm_app):
+    from support.app import SIZES, free_port
+
+    from neuron_backend import devices
+
+    _, url = warm_app
+    gone = f"http://127.0.0.1:{free_port()}"
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--sizes", SIZES + ",128x128",
+                               "--image-server", f"{url.rstrip('/')},{gone}"], env={})
+    up, down = doctor.check_placements(devices.resolve_placements(settings), settings)[1:]
+    assert (up.status, up.name) == (doctor.PASS, f"image worker {url.rstrip('/')}")
+    assert up.detail == "2/2 shapes ready (64x64, 96x64); it does not declare 128x128", up.detail
+    assert down.status == doctor.FAIL and f"The image worker at {gone} cannot be reached (ConnectError" in down.detail
+    local = [c.name for c in doctor.check_models(settings.replace(models="full"))]
+    assert local == ["chat model files"]  # the image weights are the workers'
