@@ -137,6 +137,13 @@ class Backend:
         model = asked_model(self.settings, engine)[0]
         return model_ref(model, self.revision(engine)) if with_revision else model
 
+    def runs_demo(self, engine: str) -> bool:
+        """Whether ``engine`` runs a demo model by choice: here (--models tiny), or on its servers, as they say."""
+        if self.remote(engine):
+            there = self._engines.get(engine)
+            return bool(there is not None and there.demo)
+        return self.settings.demo
+
     def remote(self, engine: str) -> bool:
         """Whether ``engine`` runs on other servers (--chat-server, --image-server), not in this process."""
         placement = self.placements.get(engine)
@@ -419,9 +426,12 @@ class Backend:
             ready=serves_all and all(e["state"] in ("ready", "disabled") for e in engines.values()),
             fallbacks=dict(self.fallbacks),
             banner=self.banner(),
-            demo=self.settings.demo,
+            demo=any(self.runs_demo(name) for name in self.placements),
             models={name: self.model_id(name) for name in self.placements},
-            models_reason=self.settings.models_reason,
+            models_reason=self.settings.models_reason if any(self.runs_demo(name) and not self.remote(name)
+                                                             for name in self.placements)
+            else tr("the servers this page uses run demo models") if any(map(self.runs_demo, self.placements))
+            else self.settings.models_reason,
             device=self.description,
             cache_dir=str(self.settings.cache_dir),
             cache_problem=self.cache.problem,

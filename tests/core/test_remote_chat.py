@@ -90,6 +90,11 @@ def test_the_front_says_where_its_chat_runs(pair):
     assert [t.name for t in front.runner.tasks] == [f"chat · connect to {url}"]
     assert front.runner.tasks[0].detail == f"{worker.settings.chat_model} at {url}"
     assert url in front.banner()
+    from tools.openai_api.routes import OpenAIRoutes
+
+    listed = OpenAIRoutes(front).describe_model("chat")  # the front's own /v1/models entry
+    assert listed["demo"] and listed["context_length"] == 256 and "buckets" not in listed, listed  # the server's
+    assert status["demo"] and status["models_reason"] == "the servers this page uses run demo models"
 
 
 def test_a_stop_ends_the_reply_at_once_and_frees_the_server(pair):

@@ -235,9 +235,15 @@ class OpenAIRoutes:
         b, s = self.backend, self.backend.settings
         entry = {"id": model_names(b, engine)[0], "object": "model", "created": self.created,
                  "owned_by": "trainium-showcase", "engine": engine, "runs": str(b.model_id(engine)),
-                 "demo": s.demo or engine in b.fallbacks, "state": b.engine_states()[engine],
+                 "demo": b.runs_demo(engine) or engine in b.fallbacks, "state": b.engine_states()[engine],
                  "placement": b.placements[engine].label(), "shapes": b.shape_states(engine)}
-        if engine == "chat":
+        if engine == "chat" and b.remote(engine):  # the buckets and the cache are the chat server's
+            try:
+                context = b.engine("chat").context_length  # as the server says
+            except ShowcaseError:  # not connected yet
+                context = None
+            entry.update(context_length=context, max_new_tokens=s.max_new_tokens)
+        elif engine == "chat":
             entry.update(buckets=list(s.buckets), context_length=s.context_length, cache_windows=list(s.cache_windows),
                          max_new_tokens=s.max_new_tokens, chat_batch=s.chat_batch)
         else:
