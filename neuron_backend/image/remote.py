@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import shutil
 import tempfile
 import threading
 import time
@@ -232,7 +233,8 @@ class RemoteImageEngine:
     def _run_on(self, worker: Worker, request: ImageRequest, progress, cancel: threading.Event,
                 preview) -> list[ImageResult]:
         started = time.perf_counter()
-        job = self._submit(worker, request, preview is not None)
+        sent = Path(tempfile.mkdtemp(prefix="references-")) if request.references else None
+        job = self._submit(worker, request, preview is not None, sent)
         with self._lock:
             self._jobs.add(job)
             worker.running += 1
@@ -256,18 +258,20 @@ class RemoteImageEngine:
             with self._lock:
                 self._jobs.discard(job)
                 worker.running -= 1
+            if sent is not None:
+                shutil.rmtree(sent, ignore_errors=True)
         if request.count == 1:
             paths, params = [paths], [params]
         return [self._result(worker, Path(p), dict(par), started) for p, par in zip(paths, params, strict=True)]
 
-    def _submit(self, worker: Worker, request: ImageRequest, preview: bool):
+    def _submit(self, worker: Worker, request: ImageRequest, preview: bool, folder: Path | None):
+        """The worker's job: /generate_image, or /edit_image with the references written to ``folder``."""
         common = {"size": request.size.label, "steps": request.steps, "seed": request.seed,
                   "guidance": request.guidance, "images": request.count, "preview": preview}
         if not request.references:
             return worker.client.submit(prompt=request.prompt, **common, api_name="/generate_image")
         from gradio_client import handle_file
 
-        folder = Path(tempfile.mkdtemp(prefix="references-"))
         files = []
         for i, ref in enumerate(request.references):
             ref.image.save(path := folder / f"{ref.name or f'reference-{i + 1}'}.png".replace("/", "_"))
@@ -304,6 +308,7 @@ class RemoteImageEngine:
     def _result(self, worker: Worker, path: Path, params: dict, started: float) -> ImageResult:
         with Image.open(path) as png:
             image = png.convert("RGB")
+        path.unlink(missing_ok=True)  # gradio_client's download: the PNG is saved again below, with the worker named
         params["worker"] = worker.url
         saved = self.outputs.save(image, params, stem=f"{params.get('size', 'image')}-s{params.get('seed', 0)}")
         if saved.problem:

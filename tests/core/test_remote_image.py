@@ -96,9 +96,11 @@ def test_the_front_checks_a_request_against_its_own_flags_first():
 def workers(tmp_path_factory):
     root = tmp_path_factory.mktemp("image-workers")
     one = start_app(root / "one", "--no-chat", "--sizes", "96x64", "--max-steps", str(STEPS))
-    two = start_app(root / "two", "--no-chat", "--max-steps", str(STEPS), "--max-images-per-run", "1")
+    two = start_app(root / "two", "--no-chat", "--max-steps", str(STEPS), "--max-images-per-run", "1",
+                    "--references", "0,1")
     urls = [one[2].rstrip("/"), two[2].rstrip("/")]
-    front = start_app(root / "front", "--no-chat", "--max-steps", str(STEPS), "--image-server", ",".join(urls))
+    front = start_app(root / "front", "--no-chat", "--max-steps", str(STEPS), "--image-server", ",".join(urls),
+                      "--references", "0,1")
     yield front[1], one[1], two[1], urls
     for demo, _, _ in (front, one, two):
         demo.close()
@@ -116,10 +118,11 @@ def test_the_front_connects_to_each_worker_and_reports_its_sizes(workers):
     front, _, _, urls = workers
     tasks = [(t.name, t.state, t.detail, t.progress) for t in front.runner.tasks]
     assert tasks == [(f"image · connect to {urls[0]}", "ready", f"1/1 sizes ready at {urls[0]}", 1.0),
-                     (f"image · connect to {urls[1]}", "ready", f"2/2 sizes ready at {urls[1]}", 1.0)], tasks
+                     (f"image · connect to {urls[1]}", "ready", f"4/4 sizes ready at {urls[1]}", 1.0)], tasks
     assert front.status()["ready"] and front.model_id("image") == "demo FLUX.2-klein (tiny, random weights)"
     states = front.shape_states("image")  # as the size picker and this server's /readyz read them
-    assert {label: state["state"] for label, state in states.items()} == {"96x64": "ready", "64x64": "ready"}
+    assert {label: state["state"] for label, state in states.items()} == {
+        "96x64": "ready", "64x64": "ready", "64x64+1ref": "ready", "96x64+1ref": "ready"}
     assert front.placements["image"].label() == ",".join(urls) + " · image workers"
 
 
@@ -175,3 +178,18 @@ def test_a_workers_refusal_arrives_in_its_own_words(workers):
     done = threading.Event()
     front.start_image(ImageRequest("a cat", "64x64", steps=2)).wait(30) and done.set()
     assert done.is_set()  # and it serves the next request
+
+
+@pytest.mark.slow
+def test_an_edit_goes_to_a_worker_that_edits_and_gives_its_pixels(workers):
+    from PIL import Image
+
+    from neuron_backend.image.references import ReferenceImage
+
+    front, _, two, urls = workers
+    reference = ReferenceImage(Image.new("RGB", (40, 30), (200, 40, 40)), "letterbox", name="red.png")
+    request = ImageRequest("make it blue", "96x64", steps=3, seed=5, references=(reference,))
+    [result] = front.generate_images(request)  # 96x64+1ref: only the second worker declares editing
+    assert result.params["worker"] == urls[1] and result.params["references"][0]["fit"] == "letterbox"
+    direct = two.generate_image(request)
+    assert np.array_equal(np.asarray(result.image), np.asarray(direct.image.convert("RGB")))
