@@ -137,6 +137,10 @@ class Backend:
         model = asked_model(self.settings, engine)[0]
         return model_ref(model, self.revision(engine)) if with_revision else model
 
+    def image_slots(self) -> int:
+        """How many image requests run at once: one per --image-server worker, else one (the engine's own line)."""
+        return len(self.settings.image_servers) or 1
+
     def runs_demo(self, engine: str) -> bool:
         """Whether ``engine`` runs a demo model by choice: here (--models tiny), or on its servers, as they say."""
         if self.remote(engine):

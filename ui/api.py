@@ -395,7 +395,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
                 yield update
 
     api_trigger.click(generate_image_api, api_inputs,
-                      [api_png, api_params], api_name="generate_image", concurrency_limit=1,
+                      [api_png, api_params], api_name="generate_image", concurrency_limit=backend.image_slots(),
                       concurrency_id=concurrency.get("image"))
     if max(backend.settings.references) > 0:  # /edit_image only where editing is declared (--references)
         add_edit_api(backend, concurrency, cancels)
@@ -432,7 +432,7 @@ def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCa
                 yield update
 
     edit_trigger.click(edit_image_api, edit_inputs, [edit_png, edit_params], api_name="edit_image",
-                       concurrency_limit=1, concurrency_id=concurrency.get("image"))
+                       concurrency_limit=backend.image_slots(), concurrency_id=concurrency.get("image"))
 
 
 def _file_path(value) -> str:

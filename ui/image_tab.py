@@ -256,7 +256,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     editing = [picker.files, picker.fit] if picker else []
     generating = generate_btn.click(
         press_generate, [prompt, size, steps, count, seed, randomize, guidance, live, *editing], outputs,
-        concurrency_limit=1, concurrency_id=concurrency.get("image"), api_visibility="private",
+        concurrency_limit=backend.image_slots(), concurrency_id=concurrency.get("image"), api_visibility="private",
         show_progress_on=[image_progress])
     # .then runs after a cancel too; no concurrency limit: it waits for no other user's image.
     shown_run = generating.then(show_images, [running, session_images], outputs, concurrency_limit=None,

@@ -101,7 +101,7 @@ def workers(tmp_path_factory):
     urls = [one[2].rstrip("/"), two[2].rstrip("/")]
     front = start_app(root / "front", "--no-chat", "--max-steps", str(STEPS), "--image-server", ",".join(urls),
                       "--references", "0,1")
-    yield front[1], one[1], two[1], urls
+    yield front[1], one[1], two[1], urls, front[2]
     for demo, _, _ in (front, one, two):
         demo.close()
 
@@ -115,7 +115,7 @@ def _wait(condition, timeout: float = 30.0) -> None:
 
 @pytest.mark.slow
 def test_the_front_connects_to_each_worker_and_reports_its_sizes(workers):
-    front, _, _, urls = workers
+    front, _, _, urls = workers[:4]
     tasks = [(t.name, t.state, t.detail, t.progress) for t in front.runner.tasks]
     assert tasks == [(f"image · connect to {urls[0]}", "ready", f"1/1 sizes ready at {urls[0]}", 1.0),
                      (f"image · connect to {urls[1]}", "ready", f"4/4 sizes ready at {urls[1]}", 1.0)], tasks
@@ -128,7 +128,7 @@ def test_the_front_connects_to_each_worker_and_reports_its_sizes(workers):
 
 @pytest.mark.slow
 def test_an_image_comes_from_the_warm_worker_with_progress_preview_and_the_same_pixels(workers):
-    front, _, two, urls = workers
+    front, _, two, urls = workers[:4]
     call = front.start_image(ImageRequest("a lighthouse at dusk", "64x64", steps=6, seed=11), preview=True)
     frames = []
     while not call.wait(0.02):
@@ -144,7 +144,7 @@ def test_an_image_comes_from_the_warm_worker_with_progress_preview_and_the_same_
 
 @pytest.mark.slow
 def test_two_images_at_once_run_on_two_workers(workers):
-    front, one, two, urls = workers
+    front, one, two, urls = workers[:4]
     calls = [front.start_image(ImageRequest("slow", "96x64", steps=STEPS, seed=i)) for i in (1, 2)]
     _wait(lambda: one.engine("image").busy and two.engine("image").busy)  # both at once: one on each
     for call in calls:
@@ -157,7 +157,7 @@ def test_two_images_at_once_run_on_two_workers(workers):
 
 @pytest.mark.slow
 def test_stop_frees_the_worker_within_a_step(workers):
-    front, _, two, _ = workers
+    front, _, two, _ = workers[:4]
     engine = two.engine("image")
     call = front.start_image(ImageRequest("slow", "64x64", steps=STEPS, seed=3))
     _wait(lambda: engine.busy and call.progress is not None)
@@ -172,7 +172,7 @@ def test_stop_frees_the_worker_within_a_step(workers):
 
 @pytest.mark.slow
 def test_a_workers_refusal_arrives_in_its_own_words(workers):
-    front, _, _, _ = workers
+    front, _, _, _ = workers[:4]
     with pytest.raises(InvalidRequestError, match="Images per run"):  # the 64x64 worker makes one per run
         front.generate_images(ImageRequest("a cat", "64x64", steps=2, count=2))
     done = threading.Event()
@@ -186,10 +186,27 @@ def test_an_edit_goes_to_a_worker_that_edits_and_gives_its_pixels(workers):
 
     from neuron_backend.image.references import ReferenceImage
 
-    front, _, two, urls = workers
+    front, _, two, urls = workers[:4]
     reference = ReferenceImage(Image.new("RGB", (40, 30), (200, 40, 40)), "letterbox", name="red.png")
     request = ImageRequest("make it blue", "96x64", steps=3, seed=5, references=(reference,))
     [result] = front.generate_images(request)  # 96x64+1ref: only the second worker declares editing
     assert result.params["worker"] == urls[1] and result.params["references"][0]["fit"] == "letterbox"
     direct = two.generate_image(request)
     assert np.array_equal(np.asarray(result.image), np.asarray(direct.image.convert("RGB")))
+
+
+@pytest.mark.slow
+def test_the_pages_queue_runs_as_many_images_at_once_as_it_has_workers(workers):
+    """Through the page's Gradio queue (its /generate_image), not only the engine: with a queue slot for one
+    image, the second waited for the first and two workers made images at the speed of one."""
+    from gradio_client import Client
+
+    _, one, two, _, url = workers
+    jobs = [Client(url, verbose=False).submit(prompt="slow", size="96x64", steps=STEPS, seed=i,
+                                              api_name="/generate_image") for i in (1, 2)]
+    try:
+        _wait(lambda: one.engine("image").busy and two.engine("image").busy)
+    finally:
+        for job in jobs:
+            job.cancel()
+    _wait(lambda: not (one.engine("image").busy or two.engine("image").busy), timeout=15)
