@@ -263,7 +263,11 @@ class Backend:
             from .chat.remote import RemoteChatEngine
 
             engine = RemoteChatEngine(self.settings)
-            engine.connect(lambda text: setattr(task, "detail", text))
+
+            def said(text: str) -> None:  # the server's shapes ready so far, where it lists them (this app does)
+                task.progress, task.detail = engine.warm_fraction, text
+
+            engine.connect(said)
         else:
             from .image.remote import RemoteImageEngine
 

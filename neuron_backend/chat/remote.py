@@ -45,6 +45,7 @@ class RemoteChatEngine:
         self.model: str | None = None  # the server's name of the chat model, found by connect()
         self.context_length = settings.context_length  # the server's, where it says (connect)
         self.demo = False  # the server runs a random-weight demo model (this app's /v1/models says so)
+        self.warm_fraction = 0.0  # of the server's shapes ready, where it lists them (this app does), at the last look
         self.memory_note = None
         self._running: set[threading.Event] = set()  # the stop events of the replies streaming now (cancel)
         self._lock = threading.Lock()
@@ -78,6 +79,9 @@ class RemoteChatEngine:
         entry = self._chat_entry(self._client.models.list(timeout=CONNECT_TIMEOUT_S * 2).data)
         extra = entry.model_extra or {}
         warming = _warming(extra)
+        shapes = extra.get("shapes") or {}
+        ready = sum(1 for shape in shapes.values() if (shape or {}).get("state") == "ready")
+        self.warm_fraction = 1.0 if warming is None else ready / len(shapes) if shapes else 0.0
         if warming is None:
             self.model, self.demo = entry.id, bool(extra.get("demo"))  # this app says when it runs a demo model
             self.context_length = int(extra.get("context_length") or extra.get("max_model_len") or self.context_length)

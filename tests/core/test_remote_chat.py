@@ -218,3 +218,26 @@ def test_the_context_meter_shows_the_servers_context(pair):
     used = final.stats.prompt_tokens + 5
     assert context_meter_text(final.stats, (32, 64, 128), 999) == \
         f"Context: prompt {final.stats.prompt_tokens} tokens · {used}/256 tokens on the chat server"
+
+
+def test_a_server_still_warming_up_is_waited_for_with_its_progress(tmp_path_factory, monkeypatch):
+    """The front's connect task shows how far the server's warm-up is (its shapes ready) and ends once it serves."""
+    monkeypatch.setattr(remote, "POLL_S", 0.2)
+    demo, worker, url = start_app(tmp_path_factory.mktemp("warming"), "--no-image", warm=False)  # last bucket queued
+    try:
+        settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir",
+                                   str(tmp_path_factory.mktemp("front")), "--no-image", "--chat-server", url + "v1",
+                                   *SHAPES], env={})
+        front = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
+        connecting = threading.Thread(target=front.runner.run)
+        connecting.start()
+        task, deadline = front.runner.tasks[0], time.monotonic() + 30
+        while "warming up" not in (task.detail or "") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (task.state, task.progress, task.detail) == (
+            "running", 2 / 3, f"the chat server at {url}v1 is warming up: 2/3 shapes ready")
+        worker.runner._run_step(worker.runner._steps[-1])  # the last bucket warms up: the server serves
+        connecting.join(30)
+        assert not connecting.is_alive() and (task.state, task.progress) == ("ready", 1.0)
+    finally:
+        demo.close()
