@@ -137,6 +137,11 @@ class Backend:
         model = asked_model(self.settings, engine)[0]
         return model_ref(model, self.revision(engine)) if with_revision else model
 
+    def chat_slots(self) -> int:
+        """How many chat replies stream at once: --chat-batch here; with --chat-server up to --queue-size (the
+        server batches them, vLLM continuously, and answers 429 when full)."""
+        return self.settings.queue_size if self.remote("chat") else self.settings.chat_batch
+
     def image_slots(self) -> int:
         """How many image requests run at once: one per --image-server worker, else one (the engine's own line)."""
         return len(self.settings.image_servers) or 1

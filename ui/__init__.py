@@ -49,10 +49,10 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
     """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs);
     ``tabs``: added after Chat and Image, in order; ``details``: added to the warm-up details; ``chat_extras``:
     rows under the chatbot (the annex's 👍/👎 feedback)."""
-    settings, cancels = backend.settings, cancels or EarlyCancels()
+    cancels = cancels or EarlyCancels()
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
-    if settings.chat_batch > 1:  # N batch slots: N chat replies at once, in a group of their own
+    if backend.chat_slots() > 1:  # N batch slots (or a chat server): N replies at once, in a group of their own
         concurrency["chat"] = "chat-batch"
 
     # delete_cache: Gradio copies every served file into its cache; drop copies older than an hour, hourly.

@@ -362,7 +362,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
         """The warm-up status snapshot (JSON); without --auth, no server folder in it."""
         return visitor_status(backend)
 
-    gr.api(_typed(chat), api_name="chat", concurrency_limit=backend.settings.chat_batch,
+    gr.api(_typed(chat), api_name="chat", concurrency_limit=backend.chat_slots(),
            concurrency_id=concurrency.get("chat"))
     gr.api(_typed(status), api_name="status", queue=False)
 

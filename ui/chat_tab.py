@@ -168,7 +168,7 @@ class StoppedReplies:
             done.set()
 
     def _finish_stopped(self, stream, stop: threading.Event, kept: list) -> None:
-        if self.backend.settings.chat_batch > 1:
+        if self.backend.chat_slots() > 1:  # its own row's stop: Stop must not end another visitor's reply
             stop.set()
         else:
             self.backend.cancel("chat")
@@ -493,7 +493,7 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
         additional_inputs_accordion=gr.Accordion(t("Sampling and system prompt"), open=False, render=False),
         additional_outputs=[chat_stats, context_meter, reply_records], examples=[[e] for e in EXAMPLE_PROMPTS],
         examples_label=t("Examples"), editable=True,  # a click sends the example, as the visitor expects
-        concurrency_limit=settings.chat_batch, api_visibility="private", fill_height=False, save_history=True,
+        concurrency_limit=backend.chat_slots(), api_visibility="private", fill_height=False, save_history=True,
         autofocus=False,  # focusing the box on load scrolls a phone's page past the header and the warm-up bar
     )
     keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser

@@ -241,3 +241,37 @@ def test_a_server_still_warming_up_is_waited_for_with_its_progress(tmp_path_fact
         assert not connecting.is_alive() and (task.state, task.progress) == ("ready", 1.0)
     finally:
         demo.close()
+
+
+def test_the_pages_queue_lets_replies_stream_together_to_the_server(tmp_path_factory):
+    """Through the page's Gradio queue: with a slot for one reply (its own --chat-batch 1), every visitor's reply
+    waited for the one streaming, and a server that batches (vLLM, or this app with --chat-batch 2) got one at a
+    time. A page with --chat-server lets up to --queue-size replies stream to it at once."""
+    from gradio_client import Client
+
+    root = tmp_path_factory.mktemp("batching")
+    server = start_app(root / "server", "--no-image", "--chat-batch", "2")
+    page = start_app(root / "page", "--no-image", "--chat-server", server[2] + "v1")
+    streaming, most, stream_chat = [], [0], page[1].stream_chat
+
+    def counted(request, stop=None):  # the page's replies in flight to the server, from request to last update
+        streaming.append(1)
+        most[0] = max(most[0], len(streaming))
+        try:
+            yield from stream_chat(request, stop)
+        finally:
+            streaming.pop()
+
+    page[1].stream_chat = counted
+    try:
+        with slowed(server[1].engine("chat"), 0.05):
+            jobs = [Client(page[2], verbose=False).submit(message=f"long story {i}", max_new_tokens=60, greedy=True,
+                                                          api_name="/chat") for i in range(2)]
+            deadline = time.monotonic() + 60
+            while not all(job.done() for job in jobs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert most[0] == 2, "the page sent its replies to the chat server one at a time"
+        assert all(job.result()["done"] for job in jobs)
+    finally:
+        page[0].close()
+        server[0].close()

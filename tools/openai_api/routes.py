@@ -132,7 +132,7 @@ class Admission:
     def enter(self, engine: str) -> Callable[[], None]:
         """Count one request in (or refuse it); returns the release, safe to call more than once."""
         s = self.backend.settings
-        slots = s.chat_batch if engine == "chat" else self.backend.image_slots()
+        slots = self.backend.chat_slots() if engine == "chat" else self.backend.image_slots()
         depth = self.backend.metrics.queue_depth  # Gradio's waiting events (ui.serve sets it)
         waiting = depth() if depth is not None else 0
         if self.counts[engine] + waiting >= slots + s.queue_size:
