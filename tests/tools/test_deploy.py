@@ -5,7 +5,8 @@ Every manifest is read with PyYAML. Each built-in kind is validated by kubernete
 validator has no schema for, is checked by hand for the fields KEDA requires. Then against the app itself:
 every app container's args and SHOWCASE_* env parse with ``parse_settings`` and its engines fit the
 NeuronCores it asks for; every probe path is a route of ``ui/probes.py`` on the container's ``--port``;
-Services reach their pods' ports; the page's ``--chat-server`` names the chat Service; the KEDA query reads
+Services reach their pods' ports; the page's ``--chat-server`` names the chat Service; the UI tier's
+``--image-server`` names each pod of the image-worker StatefulSet through its headless Service; the KEDA query reads
 a metric the app exports; the budgets cover the app's compile times; the compile cache lands on the shared
 volume with its lock files on local disk, as ``compile_cache.py`` decides from the pod's mounts.
 
@@ -24,27 +25,39 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 import urllib.parse
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import yaml
+from support.manifests import (
+    APP_CONTAINER,
+    DEPLOY,
+    IMAGES,
+    app_containers,
+    container_port,
+    containers,
+    dockerfile_of,
+    documented_probes,
+    exported_metric_names,
+    first_run_estimate,
+    flag,
+    load_manifests,
+    local_engines,
+    neuroncores,
+    of_kind,
+    probe_routes,
+    secret_ref,
+    settings_of,
+    startup_budget,
+)
 
-from neuron_backend import compile_plan
 from neuron_backend.compile_cache import NEFF_LOCKS_ENV, configure_compile_cache, filesystem_type
-from neuron_backend.devices import HostDevices, resolve_placements
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.metrics import Metrics
-from neuron_backend.settings import parse_settings
-from neuron_backend.shapes import shape_keys
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
 # The oldest Kubernetes in EKS standard support in December 2026 (1.34's ended on 2 Dec 2026).
 KUBERNETES_VERSION = "1.35"
-NEURONCORE = "aws.amazon.com/neuroncore"
-APP_CONTAINER = "showcase"  # the name of every container that runs this app (deploy/Dockerfile's image)
 VLLM_COMPILE_TIMEOUT_S = 600  # vLLM Neuron's documented default VLLM_NEURON_COMPILATION_TIMEOUT
 VLLM_LOAD_S = 600  # weights and load before and after vLLM's compile
 # KEDA's ScaledObject (keda.sh/v1alpha1): the fields of its spec and of a trigger, and what each requires.
@@ -52,124 +65,6 @@ KEDA_SPEC = {"scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCool
              "minReplicaCount", "maxReplicaCount", "advanced", "triggers", "fallback"}
 KEDA_TRIGGER = {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"}
 KEDA_PROMETHEUS_REQUIRED = {"serverAddress", "query", "threshold"}
-SAMPLE_SHA256 = "ab" * 32
-
-
-# ----- reading the manifests --------------------------------------------------------------------------------
-def load_manifests(folder: Path = DEPLOY) -> list[dict]:
-    """Every document of every deploy/*.yaml, each with ``_file`` (its file name) added."""
-    docs = []
-    for path in sorted(folder.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if doc:
-                docs.append({**doc, "_file": path.name})
-    return docs
-
-
-def of_kind(docs: list[dict], kind: str) -> list[dict]:
-    return [d for d in docs if d.get("kind") == kind]
-
-
-def containers(docs: list[dict]):
-    """(deployment, container) for every container of every Deployment."""
-    for dep in of_kind(docs, "Deployment"):
-        for c in dep["spec"]["template"]["spec"]["containers"]:
-            yield dep, c
-
-
-def app_containers(docs: list[dict]):
-    return [(dep, c) for dep, c in containers(docs) if c["name"] == APP_CONTAINER]
-
-
-def env_of(container: dict, optional_present: bool) -> dict[str, str]:
-    """The container's SHOWCASE_* environment: literal values, a stand-in word for a Secret's value, and the
-    optional ConfigMap values either absent or present (a bundle with a sample sha256)."""
-    env = {}
-    for item in container.get("env", []):
-        name, source = item["name"], item.get("valueFrom", {})
-        if not name.startswith("SHOWCASE_"):
-            continue
-        if "value" in item:
-            env[name] = str(item["value"])
-        elif "secretKeyRef" in source:
-            env[name] = "secret-{name}-{key}".format(**source["secretKeyRef"])
-        elif "configMapKeyRef" in source:
-            ref = source["configMapKeyRef"]
-            if optional_present or not ref.get("optional"):
-                env[name] = SAMPLE_SHA256 if ref["key"] == "sha256" else "/cache/bundle.tar.gz"
-    return env
-
-
-def settings_of(container: dict, optional_present: bool = False):
-    """The app's Settings for this container; never asks the Hub (``--models auto`` reads as unreachable)."""
-    return parse_settings(container.get("args", []), env=env_of(container, optional_present),
-                          weights_available=lambda model, timeout: (False, "the manifests' test asks no Hub"))
-
-
-def secret_ref(container: dict, variable: str) -> tuple[str, str] | None:
-    for item in container.get("env", []):
-        ref = item.get("valueFrom", {}).get("secretKeyRef")
-        if item["name"] == variable and ref:
-            return ref["name"], ref["key"]
-    return None
-
-
-def flag(command: list[str], name: str) -> str | None:
-    """The value after ``name`` in a command line, or None."""
-    return command[command.index(name) + 1] if name in command[:-1] else None
-
-
-def container_port(container: dict, port) -> int | None:
-    """A probe's or Service's port (a number or a port name) as this container's number, or None."""
-    for p in container.get("ports", []):
-        if port in (p["containerPort"], p.get("name")):
-            return p["containerPort"]
-    return None
-
-
-def startup_budget(container: dict) -> int:
-    probe = container["startupProbe"]
-    return probe.get("initialDelaySeconds", 0) + probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
-
-
-def neuroncores(container: dict) -> int:
-    return int(container.get("resources", {}).get("limits", {}).get(NEURONCORE, 0))
-
-
-# ----- what the app says ------------------------------------------------------------------------------------
-def probe_routes() -> dict[str, set[str]]:
-    """Path -> methods of the routes ``ui/probes.py`` adds to Gradio's app (the backend is read only per request)."""
-    from ui.probes import probe_routes as routes
-
-    return {r.path: r.methods for r in routes(None)}
-
-
-def exported_metric_names() -> set[str]:
-    """Every series name /metrics exposes, as a Backend's Metrics has them once ui.serve sets the queue gauge."""
-    metrics = Metrics(lambda: [], lambda: {"chat": "ready", "image": "ready"}, lambda: 0, lambda: {})
-    metrics.queue_depth = lambda: 0  # ui/__init__.py: backend.metrics.queue_depth = queue_depth(demo)
-    return {sample.name for family in metrics.registry.collect() for sample in family.samples}
-
-
-def documented_probes() -> dict[str, dict]:
-    """The startup, readiness and liveness probes docs/api.md recommends."""
-    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
-    return yaml.safe_load(re.search(r"```yaml\n(startupProbe:.*?)```", page, re.S).group(1))
-
-
-def first_run_estimate(settings, cores: int) -> float:
-    """The app's own first-run warm-up estimate (s) for these settings on ``cores`` NeuronCores: its compile tasks
-    priced as ``Backend._plan`` prices them (weights and load not included)."""
-    total = 0.0
-    for engine, placement in resolve_placements(settings, HostDevices(neuron_cores=cores, cuda_devices=0)).items():
-        if placement.kind == "remote":
-            continue
-        shapes = shape_keys(settings, engine)
-        for i, shape in enumerate(shapes):
-            plan = compile_plan.chat_plan(settings, placement, [s.tokens for s in shapes], i) if engine == "chat" \
-                else compile_plan.image_plan(settings, placement, shape, i)
-            total += plan.estimate_s
-    return total
 
 
 # ----- the checks: each returns its problems ----------------------------------------------------------------
@@ -223,7 +118,8 @@ def scaled_object_problems(data: dict) -> list[str]:
 
 def settings_problems(docs: list[dict]) -> list[str]:
     """Each app container's flags parse (with and without the optional bundle), bind 0.0.0.0, leave the image's
-    ENTRYPOINT (python app.py) alone, and place every local engine on the NeuronCores the pod asks for."""
+    ENTRYPOINT (python app.py) alone, and place every local engine on the one NeuronCore the pod asks for; a pod
+    whose engines are all remote (the UI tier) asks for none and runs the CPU image."""
     problems = []
     found = app_containers(docs)
     if len(found) < 2:
@@ -244,15 +140,41 @@ def settings_problems(docs: list[dict]) -> list[str]:
             problems.append(f"{where}: binds {settings.host}, not 0.0.0.0: nothing outside the pod reaches it")
         if "command" in c:
             problems.append(f"{where}: command replaces the image's ENTRYPOINT (python app.py); give args only")
-        if neuroncores(c) != 1:
-            problems.append(f"{where}: asks for {neuroncores(c)} NeuronCores, the topology holds one per pod")
         try:
-            resolve_placements(settings, HostDevices(neuron_cores=max(neuroncores(c), 0), cuda_devices=0))
+            local = local_engines(settings, neuroncores(c))
         except ShowcaseError as e:
             problems.append(f"{where}: its engines do not fit its {neuroncores(c)} NeuronCore(s): {e}")
-    entry = re.findall(r"^ENTRYPOINT (.+)$", (DEPLOY / "Dockerfile").read_text(), re.M)
-    if entry != ['["python", "app.py"]']:
-        problems.append(f"deploy/Dockerfile's ENTRYPOINT is {entry}, not python app.py")
+            continue
+        if neuroncores(c) != (1 if local else 0):
+            problems.append(f"{where}: asks for {neuroncores(c)} NeuronCores for its local engines {local}: the "
+                            "topology holds one per pod that runs an engine, none for the UI tier")
+        wanted = "Dockerfile" if local else "Dockerfile.ui"
+        if dockerfile_of(c).name != wanted:
+            problems.append(f"{where}: runs {c['image']}, not the image of deploy/{wanted} "
+                            f"({'the Neuron SDK' if local else 'CPU only: every engine is remote'})")
+    for name in IMAGES.values():
+        entry = re.findall(r"^ENTRYPOINT (.+)$", (DEPLOY / name).read_text(), re.M)
+        if entry != ['["python", "app.py"]']:
+            problems.append(f"deploy/{name}'s ENTRYPOINT is {entry}, not python app.py")
+    return problems
+
+
+def ui_image_problems(dockerfile: Path = DEPLOY / "Dockerfile.ui") -> list[str]:
+    """The UI tier's image: the Python the suite runs on, the pinned torch as its CPU build, requirements.txt, and
+    nothing of the Neuron SDK."""
+    problems, text = [], dockerfile.read_text(encoding="utf-8")
+    base = re.search(r"^ARG BASE=python:(\d+\.\d+)", text, re.M)
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not base or base.group(1) != here:
+        problems.append(f"{dockerfile.name}: its base is not python:{here} (the Python the tests run on)")
+    pinned = re.search(r"^torch==(\S+)", (DEPLOY.parent / "requirements.txt").read_text(), re.M).group(1)
+    run = " ".join(re.findall(r"^RUN (.+)$", text.replace("\\\n", " "), re.M))  # continuation lines joined
+    if "download.pytorch.org/whl/cpu" not in run or f"torch=={pinned}" not in run:
+        problems.append(f"{dockerfile.name}: does not install torch=={pinned} from PyTorch's CPU index")
+    if "-r requirements.txt" not in run:
+        problems.append(f"{dockerfile.name}: does not install requirements.txt")
+    if "neuron" in run.lower():
+        problems.append(f"{dockerfile.name}: installs Neuron packages the UI tier never uses")
     return problems
 
 
@@ -390,6 +312,65 @@ def chat_link_problems(docs: list[dict]) -> list[str]:
     return problems
 
 
+def worker_link_problems(docs: list[dict]) -> list[str]:
+    """Each URL of a page's --image-server is one pod of an image-worker StatefulSet, http://<set>-<n>.<its
+    headless Service>:<port>, with n below its replicas and the port the worker's --port; every worker is named
+    (the page routes only to those); the workers start in parallel and resolve while they warm up; each declares
+    the page's sizes, references and steps (the page checks a request against its own flags)."""
+    problems = []
+    sets = {s["metadata"]["name"]: s for s in of_kind(docs, "StatefulSet")}
+    services = {s["metadata"]["name"]: s for s in of_kind(docs, "Service")}
+    for dep, c in app_containers(docs):
+        try:
+            page = settings_of(c)
+        except ShowcaseError:
+            continue  # settings_problems says why
+        if not page.image_servers:
+            continue
+        named: dict[str, set[int]] = {}
+        for url in page.image_servers:
+            where = f"{dep['_file']}: --image-server {url}"
+            parts = urllib.parse.urlsplit(url)
+            pod, _, service = (parts.hostname or "").partition(".")
+            name, _, ordinal = pod.rpartition("-")
+            workers = sets.get(name)
+            if workers is None or not ordinal.isdigit():
+                problems.append(f"{where}: {pod!r} is no pod of an image-worker StatefulSet of deploy/")
+                continue
+            named.setdefault(name, set()).add(int(ordinal))
+            spec, svc = workers["spec"], services.get(service.split(".")[0])
+            if int(ordinal) >= spec.get("replicas", 1):
+                problems.append(f"{where}: {name} has {spec.get('replicas', 1)} replicas, no pod {pod}")
+            if svc is None or spec["serviceName"] != svc["metadata"]["name"]:
+                problems.append(f"{where}: {service!r} is not {name}'s serviceName {spec['serviceName']!r}")
+                continue
+            if svc["spec"].get("clusterIP") != "None":
+                problems.append(f"{where}: Service/{service} is not headless (clusterIP: None): no name per pod")
+            if svc["spec"].get("publishNotReadyAddresses") is not True:
+                problems.append(f"{where}: Service/{service} lacks publishNotReadyAddresses: a warming worker's "
+                                "name would not resolve, and the page could not show its warm-up")
+            worker = next(wc for wd, wc in containers(docs) if wd is workers and wc["name"] == APP_CONTAINER)
+            port = next((p for p in svc["spec"]["ports"] if p["port"] == parts.port), None)
+            if port is None or container_port(worker, port.get("targetPort", port["port"])) != \
+                    settings_of(worker).port:
+                problems.append(f"{where}: port {parts.port} does not reach the worker's --port")
+            theirs = settings_of(worker)
+            if theirs.chat or not theirs.image:
+                problems.append(f"{where}: the worker is not started with --no-chat")
+            for what in ("sizes", "references", "max_steps", "max_images_per_run"):
+                if getattr(theirs, what) != getattr(page, what):
+                    problems.append(f"{where}: the worker's {what} {getattr(theirs, what)} are not the page's "
+                                    f"{getattr(page, what)}")
+        for name, ordinals in named.items():
+            spec = sets[name]["spec"]
+            unnamed = sorted(set(range(spec.get("replicas", 1))) - ordinals)
+            problems += [f"{dep['_file']}: {name}-{n} gets no image: --image-server does not name it" for n in unnamed]
+            if spec.get("podManagementPolicy") != "Parallel":
+                problems.append(f"{sets[name]['_file']}: {name} starts its workers one after another "
+                                "(podManagementPolicy: Parallel starts every worker's compile at once)")
+    return problems
+
+
 def scaler_problems(docs: list[dict]) -> list[str]:
     """KEDA scales the page Deployment on metrics the app exports, before a replica's queue is full."""
     problems = []
@@ -430,12 +411,19 @@ def budget_problems(docs: list[dict]) -> list[str]:
             estimate = first_run_estimate(settings, neuroncores(c))
         except ShowcaseError:
             continue  # settings_problems says why
+        if dep["kind"] != "Deployment":
+            continue  # a StatefulSet has no rollout deadline: its pods only ever wait
         deadline = dep["spec"].get("progressDeadlineSeconds", 600)
         needed = max(startup_budget(c) + estimate, settings.compile_timeout_min * 60)
         if deadline < needed:
             problems.append(f"{where}: progressDeadlineSeconds {deadline} < {needed:.0f} s (startup "
                             f"{startup_budget(c)} s + the app's first-run estimate {estimate:.0f} s, or one "
                             f"task's --compile-timeout-min)")
+        workers = workers_of(docs, settings)  # the page turns ready once a worker serves every size
+        slowest = max((first_run_estimate(settings_of(w), neuroncores(w)) for w in workers), default=0.0)
+        if workers and deadline < startup_budget(c) + slowest:
+            problems.append(f"{where}: progressDeadlineSeconds {deadline} < {startup_budget(c) + slowest:.0f} s "
+                            f"(startup + the workers' first-run estimate {slowest:.0f} s)")
     for dep, c in containers(docs):
         if c["name"] != "vllm":
             continue
@@ -447,6 +435,12 @@ def budget_problems(docs: list[dict]) -> list[str]:
         if dep["spec"].get("progressDeadlineSeconds", 600) < startup_budget(c):
             problems.append(f"{dep['_file']}: progressDeadlineSeconds is shorter than vLLM's startup budget")
     return problems
+
+
+def workers_of(docs: list[dict], settings) -> list[dict]:
+    """The app containers of the StatefulSets a page's --image-server names."""
+    names = {(urllib.parse.urlsplit(u).hostname or "").split(".")[0].rpartition("-")[0] for u in settings.image_servers}
+    return [c for dep, c in app_containers(docs) if dep["kind"] == "StatefulSet" and dep["metadata"]["name"] in names]
 
 
 def cache_problems(docs: list[dict], scratch: Path) -> list[str]:
@@ -474,6 +468,8 @@ def cache_problems(docs: list[dict], scratch: Path) -> list[str]:
         setup = configure_compile_cache(Path(f"{here}{root}"), env, mounts)
         if filesystem_type(Path(f"{here}{root}"), mounts) == "overlay":
             problems.append(f"{where}: the cache root {root} is in the container's writable layer, not a volume")
+        if not local_engines(settings_of(c), neuroncores(c)):
+            continue  # every engine remote: nothing compiles here
         if setup.folder is None or filesystem_type(setup.folder, mounts) != "lustre":
             problems.append(f"{where}: the compile cache {root}/compile-cache is not on the shared claim")
         if filesystem_type(Path(env[NEFF_LOCKS_ENV]), mounts) == "lustre":
@@ -482,7 +478,7 @@ def cache_problems(docs: list[dict], scratch: Path) -> list[str]:
 
 
 CHECKS = (schema_problems, settings_problems, probe_problems, service_problems, chat_link_problems,
-          scaler_problems, budget_problems)
+          worker_link_problems, scaler_problems, budget_problems)
 
 
 # ----- the tests ---------------------------------------------------------------------------------------------
@@ -493,8 +489,10 @@ def docs():
 
 def test_every_file_holds_what_the_topology_needs(docs):
     files = {d["_file"]: d["kind"] for d in docs}
-    assert {"chat-worker.yaml", "vllm-chat.yaml", "page.yaml", "page-scaler.yaml", "compile-cache.yaml"} <= set(files)
-    assert sorted({d["kind"] for d in docs}) == ["Deployment", "PersistentVolumeClaim", "ScaledObject", "Service"]
+    assert {"chat-worker.yaml", "vllm-chat.yaml", "page.yaml", "page-ui.yaml", "image-workers.yaml",
+            "page-scaler.yaml", "compile-cache.yaml"} <= set(files)
+    assert sorted({d["kind"] for d in docs}) == ["Deployment", "PersistentVolumeClaim", "ScaledObject", "Service",
+                                                 "StatefulSet"]
 
 
 def test_the_manifests_are_valid_kubernetes(docs):
@@ -508,6 +506,17 @@ def test_the_manifests_are_valid_kubernetes(docs):
 def test_the_manifests_agree_with_the_app(docs, check):
     problems = check(docs)
     assert not problems, "\n".join(problems)
+
+
+def test_the_ui_tier_image_is_cpu_only(tmp_path):
+    assert not ui_image_problems()
+    broken = tmp_path / "Dockerfile.ui"  # and the check sees the Neuron SDK's image line in it
+    text = (DEPLOY / "Dockerfile.ui").read_text().replace("-r requirements.txt", "-r requirements-neuron.txt")
+    broken.write_text(text.replace("--index-url https://download.pytorch.org/whl/cpu ", ""))
+    assert ui_image_problems(broken) == [
+        "Dockerfile.ui: does not install torch==2.13.0 from PyTorch's CPU index",
+        "Dockerfile.ui: does not install requirements.txt", "Dockerfile.ui: installs Neuron packages the UI tier "
+        "never uses"]
 
 
 def test_the_compile_cache_is_shared_and_its_locks_stay_local(docs, tmp_path):
@@ -535,6 +544,8 @@ PAGE = "page.yaml|Deployment/showcase-page|spec.template.spec.containers.0"
 WORKER = "chat-worker.yaml|Deployment/showcase-chat|spec.template.spec.containers.0"
 VLLM = "vllm-chat.yaml|Deployment/showcase-vllm|spec.template.spec.containers.0"
 SCALER = "page-scaler.yaml|ScaledObject/showcase-page|spec"
+UI = "page-ui.yaml|Deployment/showcase-page|spec.template.spec.containers.0"
+IMAGE = "image-workers.yaml|StatefulSet/showcase-image|spec"
 BREAKS = {
     "an unknown field": (_set(f"{PAGE}.livenesProbe", {}), schema_problems, "'livenesProbe' was unexpected"),
     "a string for a number": (_set(f"{WORKER}.startupProbe.periodSeconds", "10"), schema_problems, "not of type"),
@@ -575,6 +586,30 @@ BREAKS = {
         "first-run estimate 12000 s"),
     "vLLM's compile past its startup probe": (_set(f"{VLLM}.startupProbe.failureThreshold", 60), budget_problems,
                                               "its compile alone"),
+    "a NeuronCore for the UI tier": (_set(f"{UI}.resources", {"limits": {"aws.amazon.com/neuroncore": 1}}),
+                                     settings_problems, "none for the UI tier"),
+    "the UI tier on the trn2 image": (_set(f"{UI}.image", "trainium-showcase:latest"), settings_problems,
+                                      "not the image of deploy/Dockerfile.ui"),
+    "a worker the page does not name": (_set(f"{IMAGE}.replicas", 3), worker_link_problems,
+                                        "showcase-image-2 gets no image"),
+    "a worker past the replicas": (_set(f"{IMAGE}.replicas", 1), worker_link_problems, "no pod showcase-image-1"),
+    "a worker URL to another pod": (_set(f"{UI}.args.5", "http://showcase-img-0.showcase-image:7860"),
+                                    worker_link_problems, "is no pod of an image-worker StatefulSet"),
+    "workers started one by one": (_set(f"{IMAGE}.podManagementPolicy", "OrderedReady"), worker_link_problems,
+                                   "podManagementPolicy: Parallel"),
+    "a worker Service with a virtual IP": (_set("image-workers.yaml|Service/showcase-image|spec.clusterIP", None),
+                                           worker_link_problems, "not headless"),
+    "warming workers unnamed": (_set("image-workers.yaml|Service/showcase-image|spec.publishNotReadyAddresses",
+                                     False), worker_link_problems, "publishNotReadyAddresses"),
+    "a worker without a size of the page": (_set(f"{IMAGE}.template.spec.containers.0.args",
+                                                 [*"--models full --no-chat --host 0.0.0.0 --port 7860 --cache-dir "
+                                                   "/cache --sizes 1024x1024".split()]),
+                                            worker_link_problems, "the worker's sizes"),
+    "a worker on another port": (_set(f"{IMAGE}.template.spec.containers.0.args.6", "7861"), worker_link_problems,
+                                 "does not reach the worker's --port"),
+    "a UI rollout deadline shorter than the workers' warm-up": (
+        _set("page-ui.yaml|Deployment/showcase-page|spec.progressDeadlineSeconds", 3600), budget_problems,
+        "the workers' first-run estimate 12000 s"),
     "no shared compile cache": (_set(f"{PAGE}.volumeMounts", [{"name": "cache-root", "mountPath": "/cache"}]),
                                 cache_problems, "not on the shared claim"),
     "a claim for one pod": (_set("compile-cache.yaml|PersistentVolumeClaim/showcase-compile-cache|spec.accessModes",
