@@ -2,11 +2,12 @@
 ``--no-chat``) through ``gradio_client``, with their progress and live preview, as the in-process engine makes them.
 
 Routing: a worker serves a request only once its own ``/readyz`` says the request's shape (``96x64``,
-``1024x1024+1ref``) is ready; among those, the one with the fewest of this server's images running goes first
-(each UI replica counts its own). A worker that fails mid-image (its connection breaks, or it sends nothing for
-``STALL_S``) is left out until its ``/readyz`` answers again, and the image starts over on another warm worker;
-with none left the user reads which worker failed and what to do. A stop cancels the worker's job
-(``job.cancel()``), which stops the image there within a step. The result's parameters name the worker.
+``1024x1024+1ref``) is ready; among those, the one with the fewest of this server's images running goes first (each
+UI replica counts its own). A worker that fails mid-image (its connection breaks, or it sends nothing for
+``STALL_S``; before its first update, only if its ``/healthz`` is silent too) is left out until its ``/readyz``
+answers again, and the image starts over on another warm worker; with none left the user reads which worker failed
+and what to do. A stop cancels the worker's job (``job.cancel()``), which stops the image there within a step. The
+result's parameters name the worker.
 
 What the worker decides, the worker says: its refusals arrive in its own words (``gradio_client``'s ``AppError``),
 its steps' default, its compiled sizes. The front checks a request against its own flags first (give it the
@@ -249,9 +250,15 @@ class RemoteImageEngine:
                     self._relay(update, request, progress, preview)
                 if len(updates) > seen:
                     seen, heard = len(updates), time.monotonic()
-                elif seen and time.monotonic() - heard > STALL_S:
-                    job.cancel()
-                    raise WorkerLost(tr("no update for {s} s", s=f"{STALL_S:.0f}"))
+                elif time.monotonic() - heard > STALL_S:
+                    # Before its first update the image may wait in the worker's own queue (other pages' images):
+                    # silence then is lost only when the worker's /healthz does not answer either (frozen, gone).
+                    if seen or not self._alive(worker):
+                        job.cancel()
+                        raise WorkerLost(tr("no update for {s} s", s=f"{STALL_S:.0f}") if seen else
+                                         tr("no update for {s} s, and its /healthz does not answer",
+                                            s=f"{STALL_S:.0f}"))
+                    heard = time.monotonic()
                 time.sleep(JOB_POLL_S)
             paths, params = self._outcome(worker, job)
         finally:
@@ -279,6 +286,16 @@ class RemoteImageEngine:
         return worker.client.submit(prompt=request.prompt, references=files,
                                     fit=",".join(ref.fit for ref in request.references), **common,
                                     api_name="/edit_image")
+
+    @staticmethod
+    def _alive(worker: Worker) -> bool:
+        """Whether the worker's /healthz answers 200 within ``CONNECT_TIMEOUT_S``."""
+        import httpx
+
+        try:
+            return httpx.get(worker.url + "/healthz", timeout=CONNECT_TIMEOUT_S).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def _outcome(self, worker: Worker, job):
         from gradio_client.exceptions import AppError

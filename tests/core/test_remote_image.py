@@ -83,6 +83,53 @@ def test_an_image_lost_with_its_worker_starts_over_on_another_warm_worker_or_say
         engine.generate_run(ImageRequest("a cat", "96x64", steps=4))
 
 
+class SilentJob:
+    """A worker's job that sends nothing: queued there, or its worker frozen (SIGSTOP, a node gone without a FIN)."""
+
+    def __init__(self, done_after: float = float("inf")):
+        self.until, self.cancelled = time.monotonic() + done_after, False
+
+    def done(self) -> bool:
+        return self.cancelled or time.monotonic() > self.until
+
+    def outputs(self) -> list:
+        return []
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_worker_silent_before_its_first_update_is_lost_only_when_its_healthz_is_silent_too(monkeypatch):
+    monkeypatch.setattr("neuron_backend.image.remote.STALL_S", 0.2)
+    engine = _engine("http://127.0.0.1:9")  # port 9 (discard): its /healthz does not answer
+    worker = _known(engine, "http://127.0.0.1:9", s96_64={"state": "ready", "eta_s": 0.0})
+    job = SilentJob()
+    engine._submit = lambda *args: job
+    outcome = []
+    runner = threading.Thread(target=lambda: outcome.append(_raised(
+        engine._run_on, worker, ImageRequest("a cat", "96x64"), None, threading.Event(), None)), daemon=True)
+    runner.start()
+    runner.join(timeout=10)
+    assert not runner.is_alive(), "the image waited on a frozen worker with no end"
+    assert isinstance(outcome[0], WorkerLost) and "its /healthz does not answer" in str(outcome[0]), outcome
+    assert job.cancelled and worker.running == 0
+
+    # A worker that answers /healthz while the image waits in its queue is waited for, past STALL_S.
+    monkeypatch.setattr(RemoteImageEngine, "_alive", staticmethod(lambda worker: True))
+    engine._submit = lambda *args: SilentJob(done_after=0.8)
+    engine._outcome = lambda worker, job: ("made", {"seed": 1})
+    engine._result = lambda worker, path, params, started: path
+    assert [str(p) for p in engine._run_on(worker, ImageRequest("a cat", "96x64"), None, threading.Event(),
+                                           None)] == ["made"]
+
+
+def _raised(call, *args):
+    try:
+        return call(*args)
+    except Exception as exc:  # noqa: BLE001 - the test reads what the call raised
+        return exc
+
+
 def test_the_front_checks_a_request_against_its_own_flags_first():
     engine = _engine("http://a:1")
     with pytest.raises(InvalidRequestError, match="Allowed sizes: 64x64, 96x64"):
