@@ -4,12 +4,14 @@ and metrics the app serves, and its own first-run compile estimate. The checks l
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 
 import yaml
 
 from neuron_backend import compile_plan
 from neuron_backend.devices import HostDevices, resolve_placements
+from neuron_backend.errors import ShowcaseError
 from neuron_backend.metrics import Metrics
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import shape_keys
@@ -150,3 +152,41 @@ def dockerfile_of(container: dict) -> Path:
     """The Dockerfile that builds the container's image (its name without registry and tag)."""
     name = container["image"].rsplit("/", 1)[-1].split(":")[0]
     return DEPLOY / IMAGES.get(name, f"<no Dockerfile builds {name}>")
+
+
+def selected(docs: list[dict], service: dict) -> list[tuple[dict, dict]]:
+    """(deployment, container) of the pods a Service selects, in the Service's own file."""
+    wanted = service["spec"].get("selector", {}).items()
+    return [(dep, c) for dep, c in containers(docs) if dep["_file"] == service["_file"]
+            and wanted <= dep["spec"]["template"]["metadata"]["labels"].items()]
+
+
+def chat_server_of(container: dict) -> str | None:
+    try:
+        return settings_of(container).chat_server
+    except ShowcaseError:
+        return None
+
+
+def chat_services(docs: list[dict]) -> list[dict]:
+    """Services in front of a chat server: this app without its image engine, or vLLM."""
+    out = []
+    for svc in of_kind(docs, "Service"):
+        for _, c in selected(docs, svc):
+            if c["name"] == "vllm" or (c["name"] == APP_CONTAINER and not is_image(c)):
+                out.append(svc)
+                break
+    return out
+
+
+def is_image(container: dict) -> bool:
+    try:
+        return settings_of(container).image
+    except ShowcaseError:
+        return True
+
+
+def workers_of(docs: list[dict], settings) -> list[dict]:
+    """The app containers of the StatefulSets a page's --image-server names."""
+    names = {(urllib.parse.urlsplit(u).hostname or "").split(".")[0].rpartition("-")[0] for u in settings.image_servers}
+    return [c for dep, c in app_containers(docs) if dep["kind"] == "StatefulSet" and dep["metadata"]["name"] in names]

@@ -24,6 +24,7 @@ after its compile, so its startup probe must cover its compile timeout plus ten 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import sys
 import urllib.parse
@@ -36,6 +37,8 @@ from support.manifests import (
     DEPLOY,
     IMAGES,
     app_containers,
+    chat_server_of,
+    chat_services,
     container_port,
     containers,
     dockerfile_of,
@@ -43,14 +46,17 @@ from support.manifests import (
     exported_metric_names,
     first_run_estimate,
     flag,
+    is_image,
     load_manifests,
     local_engines,
     neuroncores,
     of_kind,
     probe_routes,
     secret_ref,
+    selected,
     settings_of,
     startup_budget,
+    workers_of,
 )
 
 from neuron_backend.compile_cache import NEFF_LOCKS_ENV, configure_compile_cache, filesystem_type
@@ -227,13 +233,6 @@ def probe_problems(docs: list[dict]) -> list[str]:
     return problems
 
 
-def selected(docs: list[dict], service: dict) -> list[tuple[dict, dict]]:
-    """(deployment, container) of the pods a Service selects, in the Service's own file."""
-    wanted = service["spec"].get("selector", {}).items()
-    return [(dep, c) for dep, c in containers(docs) if dep["_file"] == service["_file"]
-            and wanted <= dep["spec"]["template"]["metadata"]["labels"].items()]
-
-
 def service_problems(docs: list[dict]) -> list[str]:
     """Every Service selects pods and reaches a port they listen on; the page's is sticky per client."""
     problems = []
@@ -246,7 +245,7 @@ def service_problems(docs: list[dict]) -> list[str]:
             target = p.get("targetPort", p["port"])
             problems += [f"{where}: targetPort {target!r} is no port of {c['name']}" for _, c in pods
                          if container_port(c, target) is None]
-    pages = [dep for dep, c in app_containers(docs) if _chat_server(c)]
+    pages = [dep for dep, c in app_containers(docs) if chat_server_of(c)]
     for svc in of_kind(docs, "Service"):
         if any(dep in pages for dep, _ in selected(docs, svc)) and svc["spec"].get("sessionAffinity") != "ClientIP":
             problems.append(f"{svc['_file']}: Service/{svc['metadata']['name']} needs sessionAffinity: ClientIP "
@@ -254,31 +253,6 @@ def service_problems(docs: list[dict]) -> list[str]:
     if not pages:
         problems.append("no page tier (an app container with --chat-server)")
     return problems
-
-
-def _chat_server(container: dict) -> str | None:
-    try:
-        return settings_of(container).chat_server
-    except ShowcaseError:
-        return None
-
-
-def chat_services(docs: list[dict]) -> list[dict]:
-    """Services in front of a chat server: this app without its image engine, or vLLM."""
-    out = []
-    for svc in of_kind(docs, "Service"):
-        for _, c in selected(docs, svc):
-            if c["name"] == "vllm" or (c["name"] == APP_CONTAINER and not _is_image(c)):
-                out.append(svc)
-                break
-    return out
-
-
-def _is_image(container: dict) -> bool:
-    try:
-        return settings_of(container).image
-    except ShowcaseError:
-        return True
 
 
 def chat_link_problems(docs: list[dict]) -> list[str]:
@@ -294,7 +268,7 @@ def chat_link_problems(docs: list[dict]) -> list[str]:
         if dep["_file"] in {s["_file"] for s in services}:
             keys[dep["_file"]] = secret_ref(c, variable)
     for dep, c in app_containers(docs):
-        url = _chat_server(c)
+        url = chat_server_of(c)
         if not url:
             continue
         parts = urllib.parse.urlsplit(url)
@@ -371,6 +345,32 @@ def worker_link_problems(docs: list[dict]) -> list[str]:
     return problems
 
 
+def vllm_shape_problems(docs: list[dict]) -> list[str]:
+    """vLLM compiles the app's shapes: --max-model-len is the app's context, neuron_config's prefill buckets are the
+    app's prompt buckets (the largest equal to --max-num-batched-tokens, as vLLM Neuron requires), and its decode
+    batch buckets end at --max-num-seqs."""
+    problems = []
+    workers = [c for _, c in app_containers(docs) if not is_image(c)]
+    app = settings_of(workers[0]) if workers else None
+    for dep, c in containers(docs):
+        if c["name"] != "vllm" or app is None:
+            continue
+        command, where = c.get("command", []) + c.get("args", []), f"{dep['_file']}: vllm serve"
+        config = json.loads(flag(command, "--additional-config") or "{}").get("neuron_config", {})
+        buckets, seqs = config.get("num_batched_tokens_buckets"), config.get("num_seqs_buckets") or []
+        if int(flag(command, "--max-model-len") or 0) != app.context_length:
+            problems.append(f"{where}: --max-model-len {flag(command, '--max-model-len')} is not the app's context "
+                            f"{app.context_length}")
+        if buckets != list(app.buckets):
+            problems.append(f"{where}: num_batched_tokens_buckets {buckets} are not the app's buckets "
+                            f"{list(app.buckets)}")
+        elif int(flag(command, "--max-num-batched-tokens") or 0) != max(buckets):
+            problems.append(f"{where}: --max-num-batched-tokens is not the largest bucket {max(buckets)}")
+        if not seqs or max(seqs) != int(flag(command, "--max-num-seqs") or 0):
+            problems.append(f"{where}: num_seqs_buckets {seqs} do not end at --max-num-seqs")
+    return problems
+
+
 def scaler_problems(docs: list[dict]) -> list[str]:
     """KEDA scales the page Deployment on metrics the app exports, before a replica's queue is full."""
     problems = []
@@ -437,12 +437,6 @@ def budget_problems(docs: list[dict]) -> list[str]:
     return problems
 
 
-def workers_of(docs: list[dict], settings) -> list[dict]:
-    """The app containers of the StatefulSets a page's --image-server names."""
-    names = {(urllib.parse.urlsplit(u).hostname or "").split(".")[0].rpartition("-")[0] for u in settings.image_servers}
-    return [c for dep, c in app_containers(docs) if dep["kind"] == "StatefulSet" and dep["metadata"]["name"] in names]
-
-
 def cache_problems(docs: list[dict], scratch: Path) -> list[str]:
     """Where the app puts its compile cache and lock files given the pod's mounts (a claim: a network filesystem,
     lustre for FSx; an emptyDir: the node's disk): the cache on a shared claim that allows several pods, the locks
@@ -478,7 +472,7 @@ def cache_problems(docs: list[dict], scratch: Path) -> list[str]:
 
 
 CHECKS = (schema_problems, settings_problems, probe_problems, service_problems, chat_link_problems,
-          worker_link_problems, scaler_problems, budget_problems)
+          worker_link_problems, vllm_shape_problems, scaler_problems, budget_problems)
 
 
 # ----- the tests ---------------------------------------------------------------------------------------------
@@ -607,6 +601,12 @@ BREAKS = {
                                             worker_link_problems, "the worker's sizes"),
     "a worker on another port": (_set(f"{IMAGE}.template.spec.containers.0.args.6", "7861"), worker_link_problems,
                                  "does not reach the worker's --port"),
+    "vLLM with another cache": (_set(f"{VLLM}.command.4", "8192"), vllm_shape_problems, "not the app's context"),
+    "vLLM with other buckets": (_set(f"{VLLM}.command.16", '{"neuron_config": {"num_batched_tokens_buckets": [128, '
+                                     '3072], "num_seqs_buckets": [1, 2, 4]}}'), vllm_shape_problems,
+                                "not the app's buckets [64, 256, 1024, 3072]"),
+    "vLLM's token budget past its buckets": (_set(f"{VLLM}.command.14", "4096"), vllm_shape_problems,
+                                             "not the largest bucket 3072"),
     "a UI rollout deadline shorter than the workers' warm-up": (
         _set("page-ui.yaml|Deployment/showcase-page|spec.progressDeadlineSeconds", 3600), budget_problems,
         "the workers' first-run estimate 12000 s"),
