@@ -469,6 +469,17 @@ def repeated_blocks(settings: Settings, placement: Placement) -> bool:
     return placement.compile and (mode == "on" or (mode == "auto" and placement.kind == "neuron"))
 
 
+def chat_aot(settings: Settings, placement: Placement) -> bool:
+    """Whether the chat saves its compiled forwards and loads them on a warm start (``chat/aot.py``).
+
+    --chat-aot on/off decides; auto turns it on where the chat compiles with inductor (CPU, CUDA), whose
+    compiled artifact ``aot_compile`` saves. On Neuron the forward compiles with the ``neuron`` backend, which
+    torch's ahead-of-time save is not known to accept: auto leaves it off there (a key that cannot be saved
+    would run the plain compiled call anyway, after a failed try per graph)."""
+    mode = settings.chat_aot
+    return placement.compile and (mode == "on" or (mode == "auto" and placement.compile_backend == "inductor"))
+
+
 def refuse_idle_compile_flags(settings: Settings, placements: dict[str, Placement]) -> None:
     """ConfigError when --compile-repeated-blocks or --chat-compile-layers-once would be ignored: the engine
     it is for runs eager here."""

@@ -59,6 +59,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("compile-repeated-blocks", "tri", "auto|on|off: compile each repeated transformer block once (faster compile; "
                                        "alone: on; auto: on where the image engine compiles on neuron)"),
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
+    ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
     ("compile-timeout-min", "float", "minutes a warm-up compile may take, then its shape is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
@@ -163,17 +164,14 @@ def _as_float(flag: str, value: object) -> float:
 
 
 def _choice(flag: str, value: object, choices: Sequence[str]) -> str:
-    text = str(value).strip().lower()
-    if text not in choices:
+    if (text := str(value).strip().lower()) not in choices:
         raise ConfigError(f"--{flag}", f"unknown value {value!r}", "|".join(choices))
     return text
 
 
 def _parse_sizes(value: object) -> tuple[ImageSize, ...]:
     sizes = []
-    for part in str(value).split(","):
-        if not part.strip():
-            continue
+    for part in (part for part in str(value).split(",") if part.strip()):
         try:
             sizes.append(parse_size(part))
         except InvalidRequestError as exc:
@@ -329,6 +327,7 @@ class Settings:
     compile: str = "auto"
     compile_repeated_blocks: str = "auto"  # auto|on|off; devices.repeated_blocks resolves it per placement
     chat_compile_layers_once: bool = False
+    chat_aot: str = "auto"  # auto|on|off; devices.chat_aot resolves it per placement
     compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
     host: str = "127.0.0.1"
@@ -429,6 +428,7 @@ def parse_settings(
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
         compile_repeated_blocks=_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
+        chat_aot=_tri("chat-aot", raw.get("chat_aot", "auto")),
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",

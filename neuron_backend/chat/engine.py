@@ -48,7 +48,7 @@ from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import joined, tr
 from ..settings import Settings
 from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
-from . import static_cache
+from . import aot, static_cache
 from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
 from .prompt import Prompt as _Prompt
 from .prompt import PromptBuilder
@@ -105,6 +105,7 @@ class ChatEngine:
         # rank 0 of a tensor-parallel group sets it to parallel.announcer("chat").
         self.on_generate = None
         self._compile_config = None
+        self.aot: aot.AotForward | None = None  # the compiled forwards saved and loaded (load, --chat-aot)
         if placement.compile:
             self._compile_config = CompileConfig(
                 backend=placement.compile_backend, fullgraph=True, dynamic=False, mode="default"
@@ -141,6 +142,9 @@ class ChatEngine:
             static_cache.use_compiled_attention(model, static_masks=bool(self.prefill_chunk))
             if self.settings.chat_compile_layers_once:
                 static_cache.compile_layers_once(model)
+            if devices.chat_aot(self.settings, self.placement):  # a warm start loads the graphs (aot.py)
+                self.aot = aot.attach(model, aot.folder(self.settings), self._compile_config.to_dict(),
+                                      variant=repr((self.settings.chat_compile_layers_once, bool(self.prefill_chunk))))
         if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (static_cache.py)
             wanted = static_cache.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)

@@ -1,0 +1,202 @@
+"""The chat's compiled forwards saved whole, and loaded on a warm start without tracing the model again.
+
+A compile cache (inductor's, Neuron's NEFFs) skips code generation on a warm start, not dynamo's tracing:
+each graph still costs a trace of the whole model (about 1.3 s per graph for the demo model on CPU, more
+for a 28-layer one). torch 2.13 can compile a function ahead of time and save the result
+(``torch.compile(fn).aot_compile(...)``, ``save_compiled_function``) and load it in a later process
+(``torch.compiler.load_compiled_function``) without tracing: about 0.05 s per graph after inductor's
+first load in a process.
+
+``attach(model, folder, compile_config)`` replaces ``model.get_compiled_call``, which ``generate()`` (its
+decode steps and its compiled prefill chunks) calls for the compiled forward, with ``AotForward``:
+
+- Each call is keyed by what a compiled graph is specialised to: every argument's shape, strides, dtype and
+  device, every plain argument's value, the cache's window, batch and initialised layers, and grad mode.
+  The engine declares its shapes, so a warm-up meets every key once.
+- A key seen for the first time is compiled with ``aot_compile`` (the compile a warm-up pays anyway) and
+  saved as ``<folder>/<namespace>/<key hash>.aot``; a key saved by an earlier process is loaded from there.
+- A loaded function keeps no guards: dynamo cannot serialise the ID_MATCH guards on the model, so they are
+  dropped at compile (``guard_filter_fn``) and the key above picks the function instead. The namespace
+  hashes everything else a saved graph depends on (torch and transformers versions, the model's config and
+  dtype, this folder's code and the compile options), so a changed model or version compiles anew.
+- The saved code names some module objects by alias (``___module_collections_<id>_c0``) that torch does
+  not record: they are found by id in the saving process and written beside it (``.modules.json``).
+- ``fullgraph`` is required (a graph break cannot be saved). A call whose key cannot be saved or whose
+  compile refuses to save (``aot_compile`` raising) runs through the plain ``torch.compile`` call instead,
+  once logged: the same graph, traced again on each start.
+
+The compiled function returns the logits only; ``generate()`` reads ``logits`` and ``cache``
+(``cache``: the one it passed in, written in place) from the output it gets back.
+
+On Neuron the forward compiles with the ``neuron`` backend, whose compiled artifact ``aot_compile`` is not
+known to save: ``--chat-aot auto`` is on where the backend is inductor, off on Neuron (``devices``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+
+import torch
+from transformers import __version__ as transformers_version
+from transformers.cache_utils import Cache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from ..compile_cache import INDUCTOR_CACHE_ENV
+
+log = logging.getLogger(__name__)
+SOURCES = ("aot.py", "static_cache.py")  # the code a saved graph was traced through, besides the libraries
+
+
+def forward(model, **kwargs):
+    """What is compiled: the model's forward, returning its logits."""
+    return model(**kwargs).logits
+
+
+def _keep_no_guards(entries):
+    return [False for _ in entries]
+
+
+def _value_key(value):
+    """One argument as a compiled graph sees it (NotImplemented: a kind not keyed here)."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.stride(), str(value.dtype), str(value.device))
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    if isinstance(value, dict):  # the compiled attention's masks, by layer type
+        parts = tuple((str(k), _value_key(v)) for k, v in sorted(value.items()))
+        return NotImplemented if any(part is NotImplemented for _, part in parts) else ("dict", parts)
+    if isinstance(value, Cache):
+        layers = tuple((type(layer).__name__, bool(getattr(layer, "is_initialized", False)),
+                        tuple(layer.keys.shape) if getattr(layer, "keys", None) is not None else None)
+                       for layer in value.layers)
+        return (type(value).__name__, getattr(value, "window", None), layers)
+    return NotImplemented
+
+
+def call_key(kwargs: dict) -> str | None:
+    """What a compiled forward is specialised to, as text; None when an argument is of a kind not keyed here."""
+    parts = [("grad", torch.is_grad_enabled())]
+    for name in sorted(kwargs):
+        part = _value_key(kwargs[name])
+        if part is NotImplemented:
+            return None
+        parts.append((name, part))
+    return repr(parts)
+
+
+def namespace(model, compile_config: dict, variant: str = "") -> str:
+    """A hash of what a saved graph depends on besides its call key (``variant``: the engine's own choices
+    that change the graph, e.g. the decoder layer compiled once, the compiled attention's static masks)."""
+    here = Path(__file__).parent
+    facts = {"torch": torch.__version__, "transformers": transformers_version, "python": sys.version,
+             "config": model.config.to_json_string(use_diff=False), "dtype": str(model.dtype),
+             "device": str(model.device), "compile": repr(sorted(compile_config.items())), "variant": variant,
+             "attention": str(model.config._attn_implementation),
+             "sources": [hashlib.sha256((here / name).read_bytes()).hexdigest() for name in SOURCES]}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _module_aliases(compiled) -> dict[str, str]:
+    """Alias -> module name of the module objects the saved code refers to and torch does not record."""
+    env = compiled._artifacts.runtime_env
+    by_id = {str(id(module)): name for name, module in list(sys.modules.items()) if module is not None}
+    aliases = {}
+    for ref in env.external_refs - set(env.import_sources) - set(env.used_globals) - set(globals()):
+        found = re.fullmatch(r"___module_.+?_(\d+)_c\d+", ref)
+        if found and found.group(1) in by_id:
+            aliases[ref] = by_id[found.group(1)]
+    return aliases
+
+
+class AotForward:
+    """``generate()``'s compiled forward: per call key, a function loaded or compiled ahead of time and saved."""
+
+    def __init__(self, model, folder: Path, compile_config: dict, variant: str = ""):
+        self.model = model
+        self.folder = Path(folder) / namespace(model, compile_config, variant)
+        # torch.compile takes a mode or options, not both; "default" is no mode
+        self.options = {k: v for k, v in compile_config.items() if k not in ("options", "mode")}
+        self.options["options"] = {**(compile_config.get("options") or {}), "guard_filter_fn": _keep_no_guards}
+        if compile_config.get("mode") not in (None, "default"):
+            self.options["mode"] = compile_config["mode"]  # refused with the options: such keys run the plain call
+        self.plain = torch.compile(model.__call__, **compile_config)  # keys that cannot be saved
+        self.functions: dict[str, object] = {}
+        self.loaded = self.saved = 0  # functions loaded from the folder, compiled and saved by this process
+        self._unsaved: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, **kwargs):
+        key = call_key(kwargs)
+        if key is None or key in self._unsaved:
+            return self.plain(**kwargs)
+        function = self.functions.get(key) or self._function(key, kwargs)
+        if function is None:
+            return self.plain(**kwargs)
+        logits = function(self.model, **kwargs)
+        return CausalLMOutputWithPast(logits=logits, cache=kwargs.get("cache", kwargs.get("past_key_values")))
+
+    def _function(self, key: str, kwargs: dict):
+        with self._lock:
+            if key in self.functions:
+                return self.functions[key]
+            path = self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.aot"
+            function = self._load(path) if path.exists() else None
+            if function is None:
+                function = self._compile(path, key, kwargs)
+            if function is not None:
+                self.functions[key] = function
+            return function
+
+    def _load(self, path: Path):
+        try:
+            aliases = json.loads(path.with_suffix(".modules.json").read_text())
+            scope = {**globals(), **{alias: importlib.import_module(name) for alias, name in aliases.items()}}
+            with open(path, "rb") as file:
+                function = torch.compiler.load_compiled_function(file, f_globals=scope)
+        except Exception as error:  # noqa: BLE001 - a torn or foreign file: this key compiles again, saved over
+            log.warning("could not load the saved compiled forward %s (%s); compiling it again", path.name, error)
+            return None
+        self.loaded += 1
+        return function
+
+    def _compile(self, path: Path, key: str, kwargs: dict):
+        try:
+            # a fresh options dict each time: torch.compile pops guard_filter_fn out of the one it is given
+            options = {**self.options, "options": dict(self.options["options"])}
+            function = torch.compile(forward, **options).aot_compile(((self.model,), kwargs))
+        except Exception as error:  # noqa: BLE001 - e.g. a graph break: the key runs the plain compiled call
+            log.warning("the chat forward could not be compiled ahead of time (%s): it is traced on every start",
+                        error)
+            self._unsaved.add(key)
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temp = path.with_suffix(".tmp")
+            function.save_compiled_function(str(temp))
+            path.with_suffix(".modules.json").write_text(json.dumps(_module_aliases(function)))
+            temp.replace(path)  # the graph last: a reader that finds it finds its aliases too
+            self.saved += 1
+        except OSError as error:  # a full or read-only cache: this process still uses what it compiled
+            log.warning("could not save the compiled chat forward in %s: %s", path.parent, error)
+        return function
+
+
+def folder(settings) -> Path:
+    """``<compile-cache>/aot``: beside inductor's cache, wherever the app pointed it (a bundle carries it)."""
+    inductor = os.environ.get(INDUCTOR_CACHE_ENV)
+    return (Path(inductor).parent if inductor else Path(settings.cache_dir) / "compile-cache") / "aot"
+
+
+def attach(model, folder: Path, compile_config: dict, variant: str = "") -> AotForward:
+    """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder``."""
+    aot = AotForward(model, folder, compile_config, variant)
+    model.get_compiled_call = lambda config: aot
+    return aot

@@ -1,0 +1,97 @@
+"""--chat-aot: the chat's compiled forwards are saved at the first warm-up and loaded by the next without
+tracing: no compile, the same replies."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import StaticCache
+
+from neuron_backend import devices
+from neuron_backend.chat import aot
+from neuron_backend.chat.engine import ChatEngine, ChatRequest
+from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
+from neuron_backend.settings import parse_settings
+
+# With the chat template: a short prompt, one that fills bucket 32 exactly, one over it, one that fills 64.
+MESSAGES = ("hello there", "word " * 2, "word " * 3, "word " * 18)
+
+
+def engine(settings, folder) -> ChatEngine:
+    chat = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "demo Qwen3")
+    chat.load(folder)
+    return chat
+
+
+def replies(chat: ChatEngine) -> list[str]:
+    return [chat.reply({"message": m, "greedy": True, "max_new_tokens": 12}).answer for m in MESSAGES]
+
+
+@pytest.mark.slow
+def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_the_same(tiny_settings, demo_models):
+    compiled = tiny_settings.replace(compile="on")
+    first = engine(compiled, demo_models.chat)
+    assert first.aot is not None  # auto: on where the chat compiles with inductor
+    assert [len(first._prompts.fit(ChatRequest(m))[0]) for m in MESSAGES[1:]] == [32, 34, 64]
+    for key in first.shapes.keys():
+        first.warm_up(key)
+    assert first.aot.saved >= 2 and first.aot.loaded == 0 and not first.aot._unsaved  # a prefill chunk and decode
+    expected = replies(first)
+
+    torch._dynamo.reset()  # nothing left in this process's dynamo caches: a trace would compile
+    second = engine(compiled, demo_models.chat)  # a new model object, as after a restart
+    before = CompileCounter.graphs()
+    for key in second.shapes.keys():
+        second.warm_up(key)
+    got = replies(second)
+    assert CompileCounter.graphs() == before, "the warm start traced a graph"
+    assert (second.aot.loaded, second.aot.saved) == (first.aot.saved, 0)
+    assert got == expected
+    assert got == replies(engine(tiny_settings.replace(compile="off"), demo_models.chat))  # eager: the same
+
+
+def test_the_call_key_follows_what_a_graph_is_specialised_to(demo_models):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(demo_models.chat, dtype=torch.float32)
+    cache = StaticCache(config=model.config, max_cache_len=64)
+    mask = {"full_attention": torch.ones(1, 1, 1, 64, dtype=torch.bool)}
+    base = {"input_ids": torch.zeros(1, 1, dtype=torch.long), "cache": cache, "attention_mask": mask,
+            "use_cache": True, "logits_to_keep": 0}
+    key = aot.call_key(base)
+    assert key == aot.call_key(dict(base))
+    assert key != aot.call_key({**base, "input_ids": torch.zeros(2, 1, dtype=torch.long)})  # batch
+    assert key != aot.call_key({**base, "input_ids": torch.zeros(1, 32, dtype=torch.long)})  # a chunk
+    assert key != aot.call_key({**base, "attention_mask": {"full_attention": mask["full_attention"][..., :32]}})
+    assert key != aot.call_key({**base, "use_cache": False})
+    cache.window = 32
+    assert key != aot.call_key(base)  # the window the next forward attends over
+    with torch.no_grad():
+        assert key != aot.call_key(base)
+    assert aot.call_key({**base, "extra": object()}) is None  # not keyed: the plain compiled call
+    config = {"backend": "inductor", "fullgraph": True}
+    assert aot.namespace(model, config) != aot.namespace(model, config, variant="layers once")
+    assert aot.namespace(model, config) != aot.namespace(model.to(torch.bfloat16), config)
+
+
+def test_a_torn_saved_forward_is_compiled_again(demo_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(demo_models.chat, dtype=torch.float32)
+    forward = aot.AotForward(model, tmp_path, {"backend": "inductor", "fullgraph": True, "dynamic": False})
+    torn = tmp_path / "torn.aot"
+    torn.write_bytes(b"not a compiled function")
+    torn.with_suffix(".modules.json").write_text("{}")
+    assert forward._load(torn) is None and forward.loaded == 0
+
+
+@pytest.mark.parametrize(("mode", "kind", "compile", "on"), [
+    ("auto", "cpu", True, True), ("auto", "cuda", True, True), ("auto", "neuron", True, False),
+    ("on", "neuron", True, True), ("off", "cpu", True, False), ("on", "cpu", False, False),
+])
+def test_auto_saves_where_the_chat_compiles_with_inductor(mode, kind, compile, on):
+    settings = parse_settings(["--models", "tiny", "--chat-aot", mode], env={})
+    placement = SimpleNamespace(compile=compile, compile_backend="neuron" if kind == "neuron" else "inductor")
+    assert devices.chat_aot(settings, placement) is on
