@@ -97,11 +97,12 @@ def namespace(model, compile_config: dict, variant: str = "") -> str:
     that change the graph, e.g. the decoder layer compiled once, the compiled attention's static masks)."""
     here = Path(__file__).parent
     facts = {"torch": torch.__version__, "transformers": transformers_version, "python": sys.version,
-             "config": model.config.to_json_string(use_diff=False), "dtype": str(model.dtype),
+             "config": {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"},  # not the folder
+             "dtype": str(model.dtype),
              "device": str(model.device), "compile": repr(sorted(compile_config.items())), "variant": variant,
              "attention": str(model.config._attn_implementation),
              "sources": [hashlib.sha256((here / name).read_bytes()).hexdigest() for name in SOURCES]}
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _module_aliases(compiled) -> dict[str, str]:

@@ -73,6 +73,9 @@ def test_the_call_key_follows_what_a_graph_is_specialised_to(demo_models):
     assert aot.call_key({**base, "extra": object()}) is None  # not keyed: the plain compiled call
     config = {"backend": "inductor", "fullgraph": True}
     assert aot.namespace(model, config) != aot.namespace(model, config, variant="layers once")
+    same = aot.namespace(model, config)
+    model.config._name_or_path = "/another/cache/root/qwen3-tiny"  # a fresh root with a bundle: the same graphs
+    assert aot.namespace(model, config) == same
     assert aot.namespace(model, config) != aot.namespace(model.to(torch.bfloat16), config)
 
 
