@@ -94,6 +94,14 @@ class CompileCounter:
         return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["inductor"]["fxgraph_cache_miss"])
 
 
+    @staticmethod
+    def loaded() -> int:
+        """Compiled programs loaded whole so far (``chat/aot.py``): no trace and no compile, a cache hit."""
+        from torch._dynamo.utils import counters
+
+        return int(counters["showcase"]["aot_loaded"])
+
+
 def use_neuron_counters() -> str:
     """Count with TorchNeuron's metrics from now on (enabling their collection); return the source text."""
     CompileCounter.mode = "neuron"

@@ -253,7 +253,8 @@ class WarmupRunner:
             task.state, task.started_at = RUNNING, time.time()
         expected = f" (expected {task.expected_s:.1f} s)" if task.expected_s is not None else ""
         log.info("warm-up start: %s%s", task.name, expected)
-        hits_before, graphs_before = CompileCounter.cache_hits(), CompileCounter.graphs()
+        hits_before, graphs_before, loaded_before = CompileCounter.cache_hits(), CompileCounter.graphs(), \
+            CompileCounter.loaded()
         t0 = time.perf_counter()
         try:
             if not self._run_within_limit(step):
@@ -272,6 +273,8 @@ class WarmupRunner:
         if task.kind == "compile" and CompileCounter.graphs() > graphs_before:
             hits, misses = (a - b for a, b in zip(CompileCounter.cache_hits(), hits_before, strict=True))
             cache_hit = hits > 0 and misses == 0
+        elif task.kind == "compile" and CompileCounter.loaded() > loaded_before:  # saved whole, loaded (chat/aot.py)
+            cache_hit = True
         self._end(task, READY, seconds=seconds, cache_hit=cache_hit)
         self._history.record(step.history_key, seconds, cache_hit)
         log.info("warm-up done: %s in %.1f s%s", task.name, seconds, " (compile cache hit)" if cache_hit else "")
