@@ -30,7 +30,10 @@ def replies(chat: ChatEngine) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_the_same(tiny_settings, demo_models):
+def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_the_same(tiny_settings, demo_models,
+                                                                                        tmp_path, monkeypatch):
+    # A compile cache of this test's own: an earlier test's saved forwards of the same model would be loaded
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "own-cache" / "compile-cache" / "inductor"))
     compiled = tiny_settings.replace(compile="on")
     first = engine(compiled, demo_models.chat)
     assert first.aot is not None  # auto: on where the chat compiles with inductor
