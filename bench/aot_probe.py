@@ -22,7 +22,6 @@ import argparse
 import importlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -66,19 +65,6 @@ def _checksum(logits) -> str:
     return hashlib.sha256(logits.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
-def _module_aliases(fn) -> dict[str, str]:
-    """Alias -> module name of the module objects the saved code refers to that torch does not record itself
-    (``___module_collections_<id>_c0``): found by the object's id in this, the saving process."""
-    env = fn._artifacts.runtime_env
-    by_id = {str(id(module)): name for name, module in list(sys.modules.items()) if module is not None}
-    aliases = {}
-    for ref in env.external_refs - set(env.import_sources) - set(env.used_globals) - set(globals()):
-        found = re.fullmatch(r"___module_.+?_(\d+)_c\d+", ref)
-        if found and found.group(1) in by_id:
-            aliases[ref] = by_id[found.group(1)]
-    return aliases
-
-
 def _load(path: Path):
     """The saved step, with the module objects its code refers to (the aliases saved beside it)."""
     import torch
@@ -93,6 +79,8 @@ def child(side: str, root: Path, batches: tuple[int, ...]) -> dict:
     """One decode graph per batch size: compiled and saved, loaded, traced warm, or run eager."""
     import torch
 
+    from neuron_backend.chat import aot  # what the engine saves beside each forward, found the same way
+
     steps, seconds, sums = _setup(root, batches), {}, {}
     warm = torch.compile(step, fullgraph=True, dynamic=False)
     started = time.perf_counter()
@@ -104,7 +92,7 @@ def child(side: str, root: Path, batches: tuple[int, ...]) -> dict:
                 fn = torch.compile(step, fullgraph=True, dynamic=False, options=keep_none).aot_compile((args, {}))
                 logits = fn(*args)
                 fn.save_compiled_function(str(root / f"decode-{batch}.aot"))
-                (root / f"decode-{batch}.modules.json").write_text(json.dumps(_module_aliases(fn)))
+                (root / f"decode-{batch}.modules.json").write_text(json.dumps(aot._module_aliases(fn)))
             elif side == "aot":
                 logits = _load(root / f"decode-{batch}.aot")(*args)
             elif side == "warm":
