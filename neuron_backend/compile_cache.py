@@ -117,6 +117,13 @@ def _set_by_app(env) -> dict[str, str]:
     return recorded if isinstance(recorded, dict) else {}
 
 
+def compile_cache_folder(env=None) -> Path | None:
+    """The ``compile-cache`` folder this process's app pointed the caches into (a temp folder when the cache
+    root was not writable); None before the app configured them."""
+    inductor = _set_by_app(os.environ if env is None else env).get(INDUCTOR_CACHE_ENV)
+    return Path(inductor).parent if inductor else None
+
+
 def preset(env) -> dict[str, str]:
     """The cache variables among ``KEPT_IF_PRESET`` that were set before the app, by someone else."""
     ours = _set_by_app(env)

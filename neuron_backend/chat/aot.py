@@ -38,7 +38,6 @@ import hashlib
 import importlib
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -50,7 +49,7 @@ from transformers import __version__ as transformers_version
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..compile_cache import INDUCTOR_CACHE_ENV
+from ..compile_cache import compile_cache_folder
 
 log = logging.getLogger(__name__)
 SOURCES = ("aot.py", "static_cache.py")  # the code a saved graph was traced through, besides the libraries
@@ -193,9 +192,10 @@ class AotForward:
 
 
 def folder(settings) -> Path:
-    """``<compile-cache>/aot``: beside inductor's cache, wherever the app pointed it (a bundle carries it)."""
-    inductor = os.environ.get(INDUCTOR_CACHE_ENV)
-    return (Path(inductor).parent if inductor else Path(settings.cache_dir) / "compile-cache") / "aot"
+    """``<compile-cache>/aot``, which a bundle carries: the folder the app pointed the compile caches into (a
+    temp one when the cache root is not writable), else the settings' cache root's. A ``TORCHINDUCTOR_CACHE_DIR``
+    set by someone else moves only inductor's kernels: saved forwards stay with this app's cache root."""
+    return (compile_cache_folder() or Path(settings.cache_dir) / "compile-cache") / "aot"
 
 
 def attach(model, folder: Path, compile_config: dict, variant: str = "") -> AotForward:

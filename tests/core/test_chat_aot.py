@@ -30,10 +30,8 @@ def replies(chat: ChatEngine) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_the_same(tiny_settings, demo_models,
-                                                                                        tmp_path, monkeypatch):
-    # A compile cache of this test's own: an earlier test's saved forwards of the same model would be loaded
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "own-cache" / "compile-cache" / "inductor"))
+def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_the_same(tiny_settings,
+                                                                                        demo_models):
     compiled = tiny_settings.replace(compile="on")
     first = engine(compiled, demo_models.chat)
     assert first.aot is not None  # auto: on where the chat compiles with inductor
@@ -80,6 +78,20 @@ def test_the_call_key_follows_what_a_graph_is_specialised_to(demo_models):
     model.config._name_or_path = "/another/cache/root/qwen3-tiny"  # a fresh root with a bundle: the same graphs
     assert aot.namespace(model, config) == same
     assert aot.namespace(model, config) != aot.namespace(model.to(torch.bfloat16), config)
+
+
+def test_saved_forwards_live_in_the_apps_compile_cache_not_beside_a_foreign_kernel_cache(tiny_settings, tmp_path,
+                                                                                         monkeypatch):
+    from neuron_backend.compile_cache import configure_compile_cache
+
+    # Someone else's TORCHINDUCTOR_CACHE_DIR (a shared kernel cache, as the test suite keeps): forwards stay home
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared-kernels"))
+    monkeypatch.delenv("SHOWCASE_COMPILE_CACHE_SET", raising=False)
+    assert aot.folder(tiny_settings) == tiny_settings.cache_dir / "compile-cache" / "aot"
+    # The app pointed the caches (a temp folder when its root is not writable): the forwards go with them
+    root = tmp_path / "app-root"
+    setup = configure_compile_cache(root, mounts="")
+    assert aot.folder(tiny_settings) == root / "compile-cache" / "aot" == setup.folder / "aot"
 
 
 def test_a_torn_saved_forward_is_compiled_again(demo_models, tmp_path):
