@@ -88,6 +88,13 @@ def annex_hooks() -> list:
     return [WarmStart]
 
 
+def annex_remote():
+    """The annex's remote engines, handed to Backend: what --chat-server and --image-server connect to."""
+    from tools.remote import RemoteEngines
+
+    return RemoteEngines
+
+
 def annex_routes(backend) -> list:
     """The annex's HTTP routes, served beside the probes: the OpenAI-compatible /v1 API."""
     from tools.openai_api.routes import openai_routes
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
             if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
                 run_follower(settings, placement, folder)
                 return
-        backend = Backend(settings, hooks=annex_hooks())
+        backend = Backend(settings, hooks=annex_hooks(), remote=annex_remote())
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

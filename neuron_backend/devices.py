@@ -78,7 +78,7 @@ class Placement:
     tp: int = 1  # tensor-parallel degree: >1 means this process holds one shard (torchrun)
     core: int | None = None  # the device index the engine's threads select (neuron core, cuda ordinal); cpu: None
     first_core: int = 0  # the first index this process holds: under torchrun on Neuron, the local rank
-    remote_api: str = ""  # remote: "openai" (a chat server: chat/remote.py) or "gradio" (image workers)
+    remote_api: str = ""  # remote: "openai" (a chat server) or "gradio" (image workers)
 
     @property
     def runtime_core(self) -> int | None:
@@ -180,11 +180,11 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
     for index, engine in enumerate(("chat", "image")):
         if not getattr(settings, engine):
             continue
-        if engine == "chat" and settings.chat_server:  # no device here: the chat runs there (chat/remote.py)
+        if engine == "chat" and settings.chat_server:  # no device here: the chat runs there (the annex's tools/remote/)
             placements[engine] = Placement("remote", settings.chat_server, torch.float32, False, "none", True,
                                            remote_api="openai")
             continue
-        if engine == "image" and settings.image_servers:  # the images come from workers (image/remote.py)
+        if engine == "image" and settings.image_servers:  # the images come from workers (the annex's tools/remote/)
             placements[engine] = Placement("remote", ",".join(settings.image_servers), torch.float32, False, "none",
                                            True, remote_api="gradio")
             continue

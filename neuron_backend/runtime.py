@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import compile_plan, devices
 from .chat import static_cache
-from .errors import EngineUnavailableError, ShapeNotReadyError
+from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .messages import tr
 from .metrics import Metrics, app_version, readiness, shape_readiness
@@ -88,8 +88,11 @@ class Backend:
     """Owns the engines and their warm-up. Safe to call from many request threads."""
 
     def __init__(self, settings: Settings, host: devices.HostDevices | None = None,
-                 hooks: Sequence[Callable[[Backend], WarmupHook]] = ()):
-        """``hooks``: factories of warm-up hooks (app.py hands in the annex's compile-cache bundles)."""
+                 hooks: Sequence[Callable[[Backend], WarmupHook]] = (),
+                 remote: Callable[[Settings], object] | None = None):
+        """``hooks``: factories of warm-up hooks (app.py hands in the annex's compile-cache bundles). ``remote``:
+        what connects the engines of ``--chat-server``/``--image-server`` (app.py hands in the annex's
+        ``RemoteEngines``): ``connect(engine, url, task)`` returns the engine, ``shape_states()`` the workers'."""
         self.settings = settings
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
@@ -101,11 +104,16 @@ class Backend:
         self.placements = devices.resolve_placements(settings, self.host)
         devices.refuse_idle_compile_flags(settings, self.placements)  # --compile-repeated-blocks without compile
         self.description = devices.describe(self.placements, self.host)
+        servers = [f"--{name}-server" for name, p in self.placements.items() if p.kind == "remote"]
+        if servers and remote is None:
+            raise ConfigError(" and ".join(servers), tr("needs the remote engines, which app.py hands to Backend "
+                                                         "(remote=tools.remote.RemoteEngines); start the app with "
+                                                         "python app.py"))
+        self._remote = remote(settings) if servers else None
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
         self.fallbacks: dict[str, str] = {}  # engine -> why its real model gave way to the demo (--models auto)
-        self._remote_images = None  # --image-server: the engine of the workers, made by the first connect task
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
         self.hooks: list[WarmupHook] = [make(self) for make in hooks]
@@ -203,7 +211,7 @@ class Backend:
                                          p.compile, devices.repeated_blocks(self.settings, p), tag)
 
             said = engine_name(engine)
-            if p.kind == "remote":  # per server, one task: reach it and wait until it serves (chat/, image/remote.py)
+            if p.kind == "remote":  # per server, one task: reach it and wait until it serves (RemoteEngines)
                 head += [Step(Task(tr("{engine} · connect to {url}", engine=said, url=url), engine, "load"),
                               functools.partial(self._connect, url), key("load")) for url in p.device.split(",")]
                 continue
@@ -264,25 +272,7 @@ class Backend:
 
     def _connect(self, url: str, task: Task) -> None:
         """Reach the server at ``url`` and wait until it serves; its engine serves from the first one reached."""
-        if task.engine == "chat":
-            from .chat.remote import RemoteChatEngine
-
-            engine = RemoteChatEngine(self.settings)
-
-            def said(text: str) -> None:  # the server's shapes ready so far, where it lists them (this app does)
-                task.progress, task.detail = engine.warm_fraction, text
-
-            engine.connect(said)
-        else:
-            from .image.remote import RemoteImageEngine
-
-            with self._lock:  # one engine routes to every worker
-                engine = self._remote_images = self._remote_images or RemoteImageEngine(self.settings)
-
-            def progress(fraction: float, text: str) -> None:
-                task.progress, task.detail = fraction, text
-
-            engine.connect(url, progress)
+        engine = self._remote.connect(task.engine, url, task)
         with self._lock:
             self._engines[task.engine] = engine
 
@@ -402,7 +392,7 @@ class Backend:
     def shape_states(self, name: str) -> dict[str, dict]:
         """Per shape: state (queued/running/ready/failed/skipped), error and ETA (image workers: as they say)."""
         if name == "image" and self.remote(name):
-            return self._remote_images.shape_states() if self._remote_images is not None else {}
+            return self._remote.shape_states()
         out = {}
         for task in self.runner.tasks:
             if task.engine == name and task.kind == "compile":

@@ -339,7 +339,7 @@ class Settings:
     api_key: str | None = field(default=None, repr=False)  # /v1 bearer key; with auth and none, /v1 is closed
     mcp: bool = False  # serve the public endpoints as MCP tools too
     feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
-    chat_server: str | None = None  # OpenAI base URL the chat engine calls instead of a local model (chat/remote.py)
+    chat_server: str | None = None  # OpenAI base URL the chat engine calls instead of a local model
     chat_server_key: str | None = field(default=None, repr=False)
     image_servers: tuple[str, ...] = ()  # workers' base URLs the image engine calls instead of a local model
     chat: bool = True

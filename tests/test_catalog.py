@@ -13,6 +13,7 @@ import pytest
 
 import tools.cache.panel  # noqa: F401 - registers the bundles' Arabic
 import tools.qa.tab  # noqa: F401 - registers the QA bench's Arabic
+import tools.remote  # noqa: F401 - registers the remote engines' Arabic
 from neuron_backend.messages import CATALOG, fields, register
 from ui import i18n
 

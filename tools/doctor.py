@@ -278,8 +278,8 @@ def check_placements(placements: dict, settings: Settings | None = None) -> list
 
 def check_chat_server(settings: Settings) -> Check:
     """--chat-server: one look at the server's model list (reached, the key taken, a chat model listed)."""
-    from neuron_backend.chat.remote import RemoteChatEngine
     from neuron_backend.errors import ShowcaseError
+    from tools.remote.chat import RemoteChatEngine
 
     title, engine = f"chat server {settings.chat_server}", RemoteChatEngine(settings)
     try:
@@ -296,7 +296,7 @@ def check_chat_server(settings: Settings) -> Check:
 def check_image_workers(settings: Settings) -> list[Check]:
     """--image-server: one look at each worker's /readyz (reached, an image worker, which sizes are warm)."""
     from neuron_backend.errors import ShowcaseError
-    from neuron_backend.image.remote import RemoteImageEngine
+    from tools.remote.image import RemoteImageEngine
 
     engine, checks = RemoteImageEngine(settings), []
     for worker in engine.workers.values():

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import ui
-from app import annex_hooks, annex_parts
+from app import annex_hooks, annex_parts, annex_remote
 from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
@@ -27,7 +27,7 @@ def start_app(root, *extra, warm=True):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
                                "--port", str(free_port()), "--max-new-tokens", "200",
                                "--chat-buckets", "32,64,128", "--context-length", "256", *NO_EDITS, *extra], env={})
-    backend = Backend(settings, hooks=annex_hooks())
+    backend = Backend(settings, hooks=annex_hooks(), remote=annex_remote())
     if warm:
         backend.runner.run()
     else:  # warm everything but the last image size: it stays queued (not ready)

@@ -15,8 +15,8 @@ from support.app import start_app
 
 from neuron_backend.errors import CancelledError, EngineUnavailableError, InvalidRequestError, ShapeNotReadyError
 from neuron_backend.image.engine import ImageRequest
-from neuron_backend.image.remote import RemoteImageEngine, Worker, WorkerLost
 from neuron_backend.settings import parse_settings
+from tools.remote.image import RemoteImageEngine, Worker, WorkerLost
 
 STEPS = 400  # ~5 s on the demo model: an image still running is plain to see
 
@@ -100,7 +100,7 @@ class SilentJob:
 
 
 def test_a_worker_silent_before_its_first_update_is_lost_only_when_its_healthz_is_silent_too(monkeypatch):
-    monkeypatch.setattr("neuron_backend.image.remote.STALL_S", 0.2)
+    monkeypatch.setattr("tools.remote.image.STALL_S", 0.2)
     engine = _engine("http://127.0.0.1:9")  # port 9 (discard): its /healthz does not answer
     worker = _known(engine, "http://127.0.0.1:9", s96_64={"state": "ready", "eta_s": 0.0})
     job = SilentJob()

@@ -19,10 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from ..errors import BusyError, EngineUnavailableError, InvalidRequestError
-from ..messages import tr
-from ..settings import Settings
-from .text import ChatRequest, ChatStats, ChatUpdate, HistoryLimits, ThinkSplitter, normalize_request
+from neuron_backend.chat.text import ChatRequest, ChatStats, ChatUpdate, HistoryLimits, ThinkSplitter, normalize_request
+from neuron_backend.errors import BusyError, EngineUnavailableError, InvalidRequestError
+from neuron_backend.messages import tr
+from neuron_backend.settings import Settings
 
 CONNECT_TIMEOUT_S = 5.0  # opening a connection to the server
 READ_TIMEOUT_S = 120.0  # between two chunks of a reply (a queued request waits on the server, in its queue)

@@ -29,14 +29,20 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, ShapeNotReadyError
-from ..messages import tr
-from ..settings import Settings
-from ..shapes import image_shape, parse_size
-from .engine import SEED_MAX, ImageRequest, ImageResult
-from .inputs import clean_prompt, guidance_value, whole_number
-from .png_info import OutputFolder
-from .references import check_reference_count
+from neuron_backend.errors import (
+    CancelledError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    ShapeNotReadyError,
+    UnsupportedSizeError,
+)
+from neuron_backend.image.engine import SEED_MAX, ImageRequest, ImageResult
+from neuron_backend.image.inputs import clean_prompt, guidance_value, whole_number
+from neuron_backend.image.png_info import OutputFolder
+from neuron_backend.image.references import check_reference_count
+from neuron_backend.messages import tr
+from neuron_backend.settings import Settings
+from neuron_backend.shapes import image_shape, parse_size
 
 log = logging.getLogger("showcase.image")
 
@@ -192,8 +198,6 @@ class RemoteImageEngine:
         s = self.settings
         size = parse_size(request.size)
         if size not in s.sizes:
-            from ..errors import UnsupportedSizeError
-
             raise UnsupportedSizeError(tr("Image size {size} is not served here (each size is compiled ahead of "
                                           "time). Allowed sizes: {allowed}.", size=size.label,
                                           allowed=", ".join(x.label for x in s.sizes)))

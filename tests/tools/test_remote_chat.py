@@ -13,10 +13,11 @@ import pytest
 from support.app import free_port, slowed, start_app
 
 from neuron_backend import devices
-from neuron_backend.chat import remote
 from neuron_backend.errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.remote import RemoteEngines
+from tools.remote import chat as remote
 
 pytest.importorskip("openai")
 
@@ -27,9 +28,17 @@ def front_backend(root, url: str, *extra) -> Backend:
     """A chat-only app whose chat runs at ``url`` (no model of its own), warmed up: connected."""
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--no-image",
                                "--chat-server", url, *SHAPES, *extra], env={})
-    backend = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
+    backend = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0), remote=RemoteEngines)
     backend.runner.run()
     return backend
+
+
+def test_a_backend_without_the_remote_engines_says_how_to_start(tmp_path):
+    # The core knows no remote engine: app.py hands the annex's in; a Backend built without them says so
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
+                               "--chat-server", "http://127.0.0.1:9/v1", *SHAPES], env={})
+    with pytest.raises(ConfigError, match=r"--chat-server: needs the remote engines.*python app\.py"):
+        Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +237,7 @@ def test_a_server_still_warming_up_is_waited_for_with_its_progress(tmp_path_fact
         settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir",
                                    str(tmp_path_factory.mktemp("front")), "--no-image", "--chat-server", url + "v1",
                                    *SHAPES], env={})
-        front = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
+        front = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0), remote=RemoteEngines)
         connecting = threading.Thread(target=front.runner.run)
         connecting.start()
         task, deadline = front.runner.tasks[0], time.monotonic() + 30
