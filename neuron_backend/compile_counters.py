@@ -96,7 +96,7 @@ class CompileCounter:
 
     @staticmethod
     def loaded() -> int:
-        """Compiled programs loaded whole so far (``chat/aot.py``): no trace and no compile, a cache hit."""
+        """Compiled programs loaded whole so far (``aot.py``): no trace and no compile, a cache hit."""
         from torch._dynamo.utils import counters
 
         return int(counters["showcase"]["aot_loaded"])

@@ -469,14 +469,17 @@ def repeated_blocks(settings: Settings, placement: Placement) -> bool:
     return placement.compile and (mode == "on" or (mode == "auto" and placement.kind == "neuron"))
 
 
-def chat_aot(settings: Settings, placement: Placement) -> bool:
-    """Whether the chat saves its compiled forwards and loads them on a warm start (``chat/aot.py``).
+def aot(settings: Settings, engine: str, placement: Placement) -> bool:
+    """Whether ``engine`` saves its compiled forwards and loads them on a warm start (``aot.py``).
 
-    --chat-aot on/off decides; auto turns it on where the chat compiles with inductor (CPU, CUDA), whose
-    compiled artifact ``aot_compile`` saves. On Neuron the forward compiles with the ``neuron`` backend, which
-    torch's ahead-of-time save is not known to accept: auto leaves it off there (a key that cannot be saved
-    would run the plain compiled call anyway, after a failed try per graph)."""
-    mode = settings.chat_aot
+    --chat-aot / --image-aot on/off decides; auto turns it on where the engine compiles with inductor (CPU,
+    CUDA), whose compiled artifact ``aot_compile`` saves. On Neuron the forward compiles with the ``neuron``
+    backend, which torch's ahead-of-time save is not known to accept: auto leaves it off there (a key that
+    cannot be saved would run the plain compiled call anyway, after a failed try per graph). The image
+    transformer compiled per block (``repeated_blocks``) is not saved: its blocks are compiled, not the module."""
+    mode = settings.chat_aot if engine == "chat" else settings.image_aot
+    if engine == "image" and repeated_blocks(settings, placement):
+        return False
     return placement.compile and (mode == "on" or (mode == "auto" and placement.compile_backend == "inductor"))
 
 

@@ -60,6 +60,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                                        "alone: on; auto: on where the image engine compiles on neuron)"),
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
+    ("image-aot", "tri", "auto|on|off: the same for the image transformer compiled whole (auto: not neuron)"),
     ("compile-timeout-min", "float", "minutes a warm-up compile may take, then its shape is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
@@ -327,7 +328,8 @@ class Settings:
     compile: str = "auto"
     compile_repeated_blocks: str = "auto"  # auto|on|off; devices.repeated_blocks resolves it per placement
     chat_compile_layers_once: bool = False
-    chat_aot: str = "auto"  # auto|on|off; devices.chat_aot resolves it per placement
+    chat_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
+    image_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
     compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
     host: str = "127.0.0.1"
@@ -429,11 +431,11 @@ def parse_settings(
         compile_repeated_blocks=_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
         chat_aot=_tri("chat-aot", raw.get("chat_aot", "auto")),
+        image_aot=_tri("image-aot", raw.get("image_aot", "auto")),
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",
-        host=str(raw.get("host", host_default)),
-        port=_as_int("port", raw.get("port", port_default)),
+        host=str(raw.get("host", host_default)), port=_as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
         login_max_age_h=_as_float("login-max-age", raw.get("login_max_age", 24.0)),
@@ -445,8 +447,7 @@ def parse_settings(
         image_servers=tuple(_parse_server(u, "--image-server") for u in str(raw.get("image_server", "")).split(",")
                             if u.strip()),
         chat_server_key=str(raw["chat_server_key"]).strip() or None if "chat_server_key" in raw else None,
-        chat=not raw.get("no_chat", False),
-        image=not raw.get("no_image", False),
+        chat=not raw.get("no_chat", False), image=not raw.get("no_image", False),
         warmup_order=tuple(p.strip().lower() for p in str(raw.get("warmup_order", "chat,image")).split(",")
                            if p.strip()),
         queue_size=_as_int("queue-size", raw.get("queue_size", 16)),
@@ -467,8 +468,7 @@ def parse_settings(
         cache_bundle_sha256=str(raw["cache_bundle_sha256"]).strip().lower() or None
         if "cache_bundle_sha256" in raw else None,
         rank=_as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
-        local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)),
-        world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
+        local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)), world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
     )
     return validate(settings)
 

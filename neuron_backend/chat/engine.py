@@ -42,13 +42,13 @@ from transformers import (
 )
 from transformers.utils import is_accelerate_available
 
-from .. import devices, parallel
+from .. import aot, devices, parallel
 from ..devices import CompileCounter, GraphFallbacks, Placement, on_device, synchronize
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import joined, tr
 from ..settings import Settings
 from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
-from . import aot, static_cache
+from . import static_cache
 from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
 from .prompt import Prompt as _Prompt
 from .prompt import PromptBuilder
@@ -142,7 +142,7 @@ class ChatEngine:
             static_cache.use_compiled_attention(model, static_masks=bool(self.prefill_chunk))
             if self.settings.chat_compile_layers_once:
                 static_cache.compile_layers_once(model)
-            if devices.chat_aot(self.settings, self.placement):  # a warm start loads the graphs (aot.py)
+            if devices.aot(self.settings, "chat", self.placement):  # a warm start loads the graphs (aot.py)
                 self.aot = aot.attach(model, aot.folder(self.settings), self._compile_config.to_dict(),
                                       variant=repr((self.settings.chat_compile_layers_once, bool(self.prefill_chunk))))
         if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (static_cache.py)

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from .. import parallel
+from .. import aot, devices, parallel
 from ..devices import Placement, compile_or_eager, on_device, repeated_blocks, uncompiled
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..messages import tr
@@ -121,6 +121,7 @@ class ImageEngine:
         self.memory_note: str | None = None  # what loading needs and what was free (memory.py)
         self.default_steps = settings.default_steps  # 50 for a non-distilled checkpoint once loaded (loading.py)
         self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
+        self.aot: aot.AotForward | None = None  # the transformer's compiled forwards saved and loaded (--image-aot)
         self._jobs = SerialJobs()
         self._pipe = None
         self.preview_table: LatentRGB | None = None  # latents -> RGB for live previews (preview.py)
@@ -168,6 +169,8 @@ class ImageEngine:
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
             if repeated_blocks(self.settings, self.placement):
                 pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
+            elif devices.aot(self.settings, "image", self.placement):  # a warm start loads the graphs (aot.py)
+                self.aot = aot.attach_module(pipe.transformer, aot.folder(self.settings), options)
             else:
                 pipe.transformer.compile(**options)
         table = cached_or_fitted(folder, pipe.vae, self.settings.cache_dir) if self.settings.image_preview else None

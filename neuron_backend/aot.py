@@ -1,41 +1,49 @@
-"""The chat's compiled forwards saved whole, and loaded on a warm start without tracing the model again.
+"""Compiled forwards saved whole, and loaded on a warm start without tracing the model again.
 
 A compile cache (inductor's, Neuron's NEFFs) skips code generation on a warm start, not dynamo's tracing:
-each graph still costs a trace of the whole model (about 1.3 s per graph for the demo model on CPU, more
-for a 28-layer one). torch 2.13 can compile a function ahead of time and save the result
+each graph still costs a trace of the whole model (about 1.3 s per graph for the demo chat model on CPU,
+more for a 28-layer one). torch 2.13 can compile a function ahead of time and save the result
 (``torch.compile(fn).aot_compile(...)``, ``save_compiled_function``) and load it in a later process
 (``torch.compiler.load_compiled_function``) without tracing: about 0.05 s per graph after inductor's
 first load in a process.
 
-``attach(model, folder, compile_config)`` replaces ``model.get_compiled_call``, which ``generate()`` (its
-decode steps and its compiled prefill chunks) calls for the compiled forward, with ``AotForward``:
+Two engines use it, each through its own stand-in for the compiled call (``AotForward``):
+
+- the chat (``attach``, ``--chat-aot``): ``model.get_compiled_call``, which ``generate()`` (its decode
+  steps and its compiled prefill chunks) calls for the compiled forward; the saved function returns the
+  logits, and ``generate()`` reads ``logits`` and ``cache`` (the one it passed in, written in place);
+- the image transformer (``attach_module``, ``--image-aot``): the module's ``_compiled_call_impl``, which
+  ``Module.compile`` sets and ``Module.__call__`` runs; the saved function returns the denoiser's output,
+  handed back as the ``(sample,)`` tuple the pipeline asks for (``return_dict=False``).
+
+How a call finds its function:
 
 - Each call is keyed by what a compiled graph is specialised to: every argument's shape, strides, dtype and
-  device, every plain argument's value, the cache's window, batch and initialised layers, and grad mode.
-  The engine declares its shapes, so a warm-up meets every key once.
+  device, every plain argument's value, a KV cache's window, batch and initialised layers, and grad mode.
+  The engines declare their shapes, so a warm-up meets every key once.
 - A key seen for the first time is compiled with ``aot_compile`` (the compile a warm-up pays anyway) and
   saved as ``<folder>/<namespace>/<key hash>.aot``; a key saved by an earlier process is loaded from there.
 - A loaded function keeps no guards: dynamo cannot serialise the ID_MATCH guards on the model, so they are
   dropped at compile (``guard_filter_fn``) and the key above picks the function instead. The namespace
-  hashes everything else a saved graph depends on (torch and transformers versions, the model's config and
-  dtype, this folder's code and the compile options), so a changed model or version compiles anew.
+  hashes everything else a saved graph depends on (torch, transformers and diffusers versions, the model's
+  class, config and dtype, this code and the chat's cache code, the compile options), so a changed model or
+  version compiles anew.
 - The saved code names some module objects by alias (``___module_collections_<id>_c0``) that torch does
   not record: they are found by id in the saving process and written beside it (``.modules.json``).
 - ``fullgraph`` is required (a graph break cannot be saved). A call whose key cannot be saved or whose
   compile refuses to save (``aot_compile`` raising) runs through the plain ``torch.compile`` call instead,
   once logged: the same graph, traced again on each start.
 
-The compiled function returns the logits only; ``generate()`` reads ``logits`` and ``cache``
-(``cache``: the one it passed in, written in place) from the output it gets back.
-
-On Neuron the forward compiles with the ``neuron`` backend, whose compiled artifact ``aot_compile`` is not
-known to save: ``--chat-aot auto`` is on where the backend is inductor, off on Neuron (``devices``).
+On Neuron the forwards compile with the ``neuron`` backend, whose compiled artifact ``aot_compile`` is not
+known to save: ``--chat-aot``/``--image-aot auto`` are on where the backend is inductor, off on Neuron
+(``devices.aot``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import json
 import logging
 import re
@@ -45,19 +53,36 @@ from pathlib import Path
 
 import torch
 from torch._dynamo.utils import counters
-from transformers import __version__ as transformers_version
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..compile_cache import compile_cache_folder
+from .compile_cache import compile_cache_folder
 
 log = logging.getLogger(__name__)
-SOURCES = ("aot.py", "static_cache.py")  # the code a saved graph was traced through, besides the libraries
+SOURCES = ("aot.py", "chat/static_cache.py")  # the code a saved graph was traced through, besides the libraries
 
 
 def forward(model, **kwargs):
-    """What is compiled: the model's forward, returning its logits."""
+    """What is compiled for the chat: the model's forward, returning its logits."""
     return model(**kwargs).logits
+
+
+def module_forward(module, **kwargs):
+    """What is compiled for a module compiled whole (the image transformer): its forward's first output."""
+    return module.forward(**kwargs)[0]
+
+
+def _chat_output(logits, kwargs: dict):
+    return CausalLMOutputWithPast(logits=logits, cache=kwargs.get("cache", kwargs.get("past_key_values")))
+
+
+def _module_output(sample, kwargs: dict):
+    return (sample,)
+
+
+def _stance() -> str:
+    """torch.compiler.set_stance's current stance: a saved function honours it as the plain compiled call does."""
+    return torch._dynamo.eval_frame._stance.stance
 
 
 def _keep_no_guards(entries):
@@ -96,13 +121,22 @@ def namespace(model, compile_config: dict, variant: str = "") -> str:
     """A hash of what a saved graph depends on besides its call key (``variant``: the engine's own choices
     that change the graph, e.g. the decoder layer compiled once, the compiled attention's static masks)."""
     here = Path(__file__).parent
-    facts = {"torch": torch.__version__, "transformers": transformers_version, "python": sys.version,
-             "config": {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"},  # not the folder
+    config = model.config.to_dict() if hasattr(model.config, "to_dict") else dict(model.config)  # diffusers: a dict
+    facts = {"torch": torch.__version__, "python": sys.version, "class": type(model).__qualname__,
+             "libraries": {name: _version(name) for name in ("transformers", "diffusers")},
+             "config": {k: v for k, v in config.items() if k != "_name_or_path"},  # not the folder
              "dtype": str(model.dtype),
              "device": str(model.device), "compile": repr(sorted(compile_config.items())), "variant": variant,
-             "attention": str(model.config._attn_implementation),
+             "attention": str(getattr(model.config, "_attn_implementation", None)),
              "sources": [hashlib.sha256((here / name).read_bytes()).hexdigest() for name in SOURCES]}
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _module_aliases(compiled) -> dict[str, str]:
@@ -118,31 +152,35 @@ def _module_aliases(compiled) -> dict[str, str]:
 
 
 class AotForward:
-    """``generate()``'s compiled forward: per call key, a function loaded or compiled ahead of time and saved."""
+    """A compiled call (``generate()``'s forward, a module's ``_compiled_call_impl``): per call key, a function
+    loaded or compiled ahead of time and saved. ``compiled``: what is compiled (called with the model and the
+    call's keyword arguments); ``output``: the call's answer from the function's and the arguments; ``plain``:
+    the plain compiled call, for keys that cannot be saved (``torch.compile`` of the model's ``__call__`` when
+    None)."""
 
-    def __init__(self, model, folder: Path, compile_config: dict, variant: str = ""):
-        self.model = model
+    def __init__(self, model, folder: Path, compile_config: dict, variant: str = "", compiled=forward,
+                 output=_chat_output, plain=None):
+        self.model, self.compiled, self.output = model, compiled, output
         self.folder = Path(folder) / namespace(model, compile_config, variant)
         # torch.compile takes a mode or options, not both; "default" is no mode
         self.options = {k: v for k, v in compile_config.items() if k not in ("options", "mode")}
         self.options["options"] = {**(compile_config.get("options") or {}), "guard_filter_fn": _keep_no_guards}
         if compile_config.get("mode") not in (None, "default"):
             self.options["mode"] = compile_config["mode"]  # refused with the options: such keys run the plain call
-        self.plain = torch.compile(model.__call__, **compile_config)  # keys that cannot be saved
+        self.plain = plain or torch.compile(model.__call__, **compile_config)  # keys that cannot be saved
         self.functions: dict[str, object] = {}
         self.loaded = self.saved = 0  # functions loaded from the folder, compiled and saved by this process
         self._unsaved: set[str] = set()
         self._lock = threading.Lock()
 
-    def __call__(self, **kwargs):
-        key = call_key(kwargs)
-        if key is None or key in self._unsaved:
-            return self.plain(**kwargs)
+    def __call__(self, *args, **kwargs):
+        key = None if args or _stance() == "force_eager" else call_key(kwargs)
+        if key is None or key in self._unsaved or (self.output is _module_output and kwargs.get("return_dict", True)):
+            return self.plain(*args, **kwargs)
         function = self.functions.get(key) or self._function(key, kwargs)
         if function is None:
             return self.plain(**kwargs)
-        logits = function(self.model, **kwargs)
-        return CausalLMOutputWithPast(logits=logits, cache=kwargs.get("cache", kwargs.get("past_key_values")))
+        return self.output(function(self.model, **kwargs), kwargs)
 
     def _function(self, key: str, kwargs: dict):
         with self._lock:
@@ -150,6 +188,12 @@ class AotForward:
                 return self.functions[key]
             path = self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.aot"
             function = self._load(path) if path.exists() else None
+            if function is None and _stance() == "fail_on_recompile":  # as torch.compile under that stance
+                raise torch._dynamo.exc.RecompileError(
+                    f"Detected recompile when torch.compile stance is 'fail_on_recompile': {type(self.model).__name__} "
+                    f"called with a key no warm-up compiled or saved ({path.name})")
+            if function is None and _stance() == "eager_on_recompile":
+                return None  # the plain compiled call runs it eager
             if function is None:
                 function = self._compile(path, key, kwargs)
             if function is not None:
@@ -173,10 +217,10 @@ class AotForward:
         try:
             # a fresh options dict each time: torch.compile pops guard_filter_fn out of the one it is given
             options = {**self.options, "options": dict(self.options["options"])}
-            function = torch.compile(forward, **options).aot_compile(((self.model,), kwargs))
+            function = torch.compile(self.compiled, **options).aot_compile(((self.model,), kwargs))
         except Exception as error:  # noqa: BLE001 - e.g. a graph break: the key runs the plain compiled call
-            log.warning("the chat forward could not be compiled ahead of time (%s): it is traced on every start",
-                        error)
+            log.warning("the %s forward could not be compiled ahead of time (%s): it is traced on every start",
+                        type(self.model).__name__, error)
             self._unsaved.add(key)
             return None
         try:
@@ -187,7 +231,7 @@ class AotForward:
             temp.replace(path)  # the graph last: a reader that finds it finds its aliases too
             self.saved += 1
         except OSError as error:  # a full or read-only cache: this process still uses what it compiled
-            log.warning("could not save the compiled chat forward in %s: %s", path.parent, error)
+            log.warning("could not save the compiled forward in %s: %s", path.parent, error)
         return function
 
 
@@ -202,4 +246,14 @@ def attach(model, folder: Path, compile_config: dict, variant: str = "") -> AotF
     """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder``."""
     aot = AotForward(model, folder, compile_config, variant)
     model.get_compiled_call = lambda config: aot
+    return aot
+
+
+def attach_module(module: torch.nn.Module, folder: Path, compile_config: dict, variant: str = "") -> AotForward:
+    """Make a module compiled whole (``Module.compile``) call an ``AotForward`` saving under ``folder``; its
+    plain compiled call serves the keys that cannot be saved."""
+    module.compile(**compile_config)
+    aot = AotForward(module, folder, compile_config, variant, compiled=module_forward, output=_module_output,
+                     plain=module._compiled_call_impl)
+    module._compiled_call_impl = aot
     return aot

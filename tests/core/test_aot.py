@@ -9,8 +9,7 @@ import pytest
 import torch
 from transformers import StaticCache
 
-from neuron_backend import devices
-from neuron_backend.chat import aot
+from neuron_backend import aot, devices
 from neuron_backend.chat.engine import ChatEngine, ChatRequest
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.settings import parse_settings
@@ -109,7 +108,66 @@ def test_a_torn_saved_forward_is_compiled_again(demo_models, tmp_path):
     ("auto", "cpu", True, True), ("auto", "cuda", True, True), ("auto", "neuron", True, False),
     ("on", "neuron", True, True), ("off", "cpu", True, False), ("on", "cpu", False, False),
 ])
-def test_auto_saves_where_the_chat_compiles_with_inductor(mode, kind, compile, on):
-    settings = parse_settings(["--models", "tiny", "--chat-aot", mode], env={})
-    placement = SimpleNamespace(compile=compile, compile_backend="neuron" if kind == "neuron" else "inductor")
-    assert devices.chat_aot(settings, placement) is on
+@pytest.mark.parametrize("engine", ["chat", "image"])
+def test_auto_saves_where_the_engine_compiles_with_inductor(mode, kind, compile, on, engine):
+    settings = parse_settings(["--models", "tiny", f"--{engine}-aot", mode, "--compile-repeated-blocks", "off"], env={})
+    backend = "neuron" if kind == "neuron" else "inductor"
+    placement = SimpleNamespace(compile=compile, compile_backend=backend, kind=kind)
+    assert devices.aot(settings, engine, placement) is on
+    other = "image" if engine == "chat" else "chat"  # each engine follows its own flag
+    assert devices.aot(settings, other, placement) is (compile and kind != "neuron")
+
+
+def test_an_image_transformer_compiled_per_block_is_not_saved():
+    settings = parse_settings(["--models", "tiny", "--image-aot", "on", "--compile-repeated-blocks", "on"], env={})
+    placement = SimpleNamespace(compile=True, compile_backend="inductor", kind="cpu")
+    assert devices.aot(settings, "image", placement) is False
+
+
+# -- the image transformer ----------------------------------------------------------------------------------
+
+def image_engine(settings, folder):
+    from neuron_backend.image.engine import ImageEngine
+
+    image = ImageEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["image"], "demo FLUX.2-klein")
+    image.load(folder)
+    return image
+
+
+def paint(image) -> list:
+    import numpy as np
+
+    from neuron_backend.image.engine import ImageRequest
+
+    return [np.asarray(image.generate(ImageRequest("a red fox", size, steps=2, seed=7)).image)
+            for size in image.settings.sizes]
+
+
+@pytest.mark.slow
+def test_an_image_warm_start_loads_the_transformers_graphs_and_paints_the_same(tiny_settings, demo_models):
+    import numpy as np
+
+    from neuron_backend.shapes import ImageSize
+
+    # 96x64 and 64x96 have the same token count: one graph for both, so two saved forwards for three sizes
+    compiled = tiny_settings.replace(sizes=(ImageSize(64, 64), ImageSize(96, 64), ImageSize(64, 96)), compile="on",
+                                     compile_repeated_blocks="off", max_steps=2, default_steps=2)
+    first = image_engine(compiled, demo_models.image)
+    assert first.aot is not None  # auto: on where the transformer compiles whole with inductor
+    for key in first.shapes.keys():
+        first.warm_up(key)
+    assert (first.aot.saved, first.aot.loaded) == (2, 0) and not first.aot._unsaved
+    expected = paint(first)
+
+    torch._dynamo.reset()  # nothing left in this process's dynamo caches: a trace would compile
+    second = image_engine(compiled, demo_models.image)  # a new pipeline, as after a restart
+    before = CompileCounter.graphs()
+    for key in second.shapes.keys():
+        second.warm_up(key)
+    got = paint(second)
+    assert CompileCounter.graphs() == before, "the warm start traced a graph"
+    assert (second.aot.loaded, second.aot.saved) == (2, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+    # the plain pipeline, eager: the same picture up to float rounding of the compiled kernels
+    eager = paint(image_engine(compiled.replace(compile="off"), demo_models.image))
+    assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 2 for a, b in zip(got, eager, strict=True))
