@@ -173,6 +173,11 @@ class AotForward:
         self._unsaved: set[str] = set()
         self._lock = threading.Lock()
 
+    @property
+    def refused(self) -> int:
+        """Call keys whose ahead-of-time compile was refused: they run the plain compiled call, traced each start."""
+        return len(self._unsaved)
+
     def __call__(self, *args, **kwargs):
         key = None if args or _stance() == "force_eager" else call_key(kwargs)
         if key is None or key in self._unsaved or (self.output is _module_output and kwargs.get("return_dict", True)):

@@ -94,6 +94,7 @@ def test_the_check_runs_end_to_end_on_cpu_and_reports_every_part(tmp_path):
     assert (chat["shape"], chat["state"], image["shape"], image["state"]) == ("prefill-64", "ready", "64x64", "ready")
     assert chat["seconds"] > 0 and image["seconds"] > 0
     assert [t["kind"] for t in r["cold"]["tasks"]].count("compile") == 2
+    assert r["cold"]["saved_forwards"] == {"chat": None, "image": None}  # eager here: nothing compiled to save
     # parity: CPU against CPU agrees, token for token and pixel for pixel
     p = r["parity"]
     assert [row["first_divergence"] for row in p["chat"]["prompts"]] == ["none"] * 3
@@ -176,3 +177,20 @@ def test_with_the_fake_neuron_runtime_the_cold_phase_compares_neuron_with_cpu(ne
     assert "TorchNeuron" in result["persistent_cache"]["counter"]
     assert {core for core, _ in neuron.compiled_calls} == {0, 1}  # the compiled graphs ran on both cores
     assert (tmp_path / "compile-cache" / "manifest.json").is_file()  # recorded: what a bundle would carry
+
+
+def test_a_phase_reports_each_engines_saved_forwards():
+    from types import SimpleNamespace
+
+    from neuron_backend.errors import EngineUnavailableError
+    from tools.device_check.phase import _saved_forwards
+
+    forwards = SimpleNamespace(saved=2, loaded=0, refused=1)  # an AotForward's counts, as a Neuron cold phase may
+
+    def engine(name):
+        if name == "image":
+            raise EngineUnavailableError("the image engine failed to load")
+        return SimpleNamespace(aot=forwards)
+
+    backend = SimpleNamespace(placements={"chat": None, "image": None}, engine=engine)
+    assert _saved_forwards(backend) == {"chat": {"saved": 2, "loaded": 0, "refused": 1}, "image": None}

@@ -41,6 +41,20 @@ def _warm_up_seconds(tasks: list[dict], engine: str) -> dict | None:
             "error": t["error"]}
 
 
+def _saved_forwards(backend) -> dict:
+    """Per engine, its compiled forwards saved whole and loaded (``--chat-aot``/``--image-aot``), and the call keys
+    whose ahead-of-time compile was refused (they ran the plain compiled call); None where it is off."""
+    out = {}
+    for name in backend.placements:
+        try:
+            forwards = getattr(backend.engine(name), "aot", None)
+        except Exception:  # noqa: BLE001 - an engine that did not load: its error is in the tasks
+            forwards = None
+        out[name] = None if forwards is None else {"saved": forwards.saved, "loaded": forwards.loaded,
+                                                   "refused": forwards.refused}
+    return out
+
+
 def run_phase(settings, role: str, host=None) -> dict:
     """Warm up ``settings``' shapes in a Backend with the bundle hook; the cold role adds parity.
 
@@ -72,6 +86,7 @@ def run_phase(settings, role: str, host=None) -> dict:
         "chat_warm_up": _warm_up_seconds(tasks, "chat"), "image_warm_up": _warm_up_seconds(tasks, "image"),
         "persistent_cache": {"hits": hits, "misses": misses, "counter": str(CompileCounter.source()),
                              "graphs_compiled": CompileCounter.graphs()},
+        "saved_forwards": _saved_forwards(backend),
     }
     if hook.report is not None:
         r = hook.report
