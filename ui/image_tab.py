@@ -198,15 +198,26 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                                              count=int(n_images or 1),
                                              references=references_of(reference_files, fit, settings.references)),
                        preview=bool(want_preview) and settings.image_preview)
+        def report(state) -> None:
+            if state is None:
+                progress(0.0, desc=say("starting (or waiting for the image engine)"))
+            else:
+                progress(state[:2], desc=progress_text(*state), unit=say("steps"))
+
+        # Gradio draws the progress bar only between a progress message and the event's next output: each
+        # output hides it until the next progress message. So the handler yields only what changes the page
+        # (the run, once; then each new preview frame), and reports progress again right after each yield.
+        first = True
         async with aclosing(run.updates(frame_every=PREVIEW_EVERY_S, at_once=True)) as updates:
             async for state, frame in updates:
-                if state is None:
-                    progress(0.0, desc=say("starting (or waiting for the image engine)"))
-                else:
-                    progress(state[:2], desc=progress_text(*state), unit=say("steps"))
+                report(state)
+                if frame is None and not first:
+                    continue
+                first = False
                 shows = gr.skip() if frame is None else gr.update(value=preview_picture(frame),
                                                                   label=preview_label(frame))
                 yield (shows,) + (gr.skip(),) * 6 + (run,)
+                report(state)
 
     async def show_images(run, past, request: gr.Request):
         """What the run made (stopped: so far), or its refusal as a toast; the session has no run after it."""

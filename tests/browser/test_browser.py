@@ -463,6 +463,23 @@ def _a1111_png(path: Path, size: str, steps: int, seed: int, prompt: str) -> Pat
     return path
 
 
+# Samples the Image tab for ``ms`` milliseconds, one sample an animation frame; resolves to the times of
+# samples with no progress bar shown that came more than 150 ms after the picture last changed.
+BAR_BLINKS_JS = """ms => new Promise(done => {
+  const t0 = performance.now(), blinks = [];
+  let src = null, changed = -1e9;
+  const tick = () => {
+    const now = performance.now() - t0, img = document.querySelector('#image-out img');
+    if (img && img.src !== src) { src = img.src; changed = now; }
+    const bar = [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]
+      .some(e => e.offsetParent !== null);
+    if (!bar && now - changed > 150) blinks.push(Math.round(now));
+    if (now < ms) requestAnimationFrame(tick); else done(blinks);
+  };
+  requestAnimationFrame(tick);
+})"""
+
+
 def test_live_preview_appears_before_the_final_images_of_a_several_image_run(page, app_url):
     _wait_image_sizes_ready(page, app_url)
     page.evaluate(RECORD_IMAGE_LABELS_JS)
@@ -479,16 +496,21 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
         label = page.locator("#image-out [data-testid=block-label]")
         label.filter(has_text="Preview").wait_for(timeout=REPLY_TIMEOUT_MS)
         first_src, first = _steady_picture(page)
+        # The bar stays on while the run waits: each output of the event hides Gradio's bar until the next
+        # progress message, so a frame with no bar may only follow a new picture (one frame or two).
+        blinks = page.evaluate(BAR_BLINKS_JS, 1500)
+        assert not blinks, f"the progress bar went out with no new picture at {blinks} ms"
         hold_again(5)
         # the next preview frame drawn: another picture in the box, loaded (its label comes first, its image
-        # after), and the progress bars shown at that same moment
+        # after), and the progress bar shown with it, above the picture and nowhere else
         bars = page.wait_for_function(
             "old => { const i = document.querySelector('#image-out img'),"
             " l = document.querySelector('#image-out [data-testid=block-label]');"
             " if (!(i && i.src !== old && i.complete && i.naturalWidth > 0"
             " && l.textContent.trim().startsWith('Preview'))) return false;"
-            " return [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
-            ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id); }",
+            " const bars = [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
+            ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id);"
+            " return bars.length ? bars : false; }",
             arg=first_src, timeout=REPLY_TIMEOUT_MS).json_value()
         _, second = _steady_picture(page)
         _shot(page, "06-image-preview-mid-run")
