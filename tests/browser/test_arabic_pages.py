@@ -332,6 +332,7 @@ def test_the_status_panel_in_an_arabic_browser(browser, app_url):
         page.wait_for_function("() => document.querySelector('#warmup-table').innerText.includes('المهمة')")
         headers = page.locator("#warmup-table thead").inner_text()
         assert "المهمة" in headers and "ذاكرة الترجمة" in headers and "task" not in headers, headers
+        page.wait_for_function(f"() => ({TABLE_ROWS_JS})().length > 0")  # rows come a moment after the headers
         rows = page.evaluate(TABLE_ROWS_JS)
         assert rows and rows[0][0] == "المحادثة · جلب الأوزان", rows
         assert all("جاهز" in row[2] for row in rows), rows

@@ -56,6 +56,8 @@ def test_the_panel_names_each_server_and_its_warm_sizes(page, servers):
     image = f"Image · demo FLUX.2-klein (tiny, random weights) · {image_a},{image_b} · ready"
     assert chips == [f"Chat · demo Qwen3 (tiny, random weights) · {chat}v1 · ready", image], chips
     _open_accordion(page, "Warm-up details")
+    # The table's rows are drawn a moment after the accordion opens (read at once, under load: none yet).
+    page.wait_for_function(f"() => ({TABLE_ROWS_JS})().length > 0")
     tasks = " | ".join(" ; ".join(row) for row in page.evaluate(TABLE_ROWS_JS))
     assert f"connect to {image_a}" in tasks and f"1/1 sizes ready at {image_a}" in tasks, tasks
     assert f"connect to {image_b}" in tasks and f"2/2 sizes ready at {image_b}" in tasks, tasks
