@@ -20,6 +20,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.browser)
+            # Under pytest-xdist's --dist loadgroup every browser test runs in one worker: one Chromium, one app.
+            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 @pytest.fixture(scope="session")
