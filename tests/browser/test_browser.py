@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageChops, ImageStat
 from support.browser import (
+    BAR_BLINKS_JS,
     HOSTILE,
     MAX_NEW_TOKENS,
     PROGRESS_STEPS,
@@ -463,23 +464,6 @@ def _a1111_png(path: Path, size: str, steps: int, seed: int, prompt: str) -> Pat
     return path
 
 
-# Samples the Image tab for ``ms`` milliseconds, one sample an animation frame; resolves to the times of
-# samples with no progress bar shown that came more than 150 ms after the picture last changed.
-BAR_BLINKS_JS = """ms => new Promise(done => {
-  const t0 = performance.now(), blinks = [];
-  let src = null, changed = -1e9;
-  const tick = () => {
-    const now = performance.now() - t0, img = document.querySelector('#image-out img');
-    if (img && img.src !== src) { src = img.src; changed = now; }
-    const bar = [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]
-      .some(e => e.offsetParent !== null);
-    if (!bar && now - changed > 150) blinks.push(Math.round(now));
-    if (now < ms) requestAnimationFrame(tick); else done(blinks);
-  };
-  requestAnimationFrame(tick);
-})"""
-
-
 def test_live_preview_appears_before_the_final_images_of_a_several_image_run(page, app_url):
     _wait_image_sizes_ready(page, app_url)
     page.evaluate(RECORD_IMAGE_LABELS_JS)
@@ -498,7 +482,7 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
         first_src, first = _steady_picture(page)
         # The bar stays on while the run waits: each output of the event hides Gradio's bar until the next
         # progress message, so a frame with no bar may only follow a new picture (one frame or two).
-        blinks = page.evaluate(BAR_BLINKS_JS, 1500)
+        blinks = page.evaluate(BAR_BLINKS_JS, [1500, "#image-out img"])
         assert not blinks, f"the progress bar went out with no new picture at {blinks} ms"
         hold_again(5)
         # the next preview frame drawn: another picture in the box, loaded (its label comes first, its image

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 from support.browser import (
+    BAR_BLINKS_JS,
     REPLY_TIMEOUT_MS,
     _open_accordion,
     _shot,
     _wait_ready,
+    held,
     open_page,
 )
 
@@ -35,12 +37,17 @@ def _wait_value(pg, selector: str, prefix: str) -> None:
                            arg=prefix, timeout=REPLY_TIMEOUT_MS)
 
 
-def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page):  # noqa: F811 - the fixture
+def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page, app_url):  # noqa: F811 - the fixture
     _wait_ready(page)
     page.get_by_role("tab", name="QA bench").click()
     page.locator("#qa-prompts textarea").fill("\n".join(PROMPTS))
     page.locator("#qa-variants textarea").fill(VARIANTS)
-    page.locator("#qa-run").click()
+    with held(app_url, "chat", after_steps=3):  # the first cell waits mid-reply while the page is read
+        page.locator("#qa-run").click()
+        _wait_value(page, "#qa-status", "0/6 cells done")
+        # The progress bar stays on while a cell runs (it went out at each cell's row, until the next one).
+        blinks = page.evaluate(BAR_BLINKS_JS, [1500, "#qa-status textarea"])
+        assert not blinks, f"no progress bar while the first cell ran, at {blinks} ms"
     _wait_value(page, "#qa-status", "Finished: 6/6 cells done")
     # At 1280 px both variants sit beside the prompt, no sideways scrolling, text wrapped.
     box = page.evaluate("""() => {

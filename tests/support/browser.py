@@ -84,6 +84,25 @@ TABLE_ROWS_JS = """() => Array.from(document.querySelectorAll('#warmup-table [ro
   .filter(cells => cells.length && cells[0])"""
 
 
+# Samples the page for ``ms`` milliseconds, one sample an animation frame; resolves to the times of samples
+# that showed no progress bar more than 150 ms after ``watched`` (an element: its src, else its value, else
+# its text) last changed. Gradio hides an event's bar at each output until the event's next progress
+# message: a gap may follow a change the event sent, never stand on its own.
+BAR_BLINKS_JS = """([ms, watched]) => new Promise(done => {
+  const t0 = performance.now(), blinks = [];
+  let seen = null, changed = -1e9;
+  const tick = () => {
+    const now = performance.now() - t0, el = document.querySelector(watched);
+    const value = el ? (el.src || el.value || el.innerText) : null;
+    if (value !== seen) { seen = value; changed = now; }
+    const bar = [...document.querySelectorAll('.progress-level, .eta-bar')].some(e => e.offsetParent !== null);
+    if (!bar && now - changed > 150) blinks.push(Math.round(now));
+    if (now < ms) requestAnimationFrame(tick); else done(blinks);
+  };
+  requestAnimationFrame(tick);
+})"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
