@@ -174,19 +174,19 @@ def build_qa_tab(backend: Backend) -> None:
     def _execute(run, request, progress):
         session = getattr(request, "session_hash", None) or "anonymous"
         stop = stops[session] = threading.Event()
+
+        def report(p) -> None:
+            progress((p.done, p.total), desc=say("{done}/{total} cells{eta}", done=p.done, total=p.total, eta=_eta(p)),
+                     unit=say("cells", ctx="qa progress"))
+
         try:
             for p in qa.run_cells(backend, run, stop):
-                def report(p=p):
-                    progress((p.done, p.total), desc=say("{done}/{total} cells{eta}",
-                                                         done=p.done, total=p.total, eta=_eta(p)),
-                             unit=say("cells", ctx="qa progress"))
-
-                report()
+                report(p)
                 line = say("{done}/{total} cells done{eta}", done=p.done, total=p.total, eta=_eta(p))
                 yield run, *v.views(run, running=True), line, *skip_tail
                 # Gradio hides an event's progress bar at each output until its next progress message:
                 # report again, or the bar stays hidden until the next cell ends.
-                report()
+                report(p)
         finally:
             stops.pop(session, None)
         line = say("Stopped: {line}" if stop.is_set() else "Finished: {line}", line=_done_line(run))
