@@ -28,6 +28,11 @@ PROMPTS = ["Write a haiku about <b>bold</b> weather and the sea at dawn, please"
 VARIANTS = "cold: max_new_tokens=24, temperature=0.3, seed=1\nhot: max_new_tokens=24, temperature=1.5, seed=1"
 
 
+# The element ids of the boxes a progress bar is drawn over (the nearest block with an id of ours).
+BARS_OVER_JS = """() => [...new Set([...document.querySelectorAll('.progress-text, .progress-level, .eta-bar')]
+  .filter(e => e.offsetParent !== null).map(e => e.closest('[id^="qa-"], [id^="image-"], [id^="chat-"]')?.id))]"""
+
+
 def _value(pg, selector: str) -> str:
     return pg.evaluate(f"() => document.querySelector('{selector} textarea').value")
 
@@ -48,6 +53,9 @@ def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page, app_url):  # noqa:
         # The progress bar stays on while a cell runs (it went out at each cell's row, until the next one).
         blinks = page.evaluate(BAR_BLINKS_JS, [1500, "#qa-status textarea"])
         assert not blinks, f"no progress bar while the first cell ran, at {blinks} ms"
+        # One bar, over the status line (it was drawn over each of the run's seven boxes).
+        assert page.evaluate(BARS_OVER_JS) == ["qa-status"]
+        _shot(page, "qa-mid-run")
     _wait_value(page, "#qa-status", "Finished: 6/6 cells done")
     # At 1280 px both variants sit beside the prompt, no sideways scrolling, text wrapped.
     box = page.evaluate("""() => {

@@ -286,8 +286,9 @@ def build_qa_tab(backend: Backend) -> None:
 
     private = {"api_visibility": "private"}
     # Its own queue slot: cells interleave with other tabs' requests at the engine (see qa/runs.py).
+    # One progress bar, over the status line: Gradio otherwise draws it over each of the run's outputs.
     run_btn.click(press_run, [prompts, upload, kind, variants, run_seed], run_outputs, concurrency_limit=2,
-                  concurrency_id="qa", **private)
+                  concurrency_id="qa", show_progress_on=[status], **private)
     stop_btn.click(press_stop, None, None, queue=False, **private)
     grid.select(select_cell, run_state, [cell_index, mark, comment], **private)
     save_mark_btn.click(press_save_mark, [run_state, cell_index, mark, comment], mark_outputs, **private)
@@ -296,7 +297,8 @@ def build_qa_tab(backend: Backend) -> None:
     export_jsonl_btn.click(press_export(qa_report.export_jsonl, ".jsonl"), run_state, export_file, **private)
     export_csv_btn.click(press_export(export_csv, ".csv"), run_state, export_file, **private)
     import_file.upload(pick_import, import_file, import_outputs, **private)
-    compare_btn.click(press_compare, [run_state, only_changed], compare_outputs, concurrency_id="qa", **private)
+    compare_btn.click(press_compare, [run_state, only_changed], compare_outputs, concurrency_id="qa",
+                      show_progress_on=[status], **private)
     only_changed.change(v.compare_view, [compared_state, run_state, only_changed],
                         [compare_grid, diff_box, diff_gallery], **private)
     ab_start_btn.click(press_ab_start, [run_state, ab_first, ab_second], ab_outputs, **private)
