@@ -351,10 +351,9 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
     demo.load(refresh_status, size_choices_state, outputs, queue=False, api_visibility="private",
               show_progress="hidden")
     # The model's own default steps, once per page (never on a tick: it would undo the visitor's choice). On a
-    # busy host this load ends after the visitor has typed a number, and put the slider back to the old value
-    # in 6 of 60 page loads: through the pending overlay on the slider, and through an update that repeats the
-    # value the page was built with. Without the overlay 5 of 50; sending nothing when the value is unchanged,
-    # 3 of 50; with both, 0 of 50.
+    # busy host this load can end after the visitor has typed a number, and either its pending overlay or an
+    # update that repeats the value puts the old number back: so no overlay, and nothing sent while the value
+    # is the one the page was built with.
     def model_default_steps():
         steps = backend.image_default_steps()
         return gr.update(value=steps) if steps != image.steps.value else gr.skip()
