@@ -20,6 +20,7 @@ import pytest
 from PIL import Image, ImageChops, ImageStat
 from support.browser import (
     BAR_BLINKS_JS,
+    BARS_OVER_JS,
     HOSTILE,
     MAX_NEW_TOKENS,
     PROGRESS_STEPS,
@@ -492,9 +493,7 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
             " l = document.querySelector('#image-out [data-testid=block-label]');"
             " if (!(i && i.src !== old && i.complete && i.naturalWidth > 0"
             " && l.textContent.trim().startsWith('Preview'))) return false;"
-            " const bars = [...document.querySelectorAll('#image-tab .progress-level, #image-tab .eta-bar')]"
-            ".filter(e => e.offsetParent !== null).map(e => e.closest('[id]').id);"
-            " return bars.length ? bars : false; }",
+            f" const bars = ({BARS_OVER_JS})(); return bars.length ? bars : false; }}",
             arg=first_src, timeout=REPLY_TIMEOUT_MS).json_value()
         _, second = _steady_picture(page)
         _shot(page, "06-image-preview-mid-run")

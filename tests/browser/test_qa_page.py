@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from support.browser import (
     BAR_BLINKS_JS,
+    BARS_OVER_JS,
     REPLY_TIMEOUT_MS,
     _open_accordion,
     _shot,
@@ -26,11 +27,6 @@ pytestmark = pytest.mark.browser
 PROMPTS = ["Write a haiku about <b>bold</b> weather and the sea at dawn, please", "Name a colour.",
            "Count to three."]
 VARIANTS = "cold: max_new_tokens=24, temperature=0.3, seed=1\nhot: max_new_tokens=24, temperature=1.5, seed=1"
-
-
-# The element ids of the boxes a progress bar is drawn over (the nearest block with an id of ours).
-BARS_OVER_JS = """() => [...new Set([...document.querySelectorAll('.progress-text, .progress-level, .eta-bar')]
-  .filter(e => e.offsetParent !== null).map(e => e.closest('[id^="qa-"], [id^="image-"], [id^="chat-"]')?.id))]"""
 
 
 def _value(pg, selector: str) -> str:

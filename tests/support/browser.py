@@ -84,6 +84,9 @@ TABLE_ROWS_JS = """() => Array.from(document.querySelectorAll('#warmup-table [ro
   .filter(cells => cells.length && cells[0])"""
 
 
+# The element ids of the boxes a progress bar is drawn over now (the nearest element with an id).
+BARS_OVER_JS = """() => [...new Set([...document.querySelectorAll('.progress-text, .progress-level, .eta-bar')]
+  .filter(e => e.offsetParent !== null).map(e => e.closest('[id]')?.id))]"""
 # Samples the page for ``ms`` milliseconds, one sample an animation frame; resolves to the times of samples
 # that showed no progress bar more than 150 ms after ``watched`` (an element: its src, else its value, else
 # its text) last changed. Gradio hides an event's bar at each output until the event's next progress
