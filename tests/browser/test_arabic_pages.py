@@ -397,7 +397,10 @@ def test_the_qa_bench_in_arabic(browser, app_url):
     context, page = open_page(browser, app_url, "ar")
     try:
         page.get_by_role("tab", name="منصة ضمان الجودة").click()
-        assert page.locator("#qa-kind").get_by_text("محادثة", exact=True).count() == 1  # the engine's label
+        # A tab's components mount after its first click: wait for the label before counting it.
+        engine_label = page.locator("#qa-kind").get_by_text("محادثة", exact=True)
+        engine_label.first.wait_for()
+        assert engine_label.count() == 1  # the engine's label
         # The speed table opened before any run: its headers in Arabic too (written when the box opens).
         page.locator("#qa-speed-box button.label-wrap").first.click()
         arabic_header = qa_grid.speed_headers("ar")[1]
