@@ -16,6 +16,7 @@ from . import compile_plan, devices
 from .chat import static_cache
 from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
+from .image import loading
 from .messages import tr
 from .metrics import Metrics, app_version, readiness, shape_readiness
 from .settings import Settings
@@ -31,7 +32,7 @@ from .warmup import (
     shape_title,
     versions_tag,
 )
-from .weights import model_ref, snapshot_revision
+from .weights import file_on_disk, model_ref, snapshot_revision
 
 log = logging.getLogger("showcase")
 
@@ -372,17 +373,34 @@ class Backend:
         return ImageCall(self, request, preview)
 
     def image_distilled(self) -> bool:
-        """Whether the image model ignores guidance (FLUX.2-klein is distilled; True until loaded)."""
-        return self._image_attr("distilled", True)
+        """Whether the image model ignores guidance: the loaded model's answer; before it loads, its
+        model_index.json's where the checkpoint is on disk; else True (FLUX.2-klein is distilled)."""
+        engine, on_disk = self._image_before_load()
+        if engine is not None:
+            return engine.distilled
+        return True if on_disk is None else on_disk
 
     def image_default_steps(self) -> int:
-        """The image model's default steps: 50 for a non-distilled checkpoint once loaded (image/loading.py)."""
-        return self._image_attr("default_steps", self.settings.default_steps)
+        """The image model's default steps: 50 for a non-distilled checkpoint (image/loading.py), known before
+        it loads where its model_index.json is on disk, so a page built then offers the right number at once."""
+        engine, on_disk = self._image_before_load()
+        if engine is not None:
+            return engine.default_steps
+        return self.settings.default_steps if on_disk is None else loading.default_steps(on_disk, self.settings)
 
-    def _image_attr(self, name: str, until_loaded):
+    def _image_before_load(self) -> tuple[object | None, bool | None]:
+        """(the image engine once it serves, else None; before that, ``is_distilled`` read from the checkpoint's
+        model_index.json where it is on this machine, else None)."""
         with self._lock:
             engine = self._engines.get("image")
-        return getattr(engine, name) if engine is not None else until_loaded
+        placement = self.placements.get("image")
+        if engine is not None or placement is None or placement.kind == "remote" or self.settings.demo:
+            return engine, None  # the demo pipeline is distilled, as the fallback says
+        folder = self._folders.get("image")
+        if folder is not None:
+            return None, loading.distilled_on_disk(folder / "model_index.json")
+        model, revision = asked_model(self.settings, "image")
+        return None, loading.distilled_on_disk(file_on_disk(model, "model_index.json", revision))
 
     def cancel(self, name: str) -> bool:
         with self._lock:

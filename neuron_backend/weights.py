@@ -278,6 +278,22 @@ def in_local_cache(model: str, revision: str | None = None) -> Path | None:
     return snapshot if snapshot is not None and not _missing(snapshot, kind_of_folder(snapshot)) else None
 
 
+def file_on_disk(model: str, rel: str, revision: str | None = None) -> Path | None:
+    """``rel`` of ``model`` where it already is on this machine (its folder, or the Hugging Face cache at
+    ``revision``), else None. Never touches the network; cheap enough for a status poll (a few stat calls)."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    folder = local_folder(model)
+    if folder is not None:
+        return folder / rel if (folder / rel).is_file() else None
+    try:
+        found = try_to_load_from_cache(model, rel, revision=revision)
+    except (HFValidationError, ValueError, OSError):  # not a repo id (a folder that is not there)
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
 def snapshot_revision(folder: Path | None) -> str | None:
     """The commit sha a folder of the Hugging Face cache was loaded from (``snapshots/<sha>``), else None."""
     if folder is None or Path(folder).parent.name != "snapshots" or not _COMMIT_RE.fullmatch(Path(folder).name):

@@ -154,7 +154,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
         with gr.Column(scale=2):
             size = gr.Dropdown(choices=size_choices(backend), value=settings.sizes[0].label,
                                label=t("Size (precompiled only)"), elem_id="image-size")
-            steps = gr.Slider(1, settings.max_steps, value=settings.default_steps, step=1, label=t("Steps"),
+            # The model's own default (50 for a non-distilled checkpoint already on disk), read before it loads.
+            steps = gr.Slider(1, settings.max_steps, value=backend.image_default_steps(), step=1, label=t("Steps"),
                               elem_id="image-steps")
             # Hidden at --max-images-per-run 1; Gradio refuses a slider whose minimum is its maximum.
             count = gr.Slider(1, max(settings.max_images_per_run, 2), value=1, step=1, label=t("Images per run"),

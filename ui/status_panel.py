@@ -353,7 +353,7 @@ def wire_refresh(demo: gr.Blocks, backend: Backend, panel: list, image: ImageTab
     # The model's own default steps, once per page (never on a tick: it would undo the visitor's choice). On a
     # busy host this load can end after the visitor has typed a number, and either its pending overlay or an
     # update that repeats the value puts the old number back: so no overlay, and nothing sent while the value
-    # is the one the page was built with.
+    # is the one the page was built with (the model's own whenever its model_index.json was on disk then).
     def model_default_steps():
         steps = backend.image_default_steps()
         return gr.update(value=steps) if steps != image.steps.value else gr.skip()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import json
 import logging
 from pathlib import Path
 
@@ -153,6 +154,16 @@ def is_distilled(pipe) -> bool:
     uses classifier-free guidance exactly when it is False; the step default follows the same value.
     """
     return bool(pipe.config.get("is_distilled", False))
+
+
+def distilled_on_disk(model_index: Path | None) -> bool | None:
+    """``is_distilled`` as the pipeline will read it from this model_index.json, before it loads (absent: False,
+    as ``is_distilled``); None where the file is not there or not readable (not fetched yet)."""
+    try:
+        index = json.loads(Path(model_index).read_text(encoding="utf-8")) if model_index is not None else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return bool(index.get("is_distilled", False)) if isinstance(index, dict) else None
 
 
 def default_steps(distilled: bool, settings) -> int:

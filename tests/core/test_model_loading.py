@@ -105,24 +105,67 @@ def test_a_model_index_without_is_distilled_runs_as_the_pipeline_reads_it(tmp_pa
     assert engine.describe()["guidance"]["used"] is True and engine.describe()["steps"]["default"] == 50
 
 
-def test_the_page_and_status_offer_the_models_own_default_steps(tmp_path, flux_folder):
-    base = copy(flux_folder, tmp_path / "base")
+def base_checkpoint(flux_folder, dst):
+    """The demo pipeline as a non-distilled checkpoint (``is_distilled: false``, as FLUX.2-klein-base-4B runs)."""
+    base = copy(flux_folder, dst)
     index = json.loads((base / "model_index.json").read_text())
     (base / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
-    backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", str(base)))
-    from ui import create_demo  # the Image tab's slider is set from it when a page loads
+    return base
+
+
+def page_for(backend):
+    """The page and its once-per-page load that sets the Steps slider to the model's own default."""
+    from ui import create_demo
 
     demo = create_demo(backend)
     on_load = next(fn for fn in demo.fns.values() if fn.name == "model_default_steps")
     assert [target[1] for target in on_load.targets] == ["load"]
     # No pending overlay on the slider: the visitor may already be typing in it when the load ends.
     assert on_load.show_progress == "hidden"
-    assert backend.image_default_steps() == 4  # the setting, until the model is loaded
-    # The page was built with it: nothing to send (a late update would undo a number the visitor typed).
-    assert on_load.fn() == {"__type__": "update"}  # gr.skip()
+    steps = on_load.outputs[0]
+    assert steps.elem_id == "image-steps"
+    guidance = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "image-guidance")
+    return on_load, steps, guidance
+
+
+def test_a_checkpoint_on_disk_gives_the_page_its_default_steps_before_it_loads(tmp_path, flux_folder):
+    base = base_checkpoint(flux_folder, tmp_path / "base")
+    backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", str(base)))
+    # Read from model_index.json before the pipeline loads: the page is built with 50 steps and guidance shown.
+    assert (backend.image_default_steps(), backend.image_distilled()) == (50, False)
+    on_load, steps, guidance = page_for(backend)
+    assert steps.value == 50 and guidance.visible
+    assert on_load.fn() == {"__type__": "update"}  # gr.skip(): nothing that could undo a number being typed
     backend.runner.run()
     assert backend.image_default_steps() == 50 and backend.status()["limits"]["default_steps"] == 50
-    assert [block.label for block in on_load.outputs] and on_load.fn() == {"value": 50, "__type__": "update"}
+    assert on_load.fn() == {"__type__": "update"}
+    # --default-steps wins over the model's own, before and after it loads
+    given = Backend(settings_for(tmp_path / "given", "--no-chat", "--image-model", str(base), "--default-steps", "8"))
+    assert given.image_default_steps() == 8 and given.image_distilled() is False
+
+
+def test_a_cached_hub_checkpoint_gives_its_default_steps_before_it_loads(tmp_path, flux_folder, hf_cache):
+    from support.model_folders import add_to_cache
+
+    add_to_cache(hf_cache, "org/klein-base", base_checkpoint(flux_folder, tmp_path / "base"), only=["model_index.json"])
+    backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", "org/klein-base"))
+    assert (backend.image_default_steps(), backend.image_distilled()) == (50, False)
+    distilled = Backend(settings_for(tmp_path, "--no-chat", "--image-model", "org/not-cached"))
+    assert (distilled.image_default_steps(), distilled.image_distilled()) == (4, True)  # unknown yet: klein's own
+
+
+def test_a_checkpoint_fetched_after_the_page_was_built_sets_its_steps_when_a_page_loads(tmp_path, flux_folder):
+    folder = tmp_path / "fetched-later"  # not on disk when the page is built, as a download still running
+    backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", str(folder)))
+    assert backend.image_default_steps() == 4  # the setting, until the checkpoint is there
+    on_load, steps, guidance = page_for(backend)
+    assert steps.value == 4 and not guidance.visible
+    # The page was built with it: nothing to send (a late update would undo a number the visitor typed).
+    assert on_load.fn() == {"__type__": "update"}  # gr.skip()
+    base_checkpoint(flux_folder, folder)
+    backend.runner.run()
+    assert backend.image_default_steps() == 50 and backend.status()["limits"]["default_steps"] == 50
+    assert on_load.fn() == {"value": 50, "__type__": "update"}
 
 
 def test_a_text_encoder_with_too_few_layers_is_refused_at_load(tmp_path, demo_models):
