@@ -222,6 +222,7 @@ def test_engine_cancel_stops_the_whole_batch_and_errors_reach_every_row(batched)
 
 
 # ----- sampling and seeds --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_seeded_request_runs_alone_and_is_reproducible(batched):
     seeded = ChatRequest("hello", seed=42, max_new_tokens=24)
     unseeded = {f"u{i}": ChatRequest(m, max_new_tokens=12) for i, m in enumerate(["hello", "the garden"])}

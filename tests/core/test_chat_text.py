@@ -154,6 +154,7 @@ def search_reference(builder, system, history, message, largest):
 
 @pytest.mark.parametrize(("messages", "words", "buckets"), [(12, 20, (32, 64, 128)), (7, 30, (300,)),
                                                             (200, 400, (64, 256, 1024, 3072))])
+@pytest.mark.slow
 def test_fitting_history_is_one_pass_with_the_same_ids(shared_builder, messages, words, buckets):
     history = long_history(messages, words)
     builder = builder_with(shared_builder, buckets)

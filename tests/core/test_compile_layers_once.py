@@ -52,6 +52,7 @@ def regions(graph) -> tuple[int, int]:
     return len(calls), len({n.args[0].target for n in calls})  # each call reads its subgraph with a get_attr
 
 
+@pytest.mark.slow
 def test_every_layer_calls_one_compiled_subgraph_with_the_same_logits():
     plain = model()
     graph, compiled, eager = decode_graph(plain)

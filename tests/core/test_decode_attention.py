@@ -55,6 +55,7 @@ def repeated_kv(graph) -> list[tuple[int, ...]]:
     return [s for s in shapes if s == (1, KV_HEADS, GROUPS, CACHE, HEAD_DIM)]
 
 
+@pytest.mark.slow
 def test_plain_sdpa_repeats_the_cache_inside_a_compiled_decode_step():
     """The control: what the check below looks for is there with transformers' own attention."""
     model = gqa_model()
@@ -63,6 +64,7 @@ def test_plain_sdpa_repeats_the_cache_inside_a_compiled_decode_step():
     assert repeated_kv(graph), "repeat_kv no longer shows in the graph: transformers changed, see packed_decode_sdpa"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("static_masks", [False, True])
 def test_the_engines_attention_reads_the_cache_in_place_with_the_same_logits(static_masks):
     model = gqa_model()

@@ -83,6 +83,7 @@ def test_compile_timeout_setting(tmp_path):
             parse_settings(["--models", "tiny", "--compile-timeout-min", bad], env={})
 
 
+@pytest.mark.slow
 def test_a_slow_compile_reads_still_compiling_then_fails_at_the_limit(tmp_path):
     release, told = threading.Event(), []
     slow = Task("chat · slow bucket", "chat", "compile", "prefill-64", graphs=1, eager_programs=0, estimate_s=0.1)
@@ -105,6 +106,7 @@ def test_a_slow_compile_reads_still_compiling_then_fails_at_the_limit(tmp_path):
         release.set()
 
 
+@pytest.mark.slow
 def test_a_shape_past_the_limit_is_refused_with_what_to_do(tmp_path, monkeypatch):
     from neuron_backend.chat.engine import ChatEngine
 

@@ -253,6 +253,7 @@ def test_guidance_is_used_when_the_model_is_not_distilled(engine):
     assert "CFG scale: 2.5" in Image.open(result.path).text["parameters"]
 
 
+@pytest.mark.slow
 def test_output_folder_keeps_the_newest_images(settings, demo_models):
     engine = make_engine(settings.replace(max_saved_images=3), demo_models)
     paths = [engine.generate(ImageRequest("fox", "64x64", steps=1, seed=s)).path for s in range(5)]
@@ -302,6 +303,7 @@ def test_a_failing_size_is_isolated(engine, monkeypatch):
     assert set(engine.describe()["warmups"]) == {"64x64", "64x96"}
 
 
+@pytest.mark.slow
 def test_concurrent_callers_run_one_at_a_time(shared_engine):
     log, results, errors = [], {}, []
 

@@ -142,6 +142,7 @@ def test_fitting_is_deterministic_and_flattens_transparency():
     assert (np.asarray(fit_reference(ReferenceImage(clear), ImageSize(64, 64)).image) == LETTERBOX_FILL).all()
 
 
+@pytest.mark.slow
 def test_read_reference_checks_the_file_before_decoding():
     data = png_bytes(photo(80, 60))
     reference = read_reference(data, "crop", "cat.png")
@@ -210,6 +211,7 @@ def test_edit_equals_the_plain_pipeline_pixel_for_pixel(edit_engine, demo_models
     ]
 
 
+@pytest.mark.slow
 def test_warm_up_plan_has_one_task_per_slot(tmp_path, demo_models):
     from support.app import link_demo_models
 

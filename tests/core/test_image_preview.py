@@ -92,6 +92,7 @@ def test_a_model_without_a_table_gets_one_fitted_once_and_cached(tmp_path, demo_
     assert LatentRGB.from_json(first.to_json()) == first
 
 
+@pytest.mark.slow
 def test_a_one_level_vae_gets_a_preview_at_its_own_scale(tmp_path, settings, demo_models, monkeypatch):
     # vae_scale_factor 1: one latent pixel per image pixel (FLUX.2's four-level VAE: 8x8 pixels)
     from neuron_backend.image import steps
@@ -110,6 +111,7 @@ def test_a_one_level_vae_gets_a_preview_at_its_own_scale(tmp_path, settings, dem
 
 # -- preview frames, several images ------------------------------------------------------------
 
+@pytest.mark.slow
 def test_preview_frames_arrive_during_denoising_and_the_flag_turns_them_off(settings, demo_models, monkeypatch):
     from neuron_backend.image import steps
 

@@ -68,6 +68,7 @@ def test_a_floor_raises_decode_windows_only(windowed, demo_models):
     assert seen == [128, 128]  # the floor was for that call only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("greedy", [True, False])
 def test_replies_are_those_of_the_whole_cache(windowed, demo_models, greedy):
     """Same tokens with windows (128, 256) as with one window of the whole cache, across the switch."""
@@ -104,6 +105,7 @@ def test_windows_are_warmed_up_only_where_a_new_shape_compiles(windowed, demo_mo
     assert seen == [128, 128]  # one prefill and one decode step, no extra run per window
 
 
+@pytest.mark.slow
 def test_a_reset_cache_keeps_old_entries_but_never_reads_them(windowed, demo_models):
     """After a long reply the cache still holds its entries (not zeroed); the next reply is the same
     as on a fresh engine, because every position it attends to was written by itself."""

@@ -137,6 +137,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
+@pytest.mark.slow
 def test_a_bfloat16_decode_stays_close_to_the_float32_one(demo_models):
     """The demo VAE (random weights, 4 levels like the real one) decodes the same latents in both dtypes."""
     from diffusers import AutoencoderKLFlux2

@@ -128,6 +128,7 @@ def page_for(backend):
     return on_load, steps, guidance
 
 
+@pytest.mark.slow
 def test_a_checkpoint_on_disk_gives_the_page_its_default_steps_before_it_loads(tmp_path, flux_folder):
     base = base_checkpoint(flux_folder, tmp_path / "base")
     backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", str(base)))
@@ -154,6 +155,7 @@ def test_a_cached_hub_checkpoint_gives_its_default_steps_before_it_loads(tmp_pat
     assert (distilled.image_default_steps(), distilled.image_distilled()) == (4, True)  # unknown yet: klein's own
 
 
+@pytest.mark.slow
 def test_a_checkpoint_fetched_after_the_page_was_built_sets_its_steps_when_a_page_loads(tmp_path, flux_folder):
     folder = tmp_path / "fetched-later"  # not on disk when the page is built, as a download still running
     backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", str(folder)))

@@ -91,6 +91,7 @@ def test_quoted_values_round_trip_as_before():
                      "Bad": "no\\", "Seed": "1"}
 
 
+@pytest.mark.slow
 def test_adversarial_settings_lines_parse_in_linear_time():
     """The scanner itself, uncapped: 4x the text costs about 4x the CPU time, not 16x, and 1 MB stays far
     under the 2.3 CPU s the quadratic pattern needed for 16 KB. CPU seconds of this process

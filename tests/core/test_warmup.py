@@ -51,6 +51,7 @@ def test_order_is_configurable(tmp_path):
     assert backend.runner.tasks[0].engine == "image"
 
 
+@pytest.mark.slow
 def test_state_transitions_history_and_eta(tmp_path):
     backend = make_backend(tmp_path)
     seen = []
@@ -111,6 +112,7 @@ def test_failing_shape_is_isolated(tmp_path, monkeypatch):
     assert backend.generate_image(ImageRequest(prompt="a cat", size="64x64", steps=1, seed=1)).image.size == (64, 64)
 
 
+@pytest.mark.slow
 def test_failed_engine_load_leaves_the_other_serving(tmp_path, monkeypatch):
     from neuron_backend.chat.engine import ChatEngine, ChatRequest
     from neuron_backend.image.engine import ImageRequest

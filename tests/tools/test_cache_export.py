@@ -55,6 +55,7 @@ def _elem_ids(demo) -> set:
     return {getattr(block, "elem_id", None) for block in demo.blocks.values()}
 
 
+@pytest.mark.slow
 def test_anonymous_visitors_are_not_offered_the_cache_export(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models)
     demo = ui.create_demo(backend, details=annex_details())

@@ -60,6 +60,7 @@ def test_parity_is_none_against_the_same_model_and_finds_a_perturbed_one(cpu_set
     assert [r["first_divergence"] for r in result["prompts"]] == [0, 0, 0]
 
 
+@pytest.mark.slow
 def test_image_parity_is_inf_against_the_same_pipeline_and_finite_when_perturbed(cpu_settings, demo_models):
     ours = parity.reference_engine(cpu_settings, "image", demo_models.image, "demo")
     same = parity.reference_engine(cpu_settings, "image", demo_models.image, "demo")

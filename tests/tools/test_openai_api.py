@@ -208,6 +208,7 @@ def test_metrics_count_v1_requests_tokens_and_errors(served):
     assert grew("showcase_v1_tokens_total", kind="prompt") == usage.prompt_tokens
 
 
+@pytest.mark.slow
 def test_v1_end_to_end_time_ends_at_the_last_byte_and_refusals_count_by_reason(served):
     backend, client = served
     engine, url, path = backend.engine("chat"), str(client.base_url).removesuffix("v1/"), "/v1/chat/completions"

@@ -128,6 +128,7 @@ def test_both_kinds_and_rerun_gives_identical_image_bytes(backend, both_run):
     assert qa.rerun_cell(backend, run, wide).image_png == before  # same seed and settings: same bytes
 
 
+@pytest.mark.slow
 def test_stop_after_three_cells_keeps_them_and_a_second_run_resumes(backend, chat_run):
     run = qa.new_run_like(chat_run)
     stop = threading.Event()
@@ -153,6 +154,7 @@ def test_stop_interrupts_the_running_image_cell(backend):
     assert [c.status for c in run.cells] == ["done", "done"] and run.cells[0].stats["steps_done"] == 3
 
 
+@pytest.mark.slow
 def test_stop_interrupts_a_streaming_chat_cell(backend):
     run = qa.plan_run(backend.settings, "tell a long story", variants="long: max_new_tokens=64, greedy=true")
     full = qa.rerun_cell(backend, copy.deepcopy(run), 0)
@@ -175,6 +177,7 @@ def test_a_failing_cell_records_its_error_and_the_run_goes_on(backend, chat_run)
     assert "failed" in qa_grid.results_table(run)[1][0][3]
 
 
+@pytest.mark.slow
 def test_interactive_requests_run_between_cells(backend, chat_run):
     """A chat request from another tab, sent while a set runs, is served before the set ends."""
     run = qa.new_run_like(chat_run)
@@ -282,6 +285,7 @@ def test_import_refuses_tampered_files(chat_run, both_run, tmp_path):
         read_run(tmp_path / "bad.jsonl")
 
 
+@pytest.mark.slow
 def test_compare_an_imported_run_with_a_new_run_of_the_same_set(backend, both_run):
     old = import_jsonl(export_jsonl(marked(both_run)))
     new = qa.new_run_like(old)

@@ -282,6 +282,7 @@ def with_cell(lines: list[str], **changes) -> str:
     return "\n".join([lines[0], json.dumps(cell)])
 
 
+@pytest.mark.slow
 def test_import_refuses_image_bombs_and_non_images(backend, image_export):
     bomb = png_b64(12000, 12000)
     assert len(bomb) < 400_000  # compresses to almost nothing: only the header may be trusted

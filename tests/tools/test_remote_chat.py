@@ -145,6 +145,7 @@ def test_the_servers_refusal_reaches_the_user_in_its_words(pair):
         list(front.stream_chat({"message": "   "}))
 
 
+@pytest.mark.slow
 def test_a_server_with_a_key_needs_it(tmp_path_factory, monkeypatch):
     demo, worker, url = start_app(tmp_path_factory.mktemp("keyed"), "--no-image", "--api-key", "sk-remote-1")
     try:
@@ -158,6 +159,7 @@ def test_a_server_with_a_key_needs_it(tmp_path_factory, monkeypatch):
         demo.close()
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_fails_its_warm_up_task_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(remote, "GIVE_UP_S", 1.0)
     monkeypatch.setattr(remote, "POLL_S", 0.2)
@@ -229,6 +231,7 @@ def test_the_context_meter_shows_the_servers_context(pair):
         f"Context: prompt {final.stats.prompt_tokens} tokens · {used}/256 tokens on the chat server"
 
 
+@pytest.mark.slow
 def test_a_server_still_warming_up_is_waited_for_with_its_progress(tmp_path_factory, monkeypatch):
     """The front's connect task shows how far the server's warm-up is (its shapes ready) and ends once it serves."""
     monkeypatch.setattr(remote, "POLL_S", 0.2)
@@ -252,6 +255,7 @@ def test_a_server_still_warming_up_is_waited_for_with_its_progress(tmp_path_fact
         demo.close()
 
 
+@pytest.mark.slow
 def test_the_pages_queue_lets_replies_stream_together_to_the_server(tmp_path_factory):
     """Through the page's Gradio queue: with a slot for one reply (its own --chat-batch 1), every visitor's reply
     waited for the one streaming, and a server that batches (vLLM, or this app with --chat-batch 2) got one at a

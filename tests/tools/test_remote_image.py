@@ -99,6 +99,7 @@ class SilentJob:
         self.cancelled = True
 
 
+@pytest.mark.slow
 def test_a_worker_silent_before_its_first_update_is_lost_only_when_its_healthz_is_silent_too(monkeypatch):
     monkeypatch.setattr("tools.remote.image.STALL_S", 0.2)
     engine = _engine("http://127.0.0.1:9")  # port 9 (discard): its /healthz does not answer

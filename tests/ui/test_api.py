@@ -42,6 +42,7 @@ def test_named_endpoints_only(served):
     assert named["paste_png"] == "undocumented"
 
 
+@pytest.mark.slow
 def test_status_json(served):
     backend, client = served
     # The counter behind compiles_since_ready is the process's: in a test process the other modules' compiles
@@ -75,6 +76,7 @@ def test_chat_streams_with_history_and_controls(served):
     assert again["answer"] == final["answer"]  # same seed, same reply
 
 
+@pytest.mark.slow
 def test_chat_takes_the_chat_tabs_export_and_says_what_is_wrong(served):
     """/chat history: the Export JSON document's messages as they are (one normaliser for both sides);
     refusals say what is allowed; the final update names a cut at the token limit; deltas join to the answer."""
@@ -144,6 +146,7 @@ def test_wrong_password_rejected(guarded):
         Client(url, auth=("ada", "wrong"), verbose=False)
 
 
+@pytest.mark.slow
 def test_not_ready_size_refused_with_eta(guarded):
     backend, url = guarded
     client = Client(url, auth=("ada", "lovelace"), verbose=False)

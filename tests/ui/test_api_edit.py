@@ -39,6 +39,7 @@ def files(tmp_path_factory):
     return folder, paths
 
 
+@pytest.mark.slow
 def test_edit_records_each_reference_and_pastes_back(editing, files):
     backend, client = editing
     _, (cat, dog, _) = files
@@ -91,6 +92,7 @@ def test_refusals_name_what_is_allowed_and_the_app_keeps_working(editing, files,
     assert params["references"][0]["fit"] == "letterbox" and Image.open(path).size == (64, 64)
 
 
+@pytest.mark.slow
 def test_no_references_is_text_to_image(editing):
     _, client = editing
     edit_path, edit_params = client.predict(prompt="a fox", size="64x64", steps=1, seed=3, api_name="/edit_image")

@@ -138,6 +138,7 @@ def test_a_5000_digit_value_is_refused_with_what_is_allowed(warm_app, kwargs, fr
     assert not any(said in message for said in PYTHON_SAID)
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_in_the_prompt_is_refused_plainly(warm_app):
     # gradio_client cannot send one (it encodes UTF-8 first); a page's JSON.stringify sends it as an escape.
     _, url = warm_app
@@ -175,6 +176,7 @@ HOSTILE_PNGS = {  # the JSON chunk of a dropped PNG, and what the refusal says
 }
 
 
+@pytest.mark.slow
 def test_hostile_pasted_pngs_fill_nothing_and_the_app_serves_on(warm_app, tmp_path):
     # The refusals' words: tests/core/test_png_text.py; here, through /paste_png, an API client gets the
     # refusal as a Gradio error (not a success of skipped updates), never Python's own message or a path.
@@ -223,6 +225,7 @@ def wait_free(engine, timeout):
     return time.time() - started
 
 
+@pytest.mark.slow
 def test_cancelled_image_frees_the_engine_within_a_second(served):
     backend, client, url, _ = served
     job = Client(url, verbose=False).submit(prompt="slow", size="96x64", steps=400, seed=2, guidance=None,
@@ -255,6 +258,7 @@ DISCONNECTING_CLIENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine_name", ["chat", "image"])
 def test_disconnected_client_frees_the_engine(served, engine_name):
     backend, client, url, _ = served

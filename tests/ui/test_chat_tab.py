@@ -393,6 +393,7 @@ def test_chatbot_sends_escaped_text_and_hands_back_the_original():
     assert back[0]["content"][0]["text"] == "List<String>  \n    indented"
 
 
+@pytest.mark.slow
 def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
     """Closing the reply (Gradio's Stop) still yields the final stats, marked stopped."""
     from neuron_backend.chat.text import ChatRequest

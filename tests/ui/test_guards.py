@@ -53,6 +53,7 @@ def test_the_login_backoff_is_per_user_name_and_ignores_forged_forwarded_for(aut
     assert throttle.retry_after(("127.0.0.1", "eve")) > 0 and throttle.retry_after(ADA) == 0
 
 
+@pytest.mark.slow
 def test_a_login_token_expires_after_login_max_age(auth_app):
     url, _, demo = auth_app
     with httpx.Client() as client:
@@ -191,6 +192,7 @@ def _length(answer: bytes) -> int:
     return 0
 
 
+@pytest.mark.slow
 def test_request_bodies_and_uploads_over_their_limits_are_refused(warm_app):
     backend, url = warm_app
     limit, file_limit = backend.settings.max_request_bytes, backend.settings.max_file_size
@@ -218,6 +220,7 @@ def _image_job(client: Client, seed: int):
     return client.submit(prompt="q", size="64x64", steps=2, seed=seed, guidance=None, api_name="/generate_image")
 
 
+@pytest.mark.slow
 def test_one_session_cannot_hold_the_queue(warm_app):
     """With the image engine held, one session's third job is refused; another session's job joins and runs."""
     backend, url = warm_app

@@ -143,6 +143,7 @@ def test_a_cancel_that_comes_before_the_join_runs_no_step(served):
     assert len(calls) == before  # the handler never started the image
 
 
+@pytest.mark.slow
 def test_gradio_client_cancel_right_after_submit_frees_the_engine_at_once(served):
     backend, url, _, _, _ = served
     client = Client(url, verbose=False)

@@ -62,6 +62,7 @@ def test_a_count_not_served_is_said_before_anything_is_sent(settings, files):
     assert references_of(None, None, settings.references) == ()
 
 
+@pytest.mark.slow
 def test_the_box_is_on_the_page_only_where_editing_is_served(tmp_path, warm_app):
     def elem_ids(config):
         return {c.get("props", {}).get("elem_id") for c in config["components"]}

@@ -419,6 +419,7 @@ def test_ltr_runs_isolates_technical_runs_on_an_arabic_page_only():
 
 
 # ----- the header and the warm-up table ---------------------------------------------------------------
+@pytest.mark.slow
 def test_header_has_title_chips_and_the_demo_notice(tmp_path, demo_models):
     backend = warm_backend(tmp_path, demo_models)
     status = backend.status()
