@@ -302,7 +302,8 @@ def image_api_inputs(backend: Backend) -> list[Api]:
         Api(None, {"type": "string", "description": f"what to draw (at most {settings.max_prompt_chars} characters)"},
             "prompt"),
         Api(sizes[0], {"type": "string", "enum": sizes, "description": "one of the precompiled sizes"}, "size"),
-        Api(settings.default_steps, {"type": "integer", "minimum": 1, "maximum": settings.max_steps,
+        # The model's own default, as on the page (50 for a non-distilled checkpoint already on disk at start).
+        Api(backend.image_default_steps(), {"type": "integer", "minimum": 1, "maximum": settings.max_steps,
                                      "description": f"denoising steps, 1 to {settings.max_steps}"}, "steps"),
         Api(None, _nullable({"type": "integer", "minimum": 0, "maximum": SEED_MAX,
                              "description": "None: a random seed (returned in the parameters)"}), "seed"),

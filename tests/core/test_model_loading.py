@@ -136,6 +136,9 @@ def test_a_checkpoint_on_disk_gives_the_page_its_default_steps_before_it_loads(t
     assert (backend.image_default_steps(), backend.image_distilled()) == (50, False)
     on_load, steps, guidance = page_for(backend)
     assert steps.value == 50 and guidance.visible
+    from ui.api import image_api_inputs  # the API page and gradio_client fill an omitted steps with the same
+
+    assert next(api.value for api in image_api_inputs(backend) if api.label == "steps") == 50
     assert on_load.fn() == {"__type__": "update"}  # gr.skip(): nothing that could undo a number being typed
     backend.runner.run()
     assert backend.image_default_steps() == 50 and backend.status()["limits"]["default_steps"] == 50

@@ -411,3 +411,31 @@ def test_a_lone_set_file_and_lone_images_upload_as_before_or_are_refused(qa_page
     twin = _picture(tmp_path / "elsewhere" / "cat.png", (1, 2, 3))
     with pytest.warns(UserWarning, match=r"^Two uploaded images are named 'cat.png'; references are matched by file"):
         press_run([*_uploaded(tmp_path / "twins"), str(twin)])
+
+
+@pytest.mark.slow
+def test_an_image_cell_without_steps_runs_the_models_own_default(tmp_path, demo_models):
+    """A non-distilled checkpoint: a cell that names no steps runs 50, as the Image tab offers (not klein's 4)."""
+    import shutil
+
+    from neuron_backend.runtime import Backend
+    from tools.qa.tab import TAB
+    from ui import create_demo
+
+    base = tmp_path / "base"
+    shutil.copytree(demo_models.image, base)
+    index = json.loads((base / "model_index.json").read_text())
+    (base / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
+    backend = Backend(parse_settings(["--models", "full", "--device", "cpu", "--sizes", "64x64", "--references", "0",
+                                      "--no-chat", "--image-model", str(base), "--cache-dir", str(tmp_path)], env={}))
+    backend.runner.run()
+    press = next(f.fn for f in create_demo(backend, tabs=[TAB]).fns.values() if f.name == "press_run")
+    run = list(press("a lighthouse", None, "image", "one: seed=5", 0, None, lambda *a, **k: None))[-1][0]
+    assert [c.status for c in run.cells] == [qa.DONE], [c.error for c in run.cells]
+    import base64
+    import io
+
+    from PIL import Image
+
+    made = json.loads(Image.open(io.BytesIO(base64.b64decode(run.cells[0].image_png))).text["showcase"])
+    assert run.cells[0].settings["steps"] == 50 and made["steps"] == 50

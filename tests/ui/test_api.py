@@ -242,7 +242,7 @@ def test_api_pages_show_the_real_contract_and_accept_the_minimal_calls(tmp_path,
         assert [n for n, p in image.items() if not p["parameter_has_default"]] == ["prompt"]
         assert image["size"]["parameter_default"] == "64x64"
         assert image["size"]["python_type"]["type"] == "Literal['64x64', '96x64']"
-        assert image["steps"]["parameter_default"] == backend.settings.default_steps
+        assert image["steps"]["parameter_default"] == backend.image_default_steps() == 4  # FLUX.2-klein's
         assert image["steps"]["python_type"]["type"] == "int"
         assert image["seed"]["parameter_default"] is None and image["guidance"]["parameter_default"] is None
         chat = api["/chat"]["parameters"]

@@ -8,6 +8,7 @@ they were (``refusals_as_toast``): a mistake never wipes a run's results.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import gradio as gr
@@ -168,7 +169,9 @@ def build_qa_tab(backend: Backend) -> None:
     @refusals_as_toast(outputs=len(run_outputs))
     def press_run(text, upload_value, kind_value, variants_text, seed, request: gr.Request,
                   progress=gr.Progress()):
-        run = planned_run(settings, text, upload_value, kind_value, variants_text, seed)
+        # An image cell without steps gets the model's own default, as on the Image tab (50 for a base checkpoint).
+        planning = dataclasses.replace(settings, default_steps=backend.image_default_steps())
+        run = planned_run(planning, text, upload_value, kind_value, variants_text, seed)
         yield from _execute(run, request, progress)
 
     def _execute(run, request, progress):
