@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import json
 import logging
 from pathlib import Path
 
@@ -37,7 +36,7 @@ import torch
 from ..errors import EngineUnavailableError, IncompatibleModelError
 from ..memory import MemoryPlan, NotEnoughMemory, free_bytes, plan_image, vae_upcast
 from ..messages import tr
-from ..weights import verify_folder
+from ..weights import BrokenModelFile, read_json_file, verify_folder
 
 NON_DISTILLED_STEPS = 50  # Flux2KleinPipeline.__call__'s num_inference_steps default, documented for the base model
 
@@ -159,11 +158,13 @@ def is_distilled(pipe) -> bool:
 def distilled_on_disk(model_index: Path | None) -> bool | None:
     """``is_distilled`` as the pipeline will read it from this model_index.json, before it loads (absent: False,
     as ``is_distilled``); None where the file is not there or not readable (not fetched yet)."""
-    try:
-        index = json.loads(Path(model_index).read_text(encoding="utf-8")) if model_index is not None else None
-    except (OSError, UnicodeDecodeError, ValueError):
+    if model_index is None:
         return None
-    return bool(index.get("is_distilled", False)) if isinstance(index, dict) else None
+    try:
+        index = read_json_file(model_index.parent, model_index.name)
+    except BrokenModelFile:
+        return None
+    return bool(index.get("is_distilled", False))
 
 
 def default_steps(distilled: bool, settings) -> int:

@@ -8,11 +8,9 @@ FLUX.2-klein-base-4B runs. Screenshot: test-artifacts/screenshots/base-checkpoin
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 from support.browser import _shot, _wait_ready, open_page, running_app
+from support.model_folders import non_distilled_copy
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -24,11 +22,7 @@ IN_VIEW_JS = """(selector) => {
 
 @pytest.fixture(scope="module")
 def base_url(chromium, demo_models, tmp_path_factory):
-    base = tmp_path_factory.mktemp("base-checkpoint") / "klein-base"
-    shutil.copytree(demo_models.image, base)
-    (base / ".complete").unlink(missing_ok=True)  # a checkpoint of its own, not the demo folder
-    index = json.loads((base / "model_index.json").read_text())
-    (base / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
+    base = non_distilled_copy(demo_models.image, tmp_path_factory.mktemp("base-checkpoint") / "klein-base")
     with running_app("browser-base-app.log", "--models", "full", "--no-chat", "--image-model", str(base)) as url:
         yield url
 

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from support.model_folders import real_flux_layout, truncate, with_text_layers
+from support.model_folders import non_distilled_copy, real_flux_layout, truncate, with_text_layers
 from support.qwen3 import tokenizer_files
 
 from neuron_backend import memory
@@ -79,9 +79,7 @@ def test_bf16_decodes_in_float32_as_the_vae_config_asks(tmp_path, flux_folder):
 
 @pytest.mark.slow
 def test_non_distilled_checkpoints_default_to_50_steps(tmp_path, flux_folder):
-    base = copy(flux_folder, tmp_path / "base")
-    index = json.loads((base / "model_index.json").read_text())
-    (base / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
+    base = non_distilled_copy(flux_folder, tmp_path / "base")
     engine = image_engine(settings_for(tmp_path), base)
     assert engine.default_steps == 50 and engine.validate(ImageRequest("x", "64x64")).steps == 50
     assert engine.describe()["steps"]["default"] == 50
@@ -105,14 +103,6 @@ def test_a_model_index_without_is_distilled_runs_as_the_pipeline_reads_it(tmp_pa
     assert engine.describe()["guidance"]["used"] is True and engine.describe()["steps"]["default"] == 50
 
 
-def base_checkpoint(flux_folder, dst):
-    """The demo pipeline as a non-distilled checkpoint (``is_distilled: false``, as FLUX.2-klein-base-4B runs)."""
-    base = copy(flux_folder, dst)
-    index = json.loads((base / "model_index.json").read_text())
-    (base / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
-    return base
-
-
 def page_for(backend):
     """The page and its once-per-page load that sets the Steps slider to the model's own default."""
     from ui import create_demo
@@ -130,7 +120,7 @@ def page_for(backend):
 
 @pytest.mark.slow
 def test_a_checkpoint_on_disk_gives_the_page_its_default_steps_before_it_loads(tmp_path, flux_folder):
-    base = base_checkpoint(flux_folder, tmp_path / "base")
+    base = non_distilled_copy(flux_folder, tmp_path / "base")
     backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", str(base)))
     # Read from model_index.json before the pipeline loads: the page is built with 50 steps and guidance shown.
     assert (backend.image_default_steps(), backend.image_distilled()) == (50, False)
@@ -151,7 +141,8 @@ def test_a_checkpoint_on_disk_gives_the_page_its_default_steps_before_it_loads(t
 def test_a_cached_hub_checkpoint_gives_its_default_steps_before_it_loads(tmp_path, flux_folder, hf_cache):
     from support.model_folders import add_to_cache
 
-    add_to_cache(hf_cache, "org/klein-base", base_checkpoint(flux_folder, tmp_path / "base"), only=["model_index.json"])
+    base = non_distilled_copy(flux_folder, tmp_path / "base")
+    add_to_cache(hf_cache, "org/klein-base", base, only=["model_index.json"])
     backend = Backend(settings_for(tmp_path, "--no-chat", "--image-model", "org/klein-base"))
     assert (backend.image_default_steps(), backend.image_distilled()) == (50, False)
     distilled = Backend(settings_for(tmp_path, "--no-chat", "--image-model", "org/not-cached"))
@@ -167,7 +158,7 @@ def test_a_checkpoint_fetched_after_the_page_was_built_sets_its_steps_when_a_pag
     assert steps.value == 4 and not guidance.visible
     # The page was built with it: nothing to send (a late update would undo a number the visitor typed).
     assert on_load.fn() == {"__type__": "update"}  # gr.skip()
-    base_checkpoint(flux_folder, folder)
+    non_distilled_copy(flux_folder, folder)
     backend.runner.run()
     assert backend.image_default_steps() == 50 and backend.status()["limits"]["default_steps"] == 50
     assert on_load.fn() == {"value": 50, "__type__": "update"}

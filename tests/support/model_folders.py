@@ -40,6 +40,16 @@ def add_to_cache(cache: Path, repo: str, source: Path, only: list[str] | None = 
     return snapshot
 
 
+def non_distilled_copy(pipeline: Path, dst: Path) -> Path:
+    """A copy of an image pipeline folder as a non-distilled checkpoint (``is_distilled: false`` in its
+    model_index.json, as FLUX.2-klein-base-4B runs), not a demo folder any more; returns ``dst``."""
+    shutil.copytree(pipeline, dst)
+    (dst / ".complete").unlink(missing_ok=True)
+    index = json.loads((dst / "model_index.json").read_text())
+    (dst / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
+    return dst
+
+
 def real_flux_layout(demo_image: Path, dst: Path) -> Path:
     """The demo pipeline in the real FLUX.2-klein-4B repository's layout.
 

@@ -416,16 +416,13 @@ def test_a_lone_set_file_and_lone_images_upload_as_before_or_are_refused(qa_page
 @pytest.mark.slow
 def test_an_image_cell_without_steps_runs_the_models_own_default(tmp_path, demo_models):
     """A non-distilled checkpoint: a cell that names no steps runs 50, as the Image tab offers (not klein's 4)."""
-    import shutil
+    from support.model_folders import non_distilled_copy
 
     from neuron_backend.runtime import Backend
     from tools.qa.tab import TAB
     from ui import create_demo
 
-    base = tmp_path / "base"
-    shutil.copytree(demo_models.image, base)
-    index = json.loads((base / "model_index.json").read_text())
-    (base / "model_index.json").write_text(json.dumps({**index, "is_distilled": False}))
+    base = non_distilled_copy(demo_models.image, tmp_path / "base")
     backend = Backend(parse_settings(["--models", "full", "--device", "cpu", "--sizes", "64x64", "--references", "0",
                                       "--no-chat", "--image-model", str(base), "--cache-dir", str(tmp_path)], env={}))
     backend.runner.run()
