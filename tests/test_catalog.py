@@ -130,10 +130,10 @@ def test_bilingual_html_escapes_and_marks_both_languages():
     text = i18n.bilingual_html("Hugging Face models on AWS Trainium")
     assert '<span class="i18n-en">Hugging Face models on AWS Trainium</span>' in text
     assert '<span class="i18n-ar" lang="ar">نماذج Hugging Face على AWS Trainium</span>' in text
-    assert "PyTorch's" in i18n.bilingual_html("Chat with Qwen3-0.6B and draw with FLUX.2-klein-4B, run natively on "
-                                              "Trainium through PyTorch's neuron device: every shape is compiled once "
-                                              "at start, so after warm-up no "
-                                              "request waits for a compile.")  # text, not an attribute: quotes stay
+    summary = i18n.bilingual_html(lambda: i18n.say("Chat with {chat}, run natively on Trainium through PyTorch's "
+                                                   "neuron device: every shape is compiled once at start, so after "
+                                                   "warm-up no request waits for a compile.", chat="Qwen3-0.6B"))
+    assert "PyTorch's" in summary and "حاور \u2066Qwen3-0.6B\u2069،" in summary  # text, not an attribute: quotes stay
 
 
 def _run_override(path: str, query: bytes, content_type: bytes, body: bytes, method: str = "GET") -> list[dict]:

@@ -188,9 +188,8 @@ def counters_lines(counters: dict | None) -> list[str]:
 # ----- the header: title, engine chips, demo notice, the bar ---------------------------------------------
 # both languages (ui/i18n.py); CSS shows the one of <html lang>
 TITLE = bilingual_html("Hugging Face models on AWS Trainium")
-SUMMARY = bilingual_html("Chat with Qwen3-0.6B and draw with FLUX.2-klein-4B, run natively on Trainium through "
-                         "PyTorch's neuron device: every shape is compiled once at start, so after warm-up no request "
-                         "waits for a compile.")
+# the model each engine was specified with: what the demo's tiny stand-ins stand in for
+SPECIFIED = {"chat": "Qwen3-0.6B", "image": "FLUX.2-klein-4B"}
 # chip state -> (text colour, background)
 CHIP_COLOURS = {"ready": ("#1b5e20", "#e8f5e9"), "warming up": ("#8a5300", "#fff4e0"),
                 "loading": ("#8a5300", "#fff4e0"), "failed": ("#b71c1c", "#fdecea")}
@@ -240,6 +239,25 @@ def demo_notice_html(status: dict) -> str:
     return f'<div class="demo-notice" id="demo-notice" style="{NOTICE_STYLE}">{ltr_runs(notice, True)}</div>'
 
 
+def summary_text(status: dict) -> str:
+    """One sentence naming what this page runs: the enabled engines and their models."""
+    names = {}
+    for name, model_id in status["models"].items():
+        if status["engines"].get(name, {}).get("state") == "disabled":
+            continue
+        demo = status["demo"] and status["device"]["engines"].get(name, {}).get("kind") != "remote"
+        # a local folder's name, without the <...> that marks a hidden server folder
+        names[name] = SPECIFIED[name] if demo else _short_model(model_id, False, name).strip("<>")
+    if "chat" in names and "image" in names:
+        return say("Chat with {chat} and draw with {image}, run natively on Trainium through PyTorch's neuron device: "
+                   "every shape is compiled once at start, so after warm-up no request waits for a compile.", **names)
+    if "chat" in names:
+        return say("Chat with {chat}, run natively on Trainium through PyTorch's neuron device: every shape is "
+                   "compiled once at start, so after warm-up no request waits for a compile.", **names)
+    return say("Draw with {image}, run natively on Trainium through PyTorch's neuron device: every shape is "
+               "compiled once at start, so after warm-up no request waits for a compile.", **names)
+
+
 def header_html(status: dict) -> str:
     """Title, summary, engine chips, demo notice and the warm-up bar."""
     chips = []
@@ -249,7 +267,8 @@ def header_html(status: dict) -> str:
                      f'style="{CHIP_STYLE};color:{colour};background:{background}">'
                      f'{ltr_runs(html.escape(text), True)}</span>')
     return (f'<div id="page-header"><h1 style="margin:0 0 2px 0;font-size:1.6em">{TITLE}</h1>'
-            f'<p class="summary" style="margin:0 0 8px 0;opacity:.85">{SUMMARY}</p>'
+            f'<p class="summary" style="margin:0 0 8px 0;opacity:.85">'
+            f'{ltr_runs(html.escape(summary_text(status), quote=False), True)}</p>'
             f'<div class="chips" id="engine-chips" style="display:flex;flex-wrap:wrap;gap:8px;margin-bottom:8px">'
             f'{"".join(chips)}</div>{demo_notice_html(status)}{status_bar_html(status)}</div>')
 

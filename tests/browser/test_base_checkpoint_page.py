@@ -1,6 +1,6 @@
 """A non-distilled checkpoint's Image tab as a visitor first sees it: the model's own 50 steps and the Guidance
 slider from the first paint (read from its model_index.json before the pipeline loads), and a number the visitor
-types stays through the warm-up's end.
+types stays through the warm-up's end. The header names that checkpoint and no chat model.
 
 Its own app process: ``--models full --no-chat`` on the tiny pipeline with ``is_distilled: false``, as
 FLUX.2-klein-base-4B runs. Screenshot: test-artifacts/screenshots/base-checkpoint-first-view.png.
@@ -30,6 +30,9 @@ def base_url(chromium, demo_models, tmp_path_factory):
 def test_a_base_checkpoint_opens_with_its_steps_and_guidance_and_keeps_a_typed_number(browser, base_url):
     context, page = open_page(browser, base_url, "en-US")
     try:
+        summary = page.locator("#page-header .summary")
+        assert summary.inner_text().startswith("Draw with klein-base, run natively on Trainium")  # no chat here
+        assert summary.is_visible() and "Qwen3" not in page.locator("#page-header").inner_text()
         page.locator("#image-tab-button").click()
         steps = page.locator("#image-steps input[type=number]")
         steps.wait_for()

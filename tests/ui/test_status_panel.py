@@ -46,6 +46,7 @@ from ui.status_panel import (
     header_html,
     ltr_runs,
     status_bar_html,
+    summary_text,
     task_headers,
     task_rows,
     task_table,
@@ -445,6 +446,25 @@ def test_a_chip_names_the_model_and_a_short_commit(warm):
     status["models"] = {"chat": "/data/models@v1/qwen", "image": "black-forest-labs/FLUX.2-klein-4B"}
     assert [text for _, text in engine_chips(status)] == ["Chat · qwen · cpu · ready",
                                                           "Image · FLUX.2-klein-4B · cpu · ready"]
+
+
+def test_the_summary_names_the_engines_and_models_this_page_runs(warm):
+    """The sentence under the title names what the page runs: the two specified models for the demo's stand-ins,
+    else each engine's own checkpoint, and only the engines that are enabled."""
+    status = warm.status()
+    assert summary_text(status).startswith("Chat with Qwen3-0.6B and draw with FLUX.2-klein-4B, run natively")
+    status["demo"] = False
+    status["models"] = {"image": "black-forest-labs/FLUX.2-klein-base-4B"}
+    status["engines"]["chat"] = {"state": "disabled"}
+    assert summary_text(status).startswith("Draw with FLUX.2-klein-base-4B, run natively on Trainium")
+    assert "Qwen3" not in header_html(status) and "Draw with FLUX.2-klein-base-4B" in header_html(status)
+    with i18n.speaking("ar"):
+        page = header_html(status)
+        assert '<bdi dir="ltr">FLUX.2-klein-base-4B</bdi>' in page and "ارسم بـ" in page
+        _arabic(page)
+    status["models"] = {"chat": "<my-qwen>", "image": "org/klein"}  # a local folder, as a visitor's status has it
+    status["engines"] |= {"chat": {"state": "ready"}, "image": {"state": "disabled"}}
+    assert summary_text(status).startswith("Chat with my-qwen, run natively on Trainium")
 
 
 def test_queued_tasks_show_expectations_in_the_state_not_the_seconds_column():
