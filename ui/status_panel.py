@@ -77,7 +77,9 @@ def status_bar_html(status: dict) -> str:
         state = say("Warming up: {task} · {done}/{total} tasks",
                     task=html.escape(running), done=status["done"], total=status["total"]) + (
             say(" · about {eta} left", eta=fmt_seconds(eta)) if eta is not None else
-            say(" · about {eta} left by the first-run estimate", eta=fmt_seconds(plan["eta_s"])) if plan else
+            # an eager first start has nothing to estimate (loads are not): no "0.0 s left" with tasks to go
+            say(" · about {eta} left by the first-run estimate", eta=fmt_seconds(plan["eta_s"]))
+            if plan and plan["eta_s"] else
             say(" · ETA learned after the first start")
         ) + (still_compiling(task, plan) if task else "")
     alarm = status["compiles_since_ready"]

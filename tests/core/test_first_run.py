@@ -55,6 +55,16 @@ def test_the_plan_is_shown_before_anything_compiles(tmp_path):
     assert "first-run estimate" in task_rows(status)[2][2]  # the first chat bucket's row
 
 
+def test_an_eager_first_start_does_not_promise_zero_seconds(tmp_path):
+    """Nothing compiles (eager) and nothing is learned yet: the loads have no estimate, so the bar says the ETA
+    comes later, not "about 0.0 s left" while tasks are still to go."""
+    backend = make_backend(tmp_path, "--compile", "off")
+    status = backend.status()
+    assert status["eta_s"] is None and status["plan"]["eta_s"] == 0.0 and status["done"] < status["total"]
+    bar = status_bar_html(status)
+    assert "ETA learned after the first start" in bar and "0.0 s left" not in bar
+
+
 def test_learned_times_replace_the_estimate(tmp_path):
     history = TimingHistory(tmp_path / "history.json")
     history.record("b", 2.0)
