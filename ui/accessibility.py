@@ -6,7 +6,7 @@
   (#ef4444, 3.8:1) becomes red-700 (6.5:1); the subdued grey of slider limits, info lines, the
   upload's "or" and the footer (#bbbbc2, 1.9:1) becomes neutral-600. ``CSS`` does the same for the
   selected tab's name (the accent orange, 2.8:1 on white) and the JSON viewer's syntax colours in the
-  light theme.
+  light theme. Its fonts come whole at weight 600 (``FONT``, below).
 - ``HEAD``: a script that repairs Gradio 6.31's markup as it appears (a MutationObserver, as the
   components render and re-render):
   - the chat examples' container says ``role="list"`` but holds buttons (axe
@@ -39,7 +39,13 @@ import json
 
 import gradio as gr
 
-THEME = gr.themes.Default().set(
+# Gradio 6.31 ships Source Sans Pro and IBM Plex Mono semibold (600) as subsets of a few dozen glyphs
+# ("A", "B", punctuation): text in weight 600 (titles, buttons, bold) drew those in Source Sans and every other
+# letter in the system's fallback, "AWS" with an A of another font. The fonts are declared at 400 and 700
+# (complete files), so weight 600 takes the bold face, whole.
+FONT = [gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif", "system-ui", "sans-serif"]
+FONT_MONO = [gr.themes.LocalFont("IBM Plex Mono", weights=(400, 700)), "ui-monospace", "Consolas", "monospace"]
+THEME = gr.themes.Default(font=FONT, font_mono=FONT_MONO).set(
     button_primary_background_fill="*primary_700",
     button_primary_background_fill_dark="*primary_700",
     button_primary_background_fill_hover="*primary_800",

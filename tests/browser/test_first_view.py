@@ -113,6 +113,43 @@ def test_the_first_view_shows_the_header_the_demo_notice_and_the_warm_up_bar(bro
         context.close()
 
 
+# Text in Gradio's weight 600 (the title, buttons, bold) and in its regular weight.
+SEMIBOLD = ("#page-header h1 .i18n-en", "#demo-notice b", "button")
+REGULAR = ("#page-header .summary",)
+
+
+def _fonts_drawing(page, selectors) -> dict[str, int]:
+    """The fonts the browser drew these elements' text with, and how many glyphs each (Chromium's own account,
+    CSS.getPlatformFontsForNode: a glyph missing from a web font shows here as its fallback font)."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    drawn: dict[str, int] = {}
+    for selector in selectors:
+        nodes = cdp.send("DOM.querySelectorAll", {"nodeId": root, "selector": selector})["nodeIds"]
+        assert nodes, f"nothing matches {selector}"
+        for node in nodes:
+            for font in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]:
+                drawn[font["familyName"]] = drawn.get(font["familyName"], 0) + font["glyphCount"]
+    return drawn
+
+
+def test_the_title_buttons_and_bold_text_draw_in_the_pages_one_font(browser, app_url):
+    """Gradio's semibold web fonts hold a few glyphs ("A", "B"): every other letter of the title came from the
+    system's fallback font, "AWS" with an A of another font. All of it now draws in the page's own font."""
+    context, page = _open(browser, app_url, "desktop")
+    try:
+        _wait_ready(page)
+        page.evaluate("() => document.fonts.ready.then(() => true)")
+        _view_shot(page, "first-view-fonts")
+        regular = _fonts_drawing(page, REGULAR)
+        assert len(regular) == 1, regular
+        assert _fonts_drawing(page, SEMIBOLD).keys() == regular.keys()
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("lang", ["en", "ar"])
 @pytest.mark.parametrize("size", SIZES)
 def test_the_page_holds_still_while_it_loads(browser, app_url, size, lang):
