@@ -324,7 +324,9 @@ class Backend:
                 raise EngineUnavailableError(tr("The {engine} engine failed to load: {error}",
                                                 engine=engine_name(name), error=task.error))
         eta = self.runner.eta_until(name, shape_keys(self.settings, name)[0].label)
-        when = tr(" (expected in about {eta} s)", eta=f"{eta:.0f}") if eta is not None else ""
+        # a task past its expected time leaves nothing to wait by the estimate: not "about 0 s"
+        when = ("" if eta is None else tr(" (expected any moment now)") if eta < 0.5
+                else tr(" (expected in about {eta} s)", eta=f"{eta:.0f}"))
         raise EngineUnavailableError(tr("The {engine} engine is still loading{when}; try again shortly.",
                                         engine=engine_name(name), when=when))
 
@@ -333,6 +335,9 @@ class Backend:
         eta = self.runner.eta_until(engine, exc.shape)
         if eta is None:
             return exc
+        if eta < 0.5:  # the shape's task is past its expected time
+            return ShapeNotReadyError(tr("{error} It should be ready any moment now.",
+                                         error=error_of(exc, bare=True)), exc.shape)
         return ShapeNotReadyError(tr("{error} It should be ready in about {eta} s.",
                                      error=error_of(exc, bare=True), eta=f"{eta:.0f}"), exc.shape)
 

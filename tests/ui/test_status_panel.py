@@ -201,6 +201,13 @@ def _errors(tmp_path, demo_models):
         for task in cold.runner.tasks:
             task.expected_s = 4.0
         out.append(("shape-eta", cold.explain_not_ready("chat", ShapeNotReadyError(exc.args[0], "prefill-32"))))
+        for task in cold.runner.tasks:
+            task.expected_s = 0.0  # past its expected time: nothing left by the estimate
+        out.append(("shape-soon", cold.explain_not_ready("chat", ShapeNotReadyError(exc.args[0], "prefill-32"))))
+        try:
+            cold.engine("chat")
+        except EngineUnavailableError as soon:
+            out.append(("engine-soon", soon))
     registry.mark_failed(ImageSize(64, 64), "RuntimeError: out of memory")
     try:
         registry.require(ImageSize(64, 64))
@@ -226,6 +233,7 @@ def _errors(tmp_path, demo_models):
 
 
 @pytest.mark.parametrize("case", ["engine-image", "engine-chat", "shape-warming", "shape-eta", "shape-failed",
+                                  "shape-soon", "engine-soon",
                                   "task-error", "task-skipped", "task-names", "banner", "models-reason",
                                   "bundle-export", "memory-note", "memory-too-big"])
 def test_backend_messages_reach_the_page_in_arabic(tmp_path, demo_models, case):
@@ -239,6 +247,9 @@ def test_backend_messages_reach_the_page_in_arabic(tmp_path, demo_models, case):
                 "engine-chat": "The chat engine is still loading",
                 "shape-warming": "image shape 64x64 is still warming up (compiling); try again soon.",
                 "shape-eta": "It should be ready in about",
+                "shape-soon": "image shape 64x64 is still warming up (compiling); try again soon. It should be ready "
+                              "any moment now.",
+                "engine-soon": "The chat engine is still loading (expected any moment now); try again shortly.",
                 "task-error": "EngineUnavailableError: The chat engine is still loading; try again shortly.",
                 "task-skipped": "chat engine unavailable: weights failed (EngineUnavailableError:",
                 "task-names": "chat · obtain weights | chat · prompt bucket 32 tokens + decode graphs",
