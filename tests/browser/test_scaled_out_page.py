@@ -123,6 +123,8 @@ def test_an_image_comes_from_the_worker_warm_for_its_size_with_its_live_preview(
 
 def test_a_worker_killed_mid_image_gives_way_to_the_other_warm_worker(page, servers):
     _, _, image_a, image_b = servers
+    page.locator("#image-tab-button").click()
+    _open_accordion(page, "PNG, parameters and Python")  # where _final_image reads the worker (open already in order)
     with held(image_a, "image", after_steps=3), held(image_b, "image", after_steps=10_000):
         _start_image(page, "96x64", 20, "a lighthouse at dusk")  # both warm and idle: the first worker takes it
         page.locator("#image-out [data-testid=block-label]", has_text="Preview").wait_for(timeout=REPLY_TIMEOUT_MS)
