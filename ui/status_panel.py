@@ -211,6 +211,11 @@ def _short_model(model_id: str, demo: bool, engine: str) -> str:
     return model_id.rstrip("/").split("/")[-1]
 
 
+def _demo_here(status: dict, engine: str) -> bool:
+    """Whether this server runs ``engine`` on its demo model (a remote engine's model is the server's own)."""
+    return status["demo"] and status["device"]["engines"].get(engine, {}).get("kind") != "remote"
+
+
 def engine_chips(status: dict) -> list[tuple[str, str]]:
     """(state, text) per enabled engine, e.g. ("ready", "Chat · Qwen3-0.6B · neuron:0 · ready")."""
     chips = []
@@ -224,8 +229,7 @@ def engine_chips(status: dict) -> list[tuple[str, str]]:
             state = "warming up"  # loaded and serving its warm shapes; others still compile
         device = status["device"]["engines"].get(name, {}).get("device", "?")
         words = say(state) if state in CHIP_COLOURS else state
-        demo = status["demo"] and status["device"]["engines"].get(name, {}).get("kind") != "remote"  # theirs
-        parts = [engine_title(name), _short_model(model_id, demo, name), device, words]
+        parts = [engine_title(name), _short_model(model_id, _demo_here(status, name), name), device, words]
         chips.append((state, " · ".join(parts)))
     return chips
 
@@ -247,9 +251,8 @@ def summary_text(status: dict) -> str:
     for name, model_id in status["models"].items():
         if status["engines"].get(name, {}).get("state") == "disabled":
             continue
-        demo = status["demo"] and status["device"]["engines"].get(name, {}).get("kind") != "remote"
         # a local folder's name, without the <...> that marks a hidden server folder
-        names[name] = SPECIFIED[name] if demo else _short_model(model_id, False, name).strip("<>")
+        names[name] = SPECIFIED[name] if _demo_here(status, name) else _short_model(model_id, False, name).strip("<>")
     if "chat" in names and "image" in names:
         return say("Chat with {chat} and draw with {image}, run natively on Trainium through PyTorch's neuron device: "
                    "every shape is compiled once at start, so after warm-up no request waits for a compile.", **names)
