@@ -38,13 +38,19 @@ def ltr_runs(text: str, markup: bool = False) -> str:
 
 
 # The bar keeps its height from the page's first paint (the state at start) to warm-up's end: on a phone the
-# warming-up line takes two lines where "Warm-up done in 7.3 s" takes one, so two are kept there. Gradio's
+# warming-up line takes two lines where "Warm-up done in 7.3 s" takes one, so two are kept there; and the
+# progress bar gets a row of its own (beside two lines of text it was squeezed to nothing), the line and the
+# recompile note share the next. Classes, not ids: the first paint's Arabic copy carries no ids. Gradio's
 # footer logo has no size of its own and moved the page as it loaded. While Gradio mounts the page piece by
 # piece: its "Loading..." overlay, centred in the growing page, moved with it (hidden once this CSS is in); the
 # footer, drawn under a half-built page, was pushed down (the main area is a screen tall from the start); the
 # details fold, drawn before the header above it, was pushed down (invisible until the header is there).
 STATUS_CSS = """
-@media (max-width: 640px) { #warmup-state { min-height: 2lh; display: flex; align-items: center; } }
+@media (max-width: 640px) {
+  .warmup-row { flex-wrap: wrap; }
+  .warmup-row > progress { flex: 1 1 100% !important; }  /* over its inline flex: 1 */
+  .warmup-state { flex: 1 1 0; min-height: 2lh; display: flex; align-items: center; }
+}
 footer img { width: 12px; height: 12px; }
 .gradio-container > .main > [data-testid="status-tracker"] { display: none !important; }
 #warmup-details { visibility: hidden; }
@@ -92,9 +98,9 @@ def status_bar_html(status: dict) -> str:
     # What runs where (the banner) and the demo notice sit in the page header (above) and the details.
     return (
         '<div id="warmup-bar">'
-        f'<div style="display:flex;gap:12px;align-items:center">'
+        f'<div class="warmup-row" style="display:flex;gap:12px;align-items:center">'
         f'<progress id="warmup-progress" value="{pct}" max="100" style="flex:1"></progress>'
-        f'<span id="warmup-state">{ltr_runs(state, True)}</span> {alarm_html}</div>'
+        f'<span id="warmup-state" class="warmup-state">{ltr_runs(state, True)}</span> {alarm_html}</div>'
         f'{plan_html(status)}{ltr_runs(fallback_html(status), True)}</div>'
     )
 

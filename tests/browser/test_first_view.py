@@ -36,7 +36,7 @@ BOXES_JS = """(selectors) => ({
   boxes: Object.fromEntries(selectors.map((s) => {
     const e = document.querySelector(s);
     const r = e && e.getBoundingClientRect();
-    return [s, r ? {top: r.top, bottom: r.bottom, height: r.height} : null];
+    return [s, r ? {top: r.top, bottom: r.bottom, height: r.height, width: r.width} : null];
   })),
 })"""
 # The last bot message's box, clipped to the chatbot's visible area (the chat scrolls inside it).
@@ -102,11 +102,14 @@ def test_the_first_view_shows_the_header_the_demo_notice_and_the_warm_up_bar(bro
     context, page = _open(browser, app_url, size)
     try:
         page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
-        seen = page.evaluate(BOXES_JS, ["#page-header", "#demo-notice", "#warmup-bar"])
+        seen = page.evaluate(BOXES_JS, ["#page-header", "#demo-notice", "#warmup-bar", "#warmup-progress"])
         _view_shot(page, f"first-view-{size}")
         assert seen["scrollY"] == 0, f"the page opened scrolled down by {seen['scrollY']} px"
         for selector, box in seen["boxes"].items():
             assert _in_view(box, seen["height"]), f"{selector} is not in the viewport at {size}: {box}"
+        # the progress bar itself, not squeezed to a sliver by the warm-up line beside it
+        bar, width = seen["boxes"]["#warmup-progress"], SIZES[size][0]
+        assert bar["width"] > width / 2, f"the progress bar is {bar['width']:.0f} px wide at {size}"
         # The message box is one click (or a few Tabs) away, not focused on load.
         assert page.evaluate("() => document.activeElement.tagName") != "TEXTAREA"
     finally:
