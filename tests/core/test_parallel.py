@@ -141,6 +141,11 @@ IMAGE_SCRIPT = textwrap.dedent("""
 """)
 
 
+# Where a rank's own failure shows in torchrun's stderr: a Python error, a C++ exception ending the process
+# (gloo's IoException when a peer closes its socket: "terminate called ... what(): Connection closed by peer").
+CAUSE_WORDS = ("Error", "terminate called", "what()", "Exception", "exitcode", "rank")
+
+
 def run(tmp_path, nproc: int, source: str = SCRIPT, timeout: int = 600) -> list[dict]:
     script = tmp_path / "tp_script.py"
     script.write_text(source)
@@ -160,7 +165,9 @@ def run(tmp_path, nproc: int, source: str = SCRIPT, timeout: int = 600) -> list[
         proc.terminate()
         stdout, stderr = proc.communicate(timeout=60)
         pytest.fail(f"{nproc} ranks still running after {timeout} s (out of step?): {stderr[-4000:]}")
-    assert proc.returncode == 0, (stdout[-2000:], stderr[-4000:])
+    # torchrun's summary fills the tail; the lines that say which rank failed and why may be far above it
+    causes = [line for line in stderr.splitlines() if any(word in line for word in CAUSE_WORDS)]
+    assert proc.returncode == 0, (stdout[-2000:], causes[-30:], stderr[-4000:])
     return [json.loads((results / f"rank{rank}.json").read_text()) for rank in range(nproc)]
 
 
