@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
             parallel.init(settings, placement)
             if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
                 run_follower(settings, placement, folder)
-                return
+                parallel.end_process()
         backend = Backend(settings, hooks=annex_hooks(), remote=annex_remote())
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
         launch(backend)
     finally:
         parallel.shutdown()
+    if settings.tp > 1:
+        parallel.end_process()
 
 
 if __name__ == "__main__":

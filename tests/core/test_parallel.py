@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
-    import json, pathlib, sys, torch
+    import faulthandler, json, pathlib, sys, torch
+    faulthandler.enable()  # a rank that aborts prints its threads' Python stacks (none: after the interpreter)
     torch.set_num_threads(1)
     def report(data):  # a file per rank: ranks printing at once interleave on the shared stdout
         pathlib.Path(sys.argv[3], f"rank{data['rank']}.json").write_text(json.dumps(data))
@@ -39,7 +40,7 @@ SCRIPT = textwrap.dedent("""
     if settings.rank != 0:
         served = run_follower(settings, placement, folder)
         report({"rank": settings.rank, "served": served})
-        sys.exit(0)
+        parallel.end_process()  # as app.py ends a rank
     backend = Backend(settings)
     backend.runner.run()  # the warm-up generations run in lockstep too
     replies = []
@@ -56,11 +57,13 @@ SCRIPT = textwrap.dedent("""
     parallel.shutdown()
     report({"rank": 0, "replies": replies, "ready": status["ready"],
             "failed": status["failed"], "label": backend.placements["chat"].label()})
+    parallel.end_process()
 """)
 
 
 IMAGE_SCRIPT = textwrap.dedent("""
-    import hashlib, json, pathlib, sys, threading, torch
+    import faulthandler, hashlib, json, pathlib, sys, threading, torch
+    faulthandler.enable()
     torch.set_num_threads(1)
     def report(data):  # a file per rank: ranks printing at once interleave on the shared stdout
         pathlib.Path(sys.argv[3], f"rank{data['rank']}.json").write_text(json.dumps(data))
@@ -115,7 +118,7 @@ IMAGE_SCRIPT = textwrap.dedent("""
         parallel._MIRRORS["image"] = spy
         served = run_follower(settings, placement, folder)
         report({"rank": settings.rank, "served": served, "runs": runs})
-        sys.exit(0)
+        parallel.end_process()  # as app.py ends a rank
     backend = Backend(settings)
     backend.runner.run()  # the warm-up generations (one per size) run in lockstep too
     results = []
@@ -138,12 +141,14 @@ IMAGE_SCRIPT = textwrap.dedent("""
             "shard": shard(engine._pipe), "paths": [str(r.path) for r in results],
             "images": [digest(r.image) for r in results], "steps_done": [r.params["steps_done"] for r in results],
             "stopped": [r.stopped for r in results]})
+    parallel.end_process()
 """)
 
 
 # Where a rank's own failure shows in torchrun's stderr: a Python error, a C++ exception ending the process
 # (gloo's IoException when a peer closes its socket: "terminate called ... what(): Connection closed by peer").
-CAUSE_WORDS = ("Error", "terminate called", "what()", "Exception", "exitcode", "rank")
+CAUSE_WORDS = ("Error", "terminate called", "what()", "Exception", "exitcode", "rank", "Fatal Python error",
+               "Thread 0x")
 
 
 def run(tmp_path, nproc: int, source: str = SCRIPT, timeout: int = 600) -> list[dict]:
@@ -237,6 +242,42 @@ def test_tensor_parallel_image_matches_unsharded_and_stops_in_lockstep(tmp_path)
     assert [r["steps_done"] for r in follower["runs"]] == [1, 1, 4, 3, 2, 2]
     assert [r["stopped"] for r in follower["runs"]] == [False, False, False, False, True, False]
     assert [r["image"] for r in follower["runs"][2:]] == leader["images"]
+
+
+END_SCRIPT = textwrap.dedent("""
+    import atexit, json, os, pathlib, sys, torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from neuron_backend import parallel
+
+    def gloo_threads():
+        names = [pathlib.Path(f"/proc/self/task/{task}/comm").read_text() for task in os.listdir("/proc/self/task")]
+        return sum(name.startswith("pt_gloo") for name in names)
+
+    out = pathlib.Path(sys.argv[1])
+    dist.init_process_group("gloo", init_method=f"file://{out / 'rendezvous'}", rank=0, world_size=1)
+    threads = {}
+    weight = distribute_tensor(torch.ones(4, 4), DeviceMesh("cpu", [0]), [Shard(0)])  # as a sharded weight is
+    del weight
+    parallel.close()
+    threads["after_destroy"] = gloo_threads()
+    atexit.register(lambda: (out / "atexit.json").write_text(json.dumps(threads)))
+    print("flushed by end_process", end="")  # no newline: still in the buffer of a piped stdout
+    parallel.end_process(3)
+""")
+
+
+def test_a_rank_ends_with_its_exit_handlers_though_its_sharded_group_outlives_destroy(tmp_path):
+    """end_process finishes as the interpreter would (atexit handlers, flushed streams) with the rank's code.
+    It exists because of the torch behaviour asserted last: a group that DTensor used keeps its gloo threads
+    after destroy_process_group (their teardown at exit is what aborted a rank now and then)."""
+    proc = subprocess.run([sys.executable, "-c", END_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert proc.stdout == "flushed by end_process"
+    threads = json.loads((tmp_path / "atexit.json").read_text())
+    assert threads["after_destroy"] > 0  # the group's threads (pt_gloo_runloop), still there
 
 
 def test_image_tp_is_refused_on_cpu(tmp_path):
