@@ -50,6 +50,7 @@ import atexit
 import dataclasses
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -199,7 +200,13 @@ _MIRRORS = {"chat": _mirror_chat, "image": _mirror_image}
 
 
 def follow(engine) -> int:
-    """Followers: run every generation rank 0 announces until it shuts down; return how many."""
+    """Followers: run every generation rank 0 announces until it shuts down; return how many.
+
+    Ctrl-C in a terminal reaches every rank of the run: a follower leaves it to rank 0, which stops the app and
+    releases the followers. A follower that stopped on it instead left rank 0's release without a peer
+    ("Connection closed by peer") and the run ended with two tracebacks and exit code 1. Main thread only.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     served = 0
     while True:
         box = [None]

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -242,6 +246,44 @@ def test_tensor_parallel_image_matches_unsharded_and_stops_in_lockstep(tmp_path)
     assert [r["steps_done"] for r in follower["runs"]] == [1, 1, 4, 3, 2, 2]
     assert [r["stopped"] for r in follower["runs"]] == [False, False, False, False, True, False]
     assert [r["image"] for r in follower["runs"][2:]] == leader["images"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_tensor_parallel_app_on_every_rank(tmp_path, demo_models):
+    """``torchrun ... app.py --tp 2``, one reply, then Ctrl-C (SIGINT to the terminal's whole process group):
+    rank 0 closes the page and releases the follower, which exits; no rank fails. Before, the follower stopped
+    on the Ctrl-C itself and rank 0's release failed with "Connection closed by peer" (tracebacks on both ranks).
+    torchrun itself still reports the signal and exits 1, as it does for any Ctrl-C."""
+    from gradio_client import Client
+    from support.app import free_port, link_demo_models
+
+    link_demo_models(tmp_path, demo_models)
+    port = free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "app.py",
+           "--models", "tiny", "--device", "cpu", "--no-image", "--tp", "2", "--port", str(port),
+           "--cache-dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as ready:
+                    if ready.status == 200:
+                        break
+            except OSError:
+                time.sleep(1)
+        reply = Client(f"http://127.0.0.1:{port}/", verbose=False).predict("hello there", api_name="/chat")
+        assert reply["answer"].strip()
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert "followers released" in out, out[-4000:]
+    assert re.search(r"rank 1 served [1-9]\d* chat generations and exits", out), out[-4000:]
+    assert "[rank" not in out and "Connection closed by peer" not in out, out[-4000:]  # a rank's own traceback
 
 
 END_SCRIPT = textwrap.dedent("""
