@@ -53,6 +53,7 @@ from support.browser import (
     _wait_reply,
     held,
     running_app,
+    stop_held_reply,
 )
 
 pytestmark = pytest.mark.browser
@@ -126,11 +127,11 @@ def test_chat_streams_stops_retries_and_undoes(page):
     _open_accordion(page, "Sampling and system prompt")
     page.get_by_label("Greedy (no sampling)").check()  # greedy runs to all MAX_NEW_TOKENS words here
     page.evaluate("window.__replies = []")
-    with held(page.url, "chat", after_steps=12):  # Stop lands mid-reply, however late the page sees it
+    with held(page.url, "chat", after_steps=12) as hold_again:  # Stop lands mid-reply, however slow the page
         _send(page, "Tell me a long story about compilers.")
         page.locator("#chat-tab button.stop-button").wait_for()
         page.wait_for_function("() => window.__replies.length >= 2", timeout=REPLY_TIMEOUT_MS)
-        page.locator("#chat-tab button.stop-button").click()
+        stop_held_reply(page, page.locator("#chat-tab button.stop-button").click, hold_again)
     page.locator("#chat-tab button.stop-button").wait_for(state="hidden")
     streamed = page.evaluate("window.__replies")
     assert len(streamed) >= 2 and len(streamed[0]) < len(streamed[-1]), f"the reply did not stream: {streamed}"

@@ -23,6 +23,7 @@ from support.browser import (
     _wait_ready,
     _wait_reply,
     held,
+    stop_held_reply,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -202,13 +203,14 @@ def test_a_replys_stats_come_under_it_in_view_and_move_nothing(browser, app_url,
         bots = len(_bot_texts(page))
         page.evaluate("window.__replies = []")
         _chatting_view(page)
-        with held(page.url, "chat", after_steps=12):  # Stop lands mid-reply, however late the page sees it
+        with held(page.url, "chat", after_steps=12) as hold_again:  # Stop lands mid-reply, however slow the page
             _send(page, "Tell me another long story about compilers.")
             # Stop in the frame that sees the reply streaming: Playwright's click first waits for the button to
             # be stable and unobstructed (Gradio's status tracker covers it at first).
-            page.wait_for_function("() => { const b = document.querySelector('#chat-tab button.stop-button');"
-                                   " if (window.__replies.length < 2 || !b) return false; b.click(); return true; }",
-                                   timeout=REPLY_TIMEOUT_MS)
+            stop_held_reply(page, lambda: page.wait_for_function(
+                "() => { const b = document.querySelector('#chat-tab button.stop-button');"
+                " if (window.__replies.length < 2 || !b) return false; b.click(); return true; }",
+                timeout=REPLY_TIMEOUT_MS), hold_again)
         stats.filter(has_text="stopped").wait_for(timeout=REPLY_TIMEOUT_MS)
         assert len(_bot_texts(page)) == bots + 1 and len(_bot_texts(page)[-1].split()) < MAX_NEW_TOKENS
         _view_shot(page, f"first-view-{size}-stopped")

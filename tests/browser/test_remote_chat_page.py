@@ -22,6 +22,7 @@ from support.browser import (
     held,
     open_page,
     running_app,
+    stop_held_reply,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -54,7 +55,7 @@ def test_the_reply_streams_from_the_chat_server_and_stop_frees_it(browser, worke
         _open_accordion(page, "Sampling and system prompt")
         page.get_by_label("Greedy (no sampling)").check()  # greedy runs to all MAX_NEW_TOKENS words here
         page.evaluate(WATCH_CHAT_JS)
-        with held(worker, "chat", after_steps=12):  # the worker waits mid-reply: the page is read meanwhile
+        with held(worker, "chat", after_steps=12) as hold_again:  # the worker waits mid-reply: the page is read
             _send(page, "Tell me a long story about compilers.")
             page.wait_for_function("() => window.__replies.length >= 2", timeout=REPLY_TIMEOUT_MS)
             page.locator("#chatbot .message-row.bot-row").last.scroll_into_view_if_needed()
@@ -63,7 +64,7 @@ def test_the_reply_streams_from_the_chat_server_and_stop_frees_it(browser, worke
             box = page.locator("#chatbot .message-row.bot-row").last.bounding_box()
             assert partial and box and 0 <= box["y"] < page.viewport_size["height"], (partial, box, shot)
             assert page.locator("#chat-tab button.stop-button").is_visible()
-            page.locator("#chat-tab button.stop-button").click()
+            stop_held_reply(page, page.locator("#chat-tab button.stop-button").click, hold_again)
         # The worker goes on once released; at its next token the page's reply ends, stopped.
         page.locator("#chat-stats", has_text="stopped").wait_for(timeout=REPLY_TIMEOUT_MS)
         stopped = _bot_texts(page)[-1]

@@ -27,6 +27,7 @@ from support.browser import (
     held,
     open_page,
     running_app,
+    stop_held_reply,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -73,14 +74,14 @@ def test_a_reply_streams_from_the_chat_worker_and_stop_ends_it(page, servers):
     page.locator("#chat-tab-button").click()
     _open_accordion(page, "Sampling and system prompt")
     page.get_by_label("Greedy (no sampling)").check()  # greedy runs to all MAX_NEW_TOKENS words here
-    with held(chat, "chat", after_steps=12):  # the worker waits mid-reply: the page is read meanwhile
+    with held(chat, "chat", after_steps=12) as hold_again:  # the worker waits mid-reply: the page is read meanwhile
         _send(page, "Tell me a long story about compilers.")
         page.wait_for_function("() => { const b = document.querySelectorAll('#chatbot .message-row.bot-row');"
                                " return b.length && b[b.length - 1].innerText.trim().length > 0; }",
                                timeout=REPLY_TIMEOUT_MS)
         partial = _bot_texts(page)[-1]
         _shot(page, "scaled-out-02-chat-streaming", full_page=False)
-        page.locator("#chat-tab button.stop-button").click()
+        stop_held_reply(page, page.locator("#chat-tab button.stop-button").click, hold_again)
     page.locator("#chat-stats", has_text="stopped").wait_for(timeout=REPLY_TIMEOUT_MS)
     stopped = _bot_texts(page)[-1]
     assert partial and 0 < len(stopped.split()) < MAX_NEW_TOKENS, (partial, stopped)

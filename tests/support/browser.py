@@ -359,6 +359,23 @@ def held(url: str, gate: str, after_steps: int):
         hold.unlink(missing_ok=True)
 
 
+def stop_held_reply(page, press_stop, again, max_steps: int = 20) -> int:
+    """Press Stop on a chat reply that ``held`` holds, and let the reply go on one decode step at a time
+    until the server has answered the Stop; returns the steps let through.
+
+    Releasing the hold right after the click races the Stop: the click only sends Gradio's ``/cancel``, and
+    the reply could run to its end before the request arrives. Nor can the test just wait for the answer with
+    the reply held: ``/cancel`` answers once the cancelled task has ended, which can take the reply's current
+    step (seen with a reply from a chat server: one step let through, then the answer)."""
+    with page.expect_response(lambda r: r.url.endswith("/gradio_api/cancel")) as answer:
+        press_stop()
+        for steps in range(max_steps):
+            page.wait_for_timeout(100)  # Playwright takes in the page's events while it waits
+            if answer.is_done():
+                return steps
+            again(1)
+        raise AssertionError(f"the server did not answer Stop within {max_steps} decode steps")
+
 def open_page(browser, url: str, locale: str, phone: bool = False):
     """A new browser context in ``locale`` and its page on ``url``, once the status bar and the tabs show; a
     desktop window, or a phone's (390x844, touch, its pixel ratio: Gradio draws some text smaller there)."""
