@@ -39,8 +39,15 @@ def test_urls_images_and_latex_in_chat_text_make_nothing_live(page, tmp_path):
     chooser.value.set_files(str(path))
     page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('reply see')")
     assert _live(page) == []  # before an overlay could take the clicks below
-    for title in page.locator("#chatbot .thought-group [role=button].title").all():
-        title.click()  # unfold the reasoning bubbles: their text is rendered too
+    # Unfold the reasoning bubbles: their text is rendered too. Each unfolding grows the chat, which then
+    # scrolls, so a click can land beside the title it aimed at: click the folded ones until none is left.
+    page.locator("#chatbot .thought-group").nth(len(LIVE_TEXTS) - 1).wait_for()
+    folded = page.locator("#chatbot .thought-group [role=button].title:not(.expanded)")
+    for _ in range(3 * len(LIVE_TEXTS)):
+        if not folded.count():
+            break
+        folded.first.click()
+    assert folded.count() == 0, "a reasoning bubble stayed folded"
     page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('thought see')")
     assert _live(page) == []
     assert fetched == [], fetched
