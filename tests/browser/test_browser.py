@@ -53,6 +53,7 @@ from support.browser import (
     _wait_reply,
     held,
     running_app,
+    stop_held_image,
     stop_held_reply,
 )
 
@@ -565,10 +566,7 @@ def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page,
         other.locator("#generate").click()
         other.locator("#image-tab .progress-text, #image-tab .eta-bar, #image-tab .progress-level").first.wait_for()
         other.locator("#stop-image").click()
-        # The running one stops at its next step boundary: the hold lasts until the server has answered the
-        # Stop (a click only sends it), or the run could take one more step before the Stop arrives.
-        with page.expect_response(lambda r: r.request.method == "POST" and "/run/" in r.url):
-            page.locator("#stop-image").click()
+        stop_held_image(page)  # and the running one stops at the step it is held at
     other.locator(".toast-body", has_text="Stopped before it started").first.wait_for(timeout=REPLY_TIMEOUT_MS)
     assert other.locator("#gallery .thumbnail-item").count() == 0
     # The running one shows its stopped image (the queued one's toast may come first: Stop takes it out of

@@ -24,6 +24,7 @@ from support.browser import (
     _wait_image_sizes_ready,
     held,
     running_app,
+    stop_held_image,
 )
 
 
@@ -90,7 +91,7 @@ def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references
             stat = ImageStat.Stat(picture.convert("L"))
             assert stat.stddev[0] > 8 and stat.mean[0] < 235, (stat.mean, stat.stddev)
             _shot(page, "edit-3b-preview-mid-run")
-            page.locator("#stop-image").click()
+            stop_held_image(page)
         label.filter(has_text="stopped after").wait_for(timeout=REPLY_TIMEOUT_MS)
         png = _generate(page, "the same shapes, in blue", "96x64", 2)
         page.locator("#reference-note", has_text="at 96x64 (crop)").wait_for()  # the view follows the size

@@ -359,6 +359,15 @@ def held(url: str, gate: str, after_steps: int):
         hold.unlink(missing_ok=True)
 
 
+def stop_held_image(page) -> None:
+    """Press the Image tab's Stop while ``held`` holds the run, and wait for the server's answer to it: the
+    Stop's handler stops the run then, at its current step. (The click only sends the request: a hold ended
+    right after it could let the run take more steps before the Stop arrives.)"""
+    button = page.evaluate("() => window.gradio_config.components.find(c => c.props.elem_id === 'stop-image').id")
+    with page.expect_response(lambda r: r.url.endswith("/gradio_api/run/predict")
+                              and f'"trigger_id":{button},' in (r.request.post_data or "")):
+        page.locator("#stop-image").click()
+
 def stop_held_reply(page, press_stop, again, max_steps: int = 20) -> int:
     """Press Stop on a chat reply that ``held`` holds, and let the reply go on one decode step at a time
     until the server has answered the Stop; returns the steps let through.
