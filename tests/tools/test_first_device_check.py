@@ -127,10 +127,11 @@ time.sleep(600)
 
 
 @pytest.mark.slow
-def test_a_phase_past_its_time_limit_is_killed_with_its_compiler(tmp_path):
+def test_a_phase_past_its_time_limit_is_killed_with_its_compiler(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "KILL_GRACE_S", 1)  # the compiler below waits out SIGTERM's grace
     compiler = tmp_path / "bin" / "neuronx-cc"
     compiler.parent.mkdir()
-    compiler.write_text("#!/bin/sh\nexec sleep 600\n")
+    compiler.write_text("#!/bin/sh\ntrap '' TERM\nexec sleep 600\n")  # deaf to SIGTERM: only SIGKILL ends it
     compiler.chmod(0o755)
     pids = tmp_path / "pids"
     python = tmp_path / "python"
@@ -139,7 +140,7 @@ def test_a_phase_past_its_time_limit_is_killed_with_its_compiler(tmp_path):
     started = time.perf_counter()
     result = report.run_phase("cold", [], tmp_path, str(python), timeout_s=3)
     assert "ran past" in result["error"] and time.perf_counter() - started < 30
-    pid = int(pids.read_text())
+    pid = int(pids.read_text())  # ended when the phase's result comes (a zombie: ended, left to be reaped)
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 

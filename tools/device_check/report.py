@@ -128,19 +128,35 @@ def run_phase(role: str, flags: list[str], work: Path, python: str, timeout_s: f
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group of ``proc`` (it leads its own session), then SIGKILL what is left."""
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+    """SIGTERM the process group of ``proc`` (it leads its own session), then SIGKILL what is left; return once
+    no process of the group runs. A killed process stays in the process table, running, until the kernel has
+    ended it, and a compiler whose parent died is no longer ``proc``'s descendant: so the wait is on the group."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
+        deadline = time.monotonic() + KILL_GRACE_S
+        while _group_runs(proc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not _group_runs(proc):
+            break
+
+
+def _group_runs(proc: subprocess.Popen) -> bool:
+    """Whether a process of ``proc``'s group still runs. The leader is reaped here; a zombie has ended (only
+    its parent's reaping is left, which a container's init may never do)."""
+    import psutil
+
+    if proc.poll() is None:
+        return True
+    for other in psutil.process_iter(["status"]):
         try:
-            proc.wait(timeout=grace)
-            os.killpg(proc.pid, 0)  # the leader is gone; does the group still have members?
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
+            if os.getpgid(other.pid) == proc.pid and other.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (OSError, psutil.Error):  # gone meanwhile
             continue
+    return False
 
 
 def export_bundle(cold_root: Path, out: Path) -> dict:
