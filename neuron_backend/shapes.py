@@ -197,10 +197,6 @@ class ShapeRegistry:
         with self._lock:
             return ShapeState(**vars(self._states[key]))
 
-    def ready_keys(self) -> list[ShapeKey]:
-        with self._lock:
-            return [k for k, s in self._states.items() if s.state == READY]
-
     def require(self, key: ShapeKey, label: str | None = None) -> None:
         """Raise unless ``key`` may serve a request now; ``label``: how the message names it (its key's label)."""
         state = self.state(key)

@@ -59,7 +59,6 @@ the longer the window.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -172,11 +171,6 @@ PACKED_SDPA = "sdpa_packed_decode"  # packed_decode_sdpa, with transformers' own
 def chunk_size(settings, compiled: bool) -> int:
     """Tokens per compiled prefill chunk; 0: the prefill runs eager (compile off, or --prefill-chunk 0)."""
     return settings.prefill_chunk_tokens if compiled else 0
-
-
-def default_chunk(buckets: Sequence[int]) -> int:
-    """The largest chunk that divides every bucket (the smallest bucket for both presets)."""
-    return math.gcd(*buckets)
 
 
 def graph_windows(bucket: int, chunk: int, windows: Sequence[int]) -> tuple[int, ...]:
