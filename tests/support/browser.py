@@ -368,6 +368,7 @@ def stop_held_image(page) -> None:
                               and f'"trigger_id":{button},' in (r.request.post_data or "")):
         page.locator("#stop-image").click()
 
+
 def stop_held_reply(page, press_stop, again, max_steps: int = 20) -> int:
     """Press Stop on a chat reply that ``held`` holds, and let the reply go on one decode step at a time
     until the server has answered the Stop; returns the steps let through.
@@ -384,6 +385,7 @@ def stop_held_reply(page, press_stop, again, max_steps: int = 20) -> int:
                 return steps
             again(1)
         raise AssertionError(f"the server did not answer Stop within {max_steps} decode steps")
+
 
 def open_page(browser, url: str, locale: str, phone: bool = False):
     """A new browser context in ``locale`` and its page on ``url``, once the status bar and the tabs show; a
