@@ -27,7 +27,7 @@ from ..messages import Message, tr
 from ..settings import Settings
 from ..shapes import parse_size
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt
-from .png_info import INFOTEXT_KEY, JSON_KEY, MAX_SETTINGS_CHARS, settings_pairs
+from .png_info import INFOTEXT_KEY, MAX_SETTINGS_CHARS, saved_json, settings_pairs
 from .references import FIT_MODES, MAX_REFERENCES
 
 MAX_PNG_BYTES = 64 * 2**20  # a 1024x1024 PNG of ours is ~1.5 MB; other tools' are rarely over 20 MB
@@ -166,14 +166,10 @@ def read_settings(path: str | Path, settings: Settings) -> PastedSettings:
 def settings_from_chunks(chunks: dict[str, str], settings: Settings) -> PastedSettings:
     """Check the parameters found in a PNG's text chunks against this server's settings."""
     raw, source = None, "infotext"
-    if JSON_KEY in chunks:
-        try:
-            loaded = json.loads(chunks[JSON_KEY])
-        except (ValueError, RecursionError):  # not JSON, an integer over 4300 digits, nested too deep
-            loaded = None
-        if isinstance(loaded, dict):
-            raw, source = {k: loaded.get(k) for k in ("prompt", "size", "steps", "seed", "guidance",
-                                                      "references")}, "showcase"
+    loaded = saved_json(chunks)
+    if loaded is not None:
+        raw, source = {k: loaded.get(k) for k in ("prompt", "size", "steps", "seed", "guidance",
+                                                  "references")}, "showcase"
     if raw is None and INFOTEXT_KEY in chunks:
         found = parse_a1111(chunks[INFOTEXT_KEY])
         if found:

@@ -188,17 +188,22 @@ def png_metadata(params: dict) -> PngInfo:
     return info
 
 
+def saved_json(chunks: dict[str, str]) -> dict | None:
+    """The JSON object this app saved in a PNG's text chunks; None when absent or not a JSON object."""
+    try:
+        saved = json.loads(chunks[JSON_KEY]) if JSON_KEY in chunks else None
+    except (ValueError, RecursionError):  # not JSON, an integer over 4300 digits, nested too deep
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
 def read_png_parameters(path: str | Path) -> dict:
     """The parameters saved in a PNG: the JSON chunk (when it is a JSON object), else the parsed infotext, else {}."""
     with Image.open(path) as image:
         chunks = dict(getattr(image, "text", {}) or {})
-    if JSON_KEY in chunks:
-        try:
-            saved = json.loads(chunks[JSON_KEY])
-        except (ValueError, RecursionError):  # not JSON, an integer over 4300 digits, nested too deep
-            saved = None
-        if isinstance(saved, dict):
-            return saved
+    saved = saved_json(chunks)
+    if saved is not None:
+        return saved
     if INFOTEXT_KEY in chunks:
         return parse_infotext(chunks[INFOTEXT_KEY])
     return {}
