@@ -137,9 +137,9 @@ def kill_group(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             break
         deadline = time.monotonic() + KILL_GRACE_S
-        while _group_runs(proc) and time.monotonic() < deadline:
+        while (running := _group_runs(proc)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not _group_runs(proc):
+        if not running:
             break
 
 
