@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     backend.log_startup()
     try:
+        import ui
+
+        ui.own_gradio_folder(settings.port)
         launch(backend)
     finally:
         parallel.shutdown()

@@ -18,6 +18,15 @@ torch.set_num_threads(1)
 # compiles of the same graph across tests are cache hits.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="showcase-inductor-"))
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Gradio's folder for this test process, as app.py gives each server its own (ui.own_gradio_folder):
+# Gradio files an upload under its bytes' hash and deletes what it filed when its app closes, so the
+# other worker's app closing deleted a reference picture this worker's app had just been sent. The
+# apps this process starts with app.py file theirs under it, in port-<port>.
+GRADIO_FOLDER = os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="showcase-gradio-")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(GRADIO_FOLDER, ignore_errors=True)
 
 
 # Text-to-image only ("--references 0"): the edit tests ask for their reference slots themselves.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 import httpx
@@ -127,6 +129,21 @@ def _all_of(lifespans: Sequence[Callable]) -> Callable:
             yield
 
     return lifespan
+
+
+def own_gradio_folder(port: int, env: MutableMapping[str, str] = os.environ) -> Path:
+    """Give this server a Gradio folder of its own, ``<GRADIO_TEMP_DIR, else <temp dir>/gradio>/port-<port>``,
+    and return it. Call once per process, before the page is built.
+
+    Gradio files an upload under its bytes' sha256 (``<folder>/<sha256>/<name>``) and, when its server stops,
+    deletes every file it filed there. Two servers on one host (the chat worker and the page, or image
+    workers) shared the default ``/tmp/gradio``: the same picture sent to both had one path, so stopping one
+    server deleted the file the other had just been sent, and that edit failed. Gradio reads the variable
+    where it files an upload and where it checks that a file handed to a function is its own."""
+    base = Path(env.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio")
+    folder = base / f"port-{port}"
+    env["GRADIO_TEMP_DIR"] = str(folder)
+    return folder
 
 
 GRADIO_URL_OK = networking.url_ok  # Gradio's own check, which serve() replaces with patient_url_ok

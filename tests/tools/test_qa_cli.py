@@ -104,7 +104,7 @@ def both_ways(set_file, variants: list[str], kind: str, url: str, tmp_path, caps
         out = tmp_path / f"{name}.jsonl"
         status = cli.main(["run", str(set_file), *variants, "--kind", kind, *where, "--out", str(out)])
         printed = capsys.readouterr()
-        assert status == 0, printed
+        assert status == 0, [line for line in (printed.out + printed.err).splitlines() if "failed" in line]
         runs.append(read_run(out, settings))
     return runs
 
