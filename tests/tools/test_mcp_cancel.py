@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 
+import anyio
 import pytest
 from support.app import start_app
 
@@ -100,3 +101,38 @@ def test_an_mcp_cancel_or_disconnect_frees_the_engine_within_a_step(long_images,
     assert _free_after(engine, sent) < 3.0, f"{transport} {how}: the image ran on"
     step, total, _ = calls[-1].progress
     assert total == STEPS and step < STEPS // 2, f"{transport} {how}: {step} of {total} steps ran"
+
+
+LATE_END_S = 2.0  # how late the MCP server's loop over a closed transport's messages ends (below)
+
+
+@pytest.mark.slow
+def test_a_progress_notification_to_a_client_that_went_away_cancels_its_image(long_images, monkeypatch, caplog):
+    """A client that goes away closes its transport; the MCP server cancels the call's handler only when its
+    loop over that transport's messages has ended, and a progress notification sent in between finds the
+    stream closed (anyio's ClosedResourceError) instead: the image must be cancelled then too. On a busy host
+    that loop can end seconds late; here it is made to end ``LATE_END_S`` late, so the next step's
+    notification always lands in between."""
+    from mcp.server.session import ServerSession
+
+    incoming = ServerSession.incoming_messages
+
+    class LateEnd:
+        def __init__(self, stream):
+            self.stream = stream
+
+        async def __aiter__(self):
+            async for message in self.stream:
+                yield message
+            await anyio.sleep(LATE_END_S)
+
+    monkeypatch.setattr(ServerSession, "incoming_messages", property(lambda session: LateEnd(incoming.fget(session))))
+    backend, url, calls = long_images
+    engine = backend.engine("image")
+    caplog.set_level("INFO", logger="tools.mcp.server")
+    sent = _cancel_mid_image(backend, url, calls, "http", "disconnect", True)
+    free_after = _free_after(engine, sent)
+    step, total, _ = calls[-1].progress
+    assert total == STEPS and step < STEPS // 2, f"{step} of {total} steps ran"
+    assert free_after < LATE_END_S  # freed by the closed stream, not by the late cancel
+    assert "generate_image: the client went away; its job was cancelled" in caplog.text

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 import gradio as gr
-from anyio import CancelScope, get_cancelled_exc_class, sleep
+from anyio import BrokenResourceError, CancelScope, ClosedResourceError, get_cancelled_exc_class, sleep
 from anyio.to_thread import run_sync
 from gradio_client import handle_file
 from gradio_client.exceptions import AppError
@@ -93,6 +93,9 @@ def serve_tools(server, tools: dict[str, Tool]) -> None:
             result = structured(tool, outputs)
         except (ShowcaseError, AppError, RuntimeError) as exc:  # ours, and the endpoint's refusal (its message)
             return _refused(types, str(getattr(exc, "message", exc)))
+        except (ClosedResourceError, BrokenResourceError):  # the client went away: its job was cancelled (_run)
+            log.info("MCP tool %s: the client went away; its job was cancelled", name)
+            return _refused(types, tr("The client went away; the call was cancelled."))
         except Exception:  # noqa: BLE001 - the log has the details, the client a plain message
             log.exception("MCP tool %s failed", name)
             return _refused(types, tr("The tool failed on the server; its log has the details."))
@@ -137,10 +140,12 @@ async def _run(server, name: str, arguments: dict) -> list:
                 outputs = list(outputs[0]) if len(outputs) == 1 and isinstance(outputs[0], tuple) else outputs
             else:
                 outputs = await server._execute_tool_with_progress(job, token)
-        except get_cancelled_exc_class():
+        except (get_cancelled_exc_class(), ClosedResourceError, BrokenResourceError):
             # The MCP client sent notifications/cancelled or went away: cancel the Gradio job as the page's
-            # Stop does (its handler then stops the image at the next step). ``job.cancel`` posts to this
-            # server, so it runs on a worker thread, shielded from the cancellation being delivered.
+            # Stop does (its handler then stops the image at the next step). A client that went away
+            # cancels this handler once its transport has closed; a progress notification sent in between
+            # finds the stream closed instead. ``job.cancel`` posts to this server, so it runs on a worker
+            # thread, shielded from the cancellation being delivered.
             with CancelScope(shield=True):
                 await run_sync(job.cancel)
             raise
