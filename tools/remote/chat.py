@@ -35,13 +35,14 @@ class RemoteChatEngine:
     """Chat replies from an OpenAI-compatible server. ``connect()`` first (the warm-up's task does)."""
 
     def __init__(self, settings: Settings):
-        import httpx
         import openai
 
         self.settings, self.url = settings, settings.chat_server
         self._openai = openai
+        # The SDK's own Timeout: it is the HTTP library the SDK is built on (httpx2 since openai 3.x), and the
+        # client refuses any other library's Timeout.
         self._client = openai.OpenAI(base_url=self.url, api_key=settings.chat_server_key or "none", max_retries=0,
-                                     timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+                                     timeout=openai.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
         self.model: str | None = None  # the server's name of the chat model, found by connect()
         self.context_length = settings.context_length  # the server's, where it says (connect)
         self.demo = False  # the server runs a random-weight demo model (this app's /v1/models says so)
