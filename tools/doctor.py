@@ -64,6 +64,19 @@ class Check:
         return text
 
 
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python the doctor judges: its version, its executable, whether it runs in a venv."""
+    version: tuple[int, int, int]
+    executable: str
+    venv: bool
+
+
+def this_python() -> Interpreter:
+    """The Python this process runs (the doctor's tests give it the interpreter they mean instead)."""
+    return Interpreter(tuple(sys.version_info[:3]), sys.executable, sys.prefix != sys.base_prefix)
+
+
 def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
@@ -79,10 +92,10 @@ def _seen(neuron_devices: int) -> str:
     return f"neuron-ls lists {neuron_devices} Neuron device(s)"
 
 
-def check_python(neuronx: str | None, neuron_devices: int = 0) -> Check:
-    v = sys.version_info[:2]
-    text = f"{sys.version.split()[0]} (the app needs >= 3.10; TorchNeuron 2.33 wheels: 3.12, 3.13, 3.14)"
-    if (neuronx is not None or neuron_devices) and v not in NEURON_PYTHONS:
+def check_python(neuronx: str | None, neuron_devices: int = 0, python: Interpreter | None = None) -> Check:
+    version = (python or this_python()).version
+    text = f"{'.'.join(map(str, version))} (the app needs >= 3.10; TorchNeuron 2.33 wheels: 3.12, 3.13, 3.14)"
+    if (neuronx is not None or neuron_devices) and version[:2] not in NEURON_PYTHONS:
         return Check(FAIL, "python", text, "make the Neuron venv with a Python 3.12-3.14 (python3 -m venv .venv on "
                      f"{WHEELS_OS_NAME})")
     return Check(PASS, "python", text)
@@ -130,10 +143,11 @@ def check_compiler(neuron_wanted: bool, executable: str | None = None, path: str
                    venv: bool | None = None) -> Check:
     """``neuronx-cc`` on ``PATH`` and, in a venv, the one beside this python: TorchNeuron runs the one PATH finds.
 
-    ``executable`` defaults to ``sys.executable``, ``path`` to ``$PATH``, ``venv`` to whether this python
-    runs in a venv. Not checked: that the compiler runs (on Neuron the tiny-graph check compiles with it)."""
-    folder = os.path.dirname(os.path.abspath(executable or sys.executable))
-    venv = sys.prefix != sys.base_prefix if venv is None else venv
+    ``executable`` and ``venv`` default to ``this_python()``'s, ``path`` to ``$PATH``. Not checked: that the
+    compiler runs (on Neuron the tiny-graph check compiles with it)."""
+    python = this_python()
+    folder = os.path.dirname(os.path.abspath(executable or python.executable))
+    venv = python.venv if venv is None else venv
     beside = os.path.join(folder, COMPILER)
     has_beside = venv and os.path.isfile(beside) and os.access(beside, os.X_OK)
     found = shutil.which(COMPILER, path=path)
