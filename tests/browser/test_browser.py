@@ -20,6 +20,7 @@ import pytest
 from PIL import Image, ImageChops, ImageStat
 from support.browser import (
     BAR_BLINKS_JS,
+    BAR_SEEN_IN_JS,
     BARS_OVER_JS,
     HOSTILE,
     MAX_NEW_TOKENS,
@@ -564,7 +565,7 @@ def test_stop_while_queued_drops_the_image_and_stop_while_running_stops_it(page,
         # The second tab's request waits in the queue; Stop there drops it before it starts.
         other.locator("#image-prompt textarea").fill("queued then stopped")
         other.locator("#generate").click()
-        other.locator("#image-tab .progress-text, #image-tab .eta-bar, #image-tab .progress-level").first.wait_for()
+        other.wait_for_function(BAR_SEEN_IN_JS, arg="#image-tab", timeout=REPLY_TIMEOUT_MS)  # queued, on screen
         other.locator("#stop-image").click()
         stop_held_image(page)  # and the running one stops at the step it is held at
     other.locator(".toast-body", has_text="Stopped before it started").first.wait_for(timeout=REPLY_TIMEOUT_MS)

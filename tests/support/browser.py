@@ -84,26 +84,34 @@ TABLE_ROWS_JS = """() => Array.from(document.querySelectorAll('#warmup-table [ro
   .filter(cells => cells.length && cells[0])"""
 
 
+# Whether the eye sees an element. Gradio writes a pending event's progress text into the status tracker of
+# each of its outputs and, for an event with show_progress="hidden" (the header's poll, whose outputs are the
+# status bar and the size list), hides that tracker with opacity 0: in the layout, never on the screen. A poll
+# that a busy host keeps pending for a while is not a bar anyone sees.
+SEEN_JS = "e => e.checkVisibility({opacityProperty: true, visibilityProperty: true})"
 # The element ids of the boxes a progress bar is drawn over now (the nearest element with an id).
-BARS_OVER_JS = """() => [...new Set([...document.querySelectorAll('.progress-text, .progress-level, .eta-bar')]
-  .filter(e => e.offsetParent !== null).map(e => e.closest('[id]')?.id))]"""
+BARS_OVER_JS = f"""() => [...new Set([...document.querySelectorAll('.progress-text, .progress-level, .eta-bar')]
+  .filter({SEEN_JS}).map(e => e.closest('[id]')?.id))]"""
+# A progress bar the eye sees inside the element ``selector`` names.
+BAR_SEEN_IN_JS = f"""selector => [...document.querySelectorAll(selector)]
+  .some(box => [...box.querySelectorAll('.progress-text, .progress-level, .eta-bar')].some({SEEN_JS}))"""
 # Samples the page for ``ms`` milliseconds, one sample an animation frame; resolves to the times of samples
 # that showed no progress bar more than 150 ms after ``watched`` (an element: its src, else its value, else
 # its text) last changed. Gradio hides an event's bar at each output until the event's next progress
 # message: a gap may follow a change the event sent, never stand on its own.
-BAR_BLINKS_JS = """([ms, watched]) => new Promise(done => {
+BAR_BLINKS_JS = f"""([ms, watched]) => new Promise(done => {{
   const t0 = performance.now(), blinks = [];
   let seen = null, changed = -1e9;
-  const tick = () => {
+  const tick = () => {{
     const now = performance.now() - t0, el = document.querySelector(watched);
     const value = el ? (el.src || el.value || el.innerText) : null;
-    if (value !== seen) { seen = value; changed = now; }
-    const bar = [...document.querySelectorAll('.progress-level, .eta-bar')].some(e => e.offsetParent !== null);
+    if (value !== seen) {{ seen = value; changed = now; }}
+    const bar = [...document.querySelectorAll('.progress-level, .eta-bar')].some({SEEN_JS});
     if (!bar && now - changed > 150) blinks.push(Math.round(now));
     if (now < ms) requestAnimationFrame(tick); else done(blinks);
-  };
+  }};
   requestAnimationFrame(tick);
-})"""
+}})"""
 
 
 def _free_port() -> int:
