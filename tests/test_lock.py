@@ -4,6 +4,7 @@ packages the tests run with are the locked ones (what CI installs, what a user i
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -130,3 +131,29 @@ def test_the_drift_report_names_each_move():
     lines = lock.moves(old, new)
     assert [line.split()[0] for line in lines] == ["idna", "openai", "six"]
     assert lines[1].split()[1:] == ["3.57.0", "->", "3.58.0"] and lines[2].endswith("(dropped)")
+
+
+GROUPED = '''
+import os, pathlib, pytest
+
+@pytest.mark.xdist_group("one")
+@pytest.mark.parametrize("n", range(6))
+def test_records_its_worker(n):
+    pathlib.Path(os.environ["WORKERS_SEEN"], f"{n}").write_text(os.environ.get("PYTEST_XDIST_WORKER", "none"))
+'''
+
+
+@pytest.mark.slow
+def test_the_locked_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path):
+    """CI's command (-n 2 --dist loadgroup) keeps each module's browser tests, which share one page, on one
+    worker. pytest-xdist 3.8.0 groups by rewriting each item's node id, which pytest 9.2 no longer reads."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
+                          "no:cacheprovider", "-o", "addopts=", str(tmp_path / "test_grouped.py")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "WORKERS_SEEN": str(seen)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    workers = {path.read_text() for path in seen.iterdir()}
+    assert len(list(seen.iterdir())) == 6 and len(workers) == 1, workers

@@ -15,8 +15,9 @@ where the CPU locks are made).
 
 ``--drift`` resolves the ``.in`` files afresh (no lock as a seed) into a temporary folder, prints every package
 whose version would move, installs the fresh dev lock into a new venv there and runs the README's fast loop
-with it. Its exit status is the fast loop's (2 when the resolve or the install fails). To bump the locks after
-a green drift check: ``python -m tools.lock --upgrade``.
+with it, then ``tests/test_lock.py`` whole (its slow check that pytest-xdist still groups CI's browser tests).
+Its exit status is 0 when both pass (2 when the resolve or the install fails). To bump the locks after a green
+drift check: ``python -m tools.lock --upgrade``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ COMMAND = "python -m tools.lock"
 PIP_COMPILE = ["--quiet", "--strip-extras", "--allow-unsafe", "--no-emit-find-links", "--no-emit-trusted-host",
                "--newline", "lf"]
 FAST_LOOP = ["-m", "pytest", "-q", "-m", "not slow and not browser", "-n", "2", "-p", "no:cacheprovider"]
+TOOLCHAIN = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_lock.py"]
 LOCAL_LABEL = re.compile(r"^(torch==[0-9.]+)\+[A-Za-z0-9.]+$", re.M)
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)", re.M)
 
@@ -109,7 +111,11 @@ def drift(keep: bool = False) -> int:
         status = subprocess.run([str(python), *FAST_LOOP], cwd=ROOT, env=env).returncode
         verdict = "passes" if status == 0 else f"FAILS (exit {status})"
         print(f"== the fast loop {verdict} on today's packages ({time.monotonic() - started:.0f} s)", flush=True)
-        return status
+        # The toolchain's own checks, slow ones included (the test runner grouping CI's browser tests).
+        print("== python " + " ".join(TOOLCHAIN), flush=True)
+        toolchain = subprocess.run([str(python), *TOOLCHAIN], cwd=ROOT, env=env).returncode
+        print(f"== the toolchain checks {'pass' if toolchain == 0 else f'FAIL (exit {toolchain})'}", flush=True)
+        return status or toolchain
     finally:
         if keep:
             print(f"kept {work}")

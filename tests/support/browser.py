@@ -184,9 +184,15 @@ def _set_number(page, label: str, value) -> None:
     assert box.input_value() == str(value)
 
 
+NO_TEXT = "⚠ The model produced no text"  # the notice of a reply that ended at its first token
+
+
 def _bot_texts(page) -> list[str]:
-    """Each reply's answer: the first line of its row (notices such as "stopped at the limit" follow it)."""
-    return [t.strip().split("\n")[0] for t in page.locator("#chatbot .message-row.bot-row").all_inner_texts()]
+    """Each reply's answer: the first line of its row (notices such as "stopped at the limit" follow it); ""
+    for a reply with no text, which shows only the no-text notice (the random demo model ends at once now and
+    then)."""
+    firsts = [t.strip().split("\n")[0] for t in page.locator("#chatbot .message-row.bot-row").all_inner_texts()]
+    return ["" if first == NO_TEXT else first for first in firsts]
 
 
 def _user_texts(page) -> list[str]:
