@@ -98,6 +98,14 @@ class LiteralChatbot(gr.Chatbot):
         return content
 
 
+class PlaceholderChat(gr.ChatInterface):
+    """A ChatInterface whose message box keeps its placeholder: Gradio's empties it when a message is sent
+    and never puts it back, so after the first message the box no longer said what it is for."""
+
+    def _clear_and_save_textbox(self, message):
+        return type(self.textbox)("", interactive=False, placeholder=self.textbox.placeholder), message
+
+
 def refusal_note(message: str) -> list[gr.ChatMessage]:
     """The reply slot of a refused message: a titled note (titled messages never go back to the model),
     titled "⚠ Not answered" in the page's language; ``message`` as it is (the chatbot escapes it)."""
@@ -193,6 +201,32 @@ class StoppedReplies:
             if self._kept.get(session) is entry and done.is_set():
                 del self._kept[session]
         return kept[-1] if kept else None
+
+
+def stopped_history(history, final) -> list:
+    """The chat once a Stop came: up to the last message sent, then the stopped reply's text so far (the
+    final update's when it came, else what the page showed), or a note that it stopped before any text."""
+    messages = list(history or [])
+    sent = max((i for i, m in enumerate(messages) if _role(m) == "user"), default=-1)
+    kept, shown = messages[:sent + 1], messages[sent + 1:]
+    if final is not None and (final.answer + final.reasoning).strip():
+        return kept + reply_messages(final)
+    if any(_text(m).strip() for m in shown):
+        return messages
+    return kept + [gr.ChatMessage(role="assistant", content=say("Retry sends the message again."),
+                                  metadata={"title": f"⏹ {say('Stopped before any text')}", "status": "done"})]
+
+
+def _role(message) -> str | None:
+    return message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
+
+
+def _text(message) -> str:
+    """A chatbot message's text (its content a string, or Gradio's list of typed parts)."""
+    content = message.get("content") if isinstance(message, dict) else getattr(message, "content", "")
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
 
 
 def session_of(request: gr.Request | None) -> str:
@@ -487,7 +521,7 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
                              sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"], render=False)
     chatbot.under = (chat_stats, context_meter)
     reply_records = gr.State({})  # this session's finished replies: settings and stats
-    chat = gr.ChatInterface(
+    chat = PlaceholderChat(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
                                                          top_k, max_new, greedy, chat_seed, reply_records],
         additional_inputs_accordion=gr.Accordion(t("Sampling and system prompt"), open=False, render=False),
@@ -500,14 +534,22 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
     for extra in extras:
         extra(backend, chatbot, reply_records)
 
-    def show_stopped_stats(request: gr.Request):
+    # A Stop keeps the reply: its text so far or a note, and its stats. The chat's state follows the chatbot,
+    # so Retry, Undo and the next message see the same conversation the page shows.
+    def show_stopped_reply(history, request: gr.Request):
         final = stopped_replies.stopped(session_of(request))
+        shown = stopped_history(history, final)
         if final is None:
-            return gr.skip(), gr.skip()
-        return (chat_stats_text(final.stats),
+            return shown, shown, gr.skip(), gr.skip()
+        return (shown, shown, chat_stats_text(final.stats),
                 context_meter_text(final.stats, settings.buckets, settings.context_length))
 
-    chat.textbox.stop(show_stopped_stats, None, [chat_stats, context_meter], queue=False, api_visibility="private")
+    chat.textbox.stop(show_stopped_reply, chatbot, [chatbot, chat.chatbot_state, chat_stats, context_meter],
+                      queue=False, api_visibility="private")
+
+    # A new reply's stats replace the last one's: the line is empty while it runs.
+    for start in (chat.textbox.submit, chatbot.retry, chatbot.edit, chatbot.example_select):
+        start(lambda: "", None, chat_stats, queue=False, api_visibility="private", show_progress="hidden")
 
     # Undo and clear take away the reply whose stats are shown: take the stats away too.
     def forget_stats():
