@@ -31,6 +31,22 @@ from neuron_backend.shapes import parse_size
 
 from .i18n import localized, say, t
 
+# The view shows all of each fitted preview and its caption under it: the box grows with its rows (Gradio's
+# fixed height cut the previews off), each preview keeps its aspect at a size that fits a column, and the
+# caption wraps in its own line below the picture rather than covering its bottom edge (a letterbox's pad).
+REFERENCES_CSS = """
+#reference-view, #reference-view .grid-wrap { height: auto !important; min-height: 0; max-height: none;
+  overflow: visible; }
+#reference-view .grid-container { grid-template-columns: repeat(auto-fill, minmax(120px, 1fr)); grid-auto-rows: auto;
+  padding-top: 28px; }
+#reference-view .thumbnail-item { height: auto; aspect-ratio: auto; display: flex; flex-direction: column;
+  border-radius: 0; }
+#reference-view .thumbnail-item > img { width: 100%; height: auto; aspect-ratio: auto; max-height: 160px;
+  border-radius: 0; }
+#reference-view .thumbnail-item .caption-label { position: static; max-width: none; white-space: normal;
+  border: none; border-top: 1px solid var(--border-color-primary); border-radius: 0; opacity: 1; }
+"""
+
 
 @dataclass
 class ReferencePicker:
@@ -61,7 +77,7 @@ def build_reference_picker(settings: Settings) -> ReferencePicker | None:
         fit = gr.Radio([(t("letterbox (pad)"), "letterbox"), (t("crop"), "crop")], value=DEFAULT_FIT,
                        label=t("Fit to the image size"), elem_id="image-fit")
         note = gr.Markdown(elem_id="reference-note")
-        view = gr.Gallery(label=t("As the model will see them"), columns=4, height=200, object_fit="contain",
+        view = gr.Gallery(label=t("As the model will see them"), columns=4, height="auto", object_fit="contain",
                           elem_id="reference-view", visible=False, allow_preview=False)
         chosen = gr.Radio([], label=t("Reference to move or remove"), elem_id="reference-chosen", visible=False)
         with gr.Row():

@@ -30,14 +30,14 @@ from neuron_backend.runtime import Backend
 from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown, user_errors
 from .guards import EarlyCancels
 from .i18n import localized, say, t
-from .image_references import build_reference_picker, references_of, wire_reference_picker
+from .image_references import REFERENCES_CSS, build_reference_picker, references_of, wire_reference_picker
 from .presentation import python_snippet, size_choice_label
 from .request_metrics import RequestClock, measured
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
 # The picture fills its box, scaled to fit: a small size (and each preview frame) is drawn large, not at 1:1.
-IMAGE_CSS = "#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
+IMAGE_CSS = "#image-out img { width: 100%; height: 100%; object-fit: contain; }\n" + REFERENCES_CSS
 PREVIEW_EVERY_S = 0.3  # the page gets a new preview frame at most this often
 
 
