@@ -38,6 +38,17 @@ SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
 # The picture fills its box, scaled to fit: a small size (and each preview frame) is drawn large, not at 1:1.
 IMAGE_CSS = "#image-out img { width: 100%; height: 100%; object-fit: contain; }\n" + REFERENCES_CSS
+# Generate brings the picture into view when it is not wholly in view (on a phone it is under the fold): from
+# Generate down (Stop beside it) when that fits in the window, else from the progress line down.
+SHOW_PICTURE_JS = """() => {
+  const picture = document.querySelector('#image-out'), button = document.querySelector('#generate');
+  if (!picture) return;
+  const r = picture.getBoundingClientRect();
+  if (r.top >= 0 && r.bottom <= window.innerHeight) return;
+  const fits = button && r.bottom - button.getBoundingClientRect().top <= window.innerHeight;
+  const top = fits ? button : document.querySelector('#image-progress') || picture;
+  top.scrollIntoView({block: 'start', behavior: 'smooth'});
+}"""
 PREVIEW_EVERY_S = 0.3  # the page gets a new preview frame at most this often
 
 
@@ -265,6 +276,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     # Stop is there while a run is on (queued included: Stop takes it out of Gradio's queue); registered
     # before the run's event, so the page shows it before it sends the run.
     generate_btn.click(lambda: gr.update(visible=True), None, stop_btn, queue=False, api_visibility="private")
+    generate_btn.click(None, None, None, js=SHOW_PICTURE_JS, queue=False, api_visibility="private")
     editing = [picker.files, picker.fit] if picker else []
     generating = generate_btn.click(
         press_generate, [prompt, size, steps, count, seed, randomize, guidance, live, *editing], outputs,
