@@ -37,7 +37,7 @@ VARIABLE_WORDS = {
     "task table columns (ui/status_panel.py TASK_COLUMNS)": ["task", "shape", "state", "seconds", "compile cache",
                                                              "error"],
     "toast titles (ui/i18n.py TOAST_TYPES)": ["Error", "Warning", "Info", "Success"],
-    "PNG sources (ui/image_tab.py)": ["showcase", "infotext"],
+    "PNG sources (ui/image_tab.py PNG_SOURCES)": ["this app's parameters", "its A1111-style parameters text"],
     "QA kinds, marks, statuses and A/B picks (tools/qa)": ["chat", "image", "both", "pass", "fail", "unmarked",
                                                           "pending", "done", "stopped", "left", "right", "tie"],
 }

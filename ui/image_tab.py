@@ -120,11 +120,15 @@ def preview_label(frame) -> str:
                index=frame.index + 1, step=frame.step, total=frame.total)
 
 
+# Where a dropped PNG's settings came from, in words (the sources are its text chunks' names).
+PNG_SOURCES = {"showcase": "this app's parameters", "infotext": "its A1111-style parameters text"}
+
+
 def restored_text(pasted: PastedSettings) -> str:
     """The note under a dropped PNG: where its settings came from, and what was adjusted."""
     notes = "".join(say("; {note}", note=n) for n in pasted.notes)
     return say("Restored from the PNG ({source}): size {size}{notes}.",
-               source=say(pasted.source), size=pasted.size, notes=notes)
+               source=say(PNG_SOURCES.get(pasted.source, pasted.source)), size=pasted.size, notes=notes)
 
 
 def preview_picture(frame) -> Image.Image:
