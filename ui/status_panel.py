@@ -129,8 +129,11 @@ def plan_html(status: dict) -> str:
         line = say("Warmed up: {engines}", engines="; ".join(parts))
     else:
         estimate = sum(e["estimate_s"] for e in plan["engines"].values())
-        line = say("Compile plan: {engines} · first run about {estimate} by estimate (learned times replace it)",
-                   engines="; ".join(parts), estimate=fmt_seconds(estimate))
+        if round(estimate, 1) > 0:
+            line = say("Compile plan: {engines} · first run about {estimate} by estimate (learned times replace it)",
+                       engines="; ".join(parts), estimate=fmt_seconds(estimate))
+        else:  # nothing to compile (eager, the demo models on a CPU): no estimate of "about 0.0 s"
+            line = say("Compile plan: {engines}", engines="; ".join(parts))
     return (f'<div id="warmup-plan" style="font-size:.9em;opacity:.85;white-space:nowrap;overflow:hidden;'
             f'text-overflow:ellipsis">{ltr_runs(line, True)}</div>')
 
