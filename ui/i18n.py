@@ -255,6 +255,8 @@ html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type=
 /* a file's name reads left to right in one piece ("20261201-...-s7.png", not "png.20261201-..."), and a flag in the
    header never breaks after its hyphens ("- -" at a line's end, "models full" on the next) */
 html[dir="rtl"] .file-preview td.filename { direction: ltr; unicode-bidi: isolate; }
+/* code in a paragraph is Latin and reads left to right in one piece (".jsonl", not "jsonl.") */
+html[dir="rtl"] .prose code { direction: ltr; unicode-bidi: isolate; }
 #page-header code { white-space: nowrap; }
 /* a slider is drawn from its minimum: at the right in a right-to-left block, where Chromium puts the thumb's start
    (Gradio paints the filled part with a gradient "to right" on the track) */

@@ -74,8 +74,8 @@ def build_qa_tab(backend: Backend) -> None:
             # A short label (a long one was cut off in the box's label line); what the file holds, under it.
             upload = gr.File(label=t("…or a prompt set file and its images"), file_count="multiple",
                              file_types=[".jsonl", ".csv", ".txt", *IMAGE_SUFFIXES], elem_id="qa-upload")
-            gr.Markdown(t("A .jsonl, .csv or .txt file with a `prompt` column (and expectations), with the reference "
-                          "images its rows name."), elem_id="qa-upload-hint")
+            gr.Markdown(t("A `.jsonl`, `.csv` or `.txt` file with a `prompt` column (and expectations), with the "
+                          "reference images its rows name."), elem_id="qa-upload-hint")
         with gr.Column():
             kind = gr.Radio([(t(k, ctx="qa"), k) for k in kinds], value=kinds[0], label=t("Engine"),
                             elem_id="qa-kind")
