@@ -59,6 +59,7 @@ class ReferencePicker:
     view: gr.Gallery
     note: gr.Markdown
     chosen: gr.Radio  # the index of the reference the buttons act on
+    order: gr.Row  # the buttons' row, shown while there is a reference to move or remove
     earlier: gr.Button
     later: gr.Button
     remove: gr.Button
@@ -80,11 +81,11 @@ def build_reference_picker(settings: Settings) -> ReferencePicker | None:
         view = gr.Gallery(label=t("As the model will see them"), columns=4, height="auto", object_fit="contain",
                           elem_id="reference-view", visible=False, allow_preview=False)
         chosen = gr.Radio([], label=t("Reference to move or remove"), elem_id="reference-chosen", visible=False)
-        with gr.Row():
+        with gr.Row(visible=False) as order:
             earlier = gr.Button(t("Move earlier"), size="sm", elem_id="reference-earlier")
             later = gr.Button(t("Move later"), size="sm", elem_id="reference-later")
             remove = gr.Button(t("Remove"), size="sm", variant="stop", elem_id="reference-remove")
-    return ReferencePicker(box, files, pasted, fit, view, note, chosen, earlier, later, remove)
+    return ReferencePicker(box, files, pasted, fit, view, note, chosen, order, earlier, later, remove)
 
 
 def file_paths(files) -> list[str]:
@@ -183,6 +184,8 @@ def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.
                 view, api_visibility="private", queue=False)
     picker.files.change(reference_choices, [picker.files, picker.chosen], picker.chosen, api_visibility="private",
                         queue=False)
+    picker.files.change(lambda files: gr.update(visible=bool(file_paths(files))), picker.files, picker.order,
+                        api_visibility="private", queue=False)
     picker.view.select(clicked, None, picker.chosen, api_visibility="private", queue=False)
     listed = [picker.files, picker.chosen]
     picker.earlier.click(lambda files, chosen: moved(files, chosen, -1), listed, listed, api_visibility="private",
@@ -193,6 +196,9 @@ def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.
     picker.pasted.change(with_pasted, [picker.files, picker.pasted], [picker.files, picker.pasted],
                          api_visibility="private", queue=False)
     if use_result is not None and shown_pngs is not None:
+        # shown under the picture once there is one to use (under an empty box it offered nothing)
+        shown_pngs.change(lambda pngs: gr.update(visible=bool(file_paths(pngs))), shown_pngs, use_result,
+                          api_visibility="private", queue=False)
         use_result.click(with_result, [picker.files, shown_pngs], [picker.files, picker.box],
                          api_visibility="private", queue=False)
 

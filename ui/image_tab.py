@@ -37,7 +37,9 @@ from .request_metrics import RequestClock, measured
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
 # The picture fills its box, scaled to fit: a small size (and each preview frame) is drawn large, not at 1:1.
-IMAGE_CSS = "#image-out img { width: 100%; height: 100%; object-fit: contain; }\n" + REFERENCES_CSS
+# The gallery's frame fits its rows of thumbnails (Gradio keeps an empty "auto" gallery at least 320 px tall).
+IMAGE_CSS = ("#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
+             "#gallery .grid-wrap.fixed-height { min-height: 0; }\n" + REFERENCES_CSS)
 # Generate brings the picture into view when it is not wholly in view (on a phone it is under the fold): from
 # Generate down (Stop beside it) when that fits in the window, else from the progress line down.
 SHOW_PICTURE_JS = """() => {
@@ -157,10 +159,11 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             image_progress = gr.Markdown(elem_id="image-progress", container=False, min_height=52)
             image_out = gr.Image(label=t("Image"), type="filepath", format="png", elem_id="image-out", height=440)
             use_result = gr.Button(t("Use this image as a reference"), size="sm", elem_id="use-as-reference",
-                                   visible=max(settings.references) > 0)
+                                   visible=False)  # with editing declared, shown once there is an image
             with gr.Accordion(t("PNG, parameters and Python"), open=False, elem_id="image-files"):
+                # an output: no upload zone, no remove buttons
                 png_file = gr.File(label=t("PNG with embedded parameters"), elem_id="png-file",
-                                   file_count="multiple")
+                                   file_count="multiple", interactive=False)
                 params_out = gr.JSON(label=t("Parameters"), elem_id="image-params")
                 # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so
                 # the numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
@@ -196,7 +199,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
     # images to the full width, and their caption (seed and size) then falls below the visible height.
     gallery = gr.Gallery(label=t("This session's images (click one for its PNG and parameters)"), columns=5,
-                         fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery",
+                         fit_columns=False, height="auto", object_fit="contain", show_label=True, elem_id="gallery",
                          visible=False)  # shown once the session has an image
 
     def base_url(request: gr.Request) -> str:

@@ -170,6 +170,32 @@ def test_the_reference_view_shows_each_whole_preview_and_its_caption(browser, ed
             assert preview["caption"]["top"] >= preview["drawn"]["bottom"] - 1, "the caption covers the picture"
 
 
+# What the eye sees of the Image tab's parts (in the layout, not hidden, with a size): by element id.
+SEEN_IDS_JS = """(ids) => ids.filter(id => { const e = document.querySelector(id);
+  if (!e || !e.checkVisibility({opacityProperty: true, visibilityProperty: true})) return false;
+  const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; })"""
+PARTS = ["#reference-earlier", "#reference-later", "#reference-remove", "#use-as-reference"]
+
+
+def test_the_image_tab_offers_only_what_applies(browser, edit_url, references):
+    """No reference buttons before a reference, no "Use this image" before an image, no upload or remove on the
+    output PNG list, a gallery frame as tall as its thumbnails."""
+    wide, _, _ = references
+    with edit_page(browser, edit_url) as page:
+        assert page.evaluate(SEEN_IDS_JS, PARTS) == []
+        _shot(page, "edit-gaps-before")
+        page.locator("#image-references input[type=file]").set_input_files([str(wide)])
+        page.locator("#reference-earlier").wait_for()
+        assert page.evaluate(SEEN_IDS_JS, PARTS) == PARTS[:3]
+        _generate(page, "the same, in green", "64x64", 1)
+        page.locator("#use-as-reference").wait_for()
+        files = page.locator("#png-file")
+        assert files.locator("button[aria-label=Remove], .upload-container, input[type=file]").count() == 0
+        gallery, thumb = (page.locator(sel).first.bounding_box() for sel in ("#gallery", "#gallery .thumbnail-item"))
+        _shot(page, "edit-gaps-after")
+        assert gallery["height"] < thumb["height"] + 120, (gallery, thumb)  # the frame fits its one row
+
+
 def test_reorder_remove_and_use_the_result_as_a_reference(browser, edit_url, references):
     wide, tall, _ = references
     with edit_page(browser, edit_url) as page:
