@@ -31,7 +31,7 @@ from pathlib import Path
 
 import gradio as gr
 from gradio.components.chatbot import TextMessage
-from gradio.context import LocalContext
+from gradio.context import Context, LocalContext
 
 from neuron_backend.chat.text import (
     NOTICE_PREFIX,
@@ -48,7 +48,7 @@ from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
 from .api import refusals_as_toast, shown, user_errors
-from .i18n import bilingual_html, localized, say, t
+from .i18n import bilingual_html, lang, localized, say, t
 from .presentation import (
     chat_stats_text,
     context_meter_text,
@@ -531,6 +531,10 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
         autofocus=False,  # focusing the box on load scrolls a phone's page past the header and the warm-up bar
     )
     keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser
+    # The example chips in the page's language (what a click sends): built in English, set per visitor on load.
+    gr.on([Context.root_block.load], lambda: gr.skip() if lang() == "en" else gr.update(examples=[{"text": say(e)}
+                                                                                 for e in EXAMPLE_PROMPTS]),
+          None, chatbot, queue=False, api_visibility="private", show_progress="hidden")
     for extra in extras:
         extra(backend, chatbot, reply_records)
 

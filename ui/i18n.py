@@ -15,8 +15,8 @@ language the visitor's page shows, which ``lang()`` reads from the event's reque
 ``showcase_lang`` cookie that ``HEAD`` keeps equal to ``<html lang>``, else the ``?lang=`` of the page's
 address, else ``Accept-Language``). Backend messages (``neuron_backend/messages.py``, built with
 ``tr()``) read the same catalog: ``localized(exc)`` gives an error in that language. API clients send
-none of these and read English. What stays English: model names, flags, code, and the example
-prompts (they are what is sent). docs/languages.md says so.
+none of these and read English. What stays English: model names, flags and code; the example
+prompts are in the page's language, and a click sends them as shown. docs/languages.md says so.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import gradio as gr
+from gradio.context import Context
 from PIL import Image
 
 from neuron_backend.errors import CancelledError, ShowcaseError
@@ -29,7 +30,7 @@ from neuron_backend.runtime import Backend
 
 from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown, user_errors
 from .guards import EarlyCancels
-from .i18n import localized, say, t
+from .i18n import lang, localized, say, t
 from .image_references import REFERENCES_CSS, build_reference_picker, references_of, wire_reference_picker
 from .presentation import python_snippet, size_choice_label
 from .request_metrics import RequestClock, measured
@@ -195,7 +196,11 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                 dropped = gr.File(label=t("Drop a PNG (this app's or A1111-style) to fill the form"),
                                   file_types=[".png"], type="filepath", elem_id="paste-png")
                 paste_note = gr.Markdown(elem_id="paste-note")
-            gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("Examples"))
+            examples = gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("Examples"))
+            # in the page's language (what a click puts in the prompt): built in English, set per visitor on load
+            gr.on([Context.root_block.load], lambda: gr.skip() if lang() == "en" else gr.Dataset(
+                samples=[[say(e)] for e in IMAGE_EXAMPLES]), None, examples.dataset, queue=False,
+                  api_visibility="private", show_progress="hidden")
     # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
     # images to the full width, and their caption (seed and size) then falls below the visible height.
     gallery = gr.Gallery(label=t("This session's images (click one for its PNG and parameters)"), columns=5,
