@@ -40,7 +40,10 @@ IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighth
 # The picture fills its box, scaled to fit: a small size (and each preview frame) is drawn large, not at 1:1.
 # The gallery's frame fits its rows of thumbnails (Gradio keeps an empty "auto" gallery at least 320 px tall).
 IMAGE_CSS = ("#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
-             "#gallery .grid-wrap.fixed-height { min-height: 0; }\n" + REFERENCES_CSS)
+             "#gallery .grid-wrap.fixed-height { min-height: 0; }\n"
+             # the bar's own line says "step 3/8 · ~1.2 s left - 37.5%": Gradio's second line ("3/8 steps | 0.4s")
+             # said it again
+             "#image-progress .progress-text { display: none; }\n" + REFERENCES_CSS)
 # Generate brings the picture into view when it is not wholly in view (on a phone it is under the fold): from
 # Generate down (Stop beside it) when that fits in the window, else from the progress line down.
 SHOW_PICTURE_JS = """() => {

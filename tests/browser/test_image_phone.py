@@ -8,7 +8,7 @@ step while the page is read. Screenshot: test-artifacts/screenshots/image-phone-
 from __future__ import annotations
 
 import pytest
-from support.browser import _shot, _wait_image_sizes_ready, held, open_page, stop_held_image
+from support.browser import SEEN_JS, _shot, _wait_image_sizes_ready, held, open_page, stop_held_image
 
 pytestmark = pytest.mark.browser
 
@@ -36,6 +36,10 @@ def test_generate_on_a_phone_brings_the_preview_into_view(browser, app_url, loca
             seen = page.evaluate(IN_VIEW_JS, "#image-out")
             assert seen["inside"], seen
             assert page.evaluate(IN_VIEW_JS, "#stop-image")["inside"], "Stop went out of view"
+            # the progress is written once: the bar's line ("step 1/4 · ~0.3 s left - 25.0%"), not a second one
+            lines = page.evaluate(f"() => [...document.querySelectorAll('#image-progress .progress-level-inner, "
+                                  f"#image-progress .progress-text')].filter({SEEN_JS}).map(e => e.innerText.trim())")
+            assert len(lines) == 1 and "1/" in lines[0], lines
             stop_held_image(page)
     finally:
         context.close()
