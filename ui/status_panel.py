@@ -51,6 +51,10 @@ STATUS_CSS = """
   .warmup-row > progress { flex: 1 1 100% !important; }  /* over its inline flex: 1 */
   .warmup-state { flex: 1 1 0; min-height: 2lh; display: flex; align-items: center; }
 }
+@media (min-width: 641px) {  /* the bar keeps its length whatever the line beside it says */
+  .warmup-row > progress { flex: 0 0 40% !important; }
+  .warmup-state { flex: 1 1 0; min-width: 0; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+}
 footer img { width: 12px; height: 12px; }
 .gradio-container > .main > [data-testid="status-tracker"] { display: none !important; }
 #warmup-details { visibility: hidden; }

@@ -92,6 +92,7 @@ def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
     early = _table_states(page)
     assert any("ready" not in s for s in early.values()), f"nothing left to warm up when the page opened: {early}"
     _shot(page, "01-warmup-compiling")
+    bar_width = page.locator("#warmup-progress").bounding_box()["width"]
 
     # A size that is still compiling is offered as such, and refused with its message.
     page.wait_for_function(f"""() => {{
@@ -118,6 +119,8 @@ def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
     assert page.locator(".recompile-alarm").count() == 0
     assert page.locator("#status-bar .recompile-quiet").inner_text() == "no recompiles"
     _shot(page, "03-warmup-ready")
+    # the bar kept its length while the line beside it went from "Warming up: ..." to "Warm-up done in ..."
+    assert abs(page.locator("#warmup-progress").bounding_box()["width"] - bar_width) < 1, bar_width
 
 
 def test_chat_streams_stops_retries_and_undoes(page):
