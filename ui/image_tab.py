@@ -42,8 +42,8 @@ IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighth
 IMAGE_CSS = ("#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
              "#gallery .grid-wrap.fixed-height { min-height: 0; }\n"
              # the bar's own line says "step 3/8 · ~1.2 s left - 37.5%": Gradio's second line ("3/8 steps | 0.4s")
-             # said it again
-             "#image-progress .progress-text { display: none; }\n" + REFERENCES_CSS)
+             # said it again (while queued that line is the only one: "queue: 1/1", kept)
+             "#image-progress .wrap:has(.progress-level) .progress-text { display: none; }\n" + REFERENCES_CSS)
 # Generate brings the picture into view when it is not wholly in view (on a phone it is under the fold): from
 # Generate down (Stop beside it) when that fits in the window, else from the progress line down.
 SHOW_PICTURE_JS = """() => {
