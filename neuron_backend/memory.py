@@ -60,6 +60,14 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.1f}"
 
 
+def _billions(n: int) -> str:
+    """A parameter count in billions: "0.60", and two significant digits below 0.01 B ("0.0013", a demo model's),
+    never "0.00"."""
+    if n >= 1e7 or n <= 0:
+        return f"{n / 1e9:.2f}"
+    return f"{float(f'{n / 1e9:.2g}'):.9f}".rstrip("0")
+
+
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -114,7 +122,7 @@ class ImageMemory:
         return torch.float32 if self.upcast else self.dtype
 
     def text(self) -> str:
-        common = dict(total=_gib(self.total), dtype=_name(self.dtype), params=f"{self.parameters / 1e9:.2f}",
+        common = dict(total=_gib(self.total), dtype=_name(self.dtype), params=_billions(self.parameters),
                       weights=_gib(self.weights), size=self.size_label, decode_dtype=_name(self.decode_dtype),
                       decode=_gib(self.decode), rest=_gib(self.activations + self.overhead))
         if self.references:
@@ -185,7 +193,7 @@ class ChatMemory:
     def text(self) -> str:
         return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + KV cache of {batch} x "
                   "{tokens} tokens {cache} GiB + activations and overhead {rest} GiB)", total=_gib(self.total),
-                  dtype=_name(self.dtype), params=f"{self.parameters / 1e9:.2f}", weights=_gib(self.weights),
+                  dtype=_name(self.dtype), params=_billions(self.parameters), weights=_gib(self.weights),
                   batch=self.batch, tokens=self.cache_tokens, cache=_gib(self.kv_cache),
                   rest=_gib(self.activations + self.overhead))
 

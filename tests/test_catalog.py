@@ -16,6 +16,8 @@ import tools.qa.tab  # noqa: F401 - registers the QA bench's Arabic
 import tools.remote  # noqa: F401 - registers the remote engines' Arabic
 from neuron_backend.messages import CATALOG, fields, register
 from ui import i18n
+from ui.chat_tab import EXAMPLE_PROMPTS
+from ui.image_tab import IMAGE_EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 UI = ROOT / "ui"
@@ -37,7 +39,9 @@ VARIABLE_WORDS = {
     "task table columns (ui/status_panel.py TASK_COLUMNS)": ["task", "shape", "state", "seconds", "compile cache",
                                                              "error"],
     "toast titles (ui/i18n.py TOAST_TYPES)": ["Error", "Warning", "Info", "Success"],
-    "PNG sources (ui/image_tab.py)": ["showcase", "infotext"],
+    "PNG sources (ui/image_tab.py PNG_SOURCES)": ["this app's parameters", "its A1111-style parameters text"],
+    "example prompts (ui/chat_tab.py EXAMPLE_PROMPTS, ui/image_tab.py IMAGE_EXAMPLES)": [*EXAMPLE_PROMPTS,
+                                                                                        *IMAGE_EXAMPLES],
     "QA kinds, marks, statuses and A/B picks (tools/qa)": ["chat", "image", "both", "pass", "fail", "unmarked",
                                                           "pending", "done", "stopped", "left", "right", "tie"],
 }

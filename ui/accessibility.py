@@ -23,6 +23,10 @@
     its box's label;
   - the footer's Settings icon repeats its button's word as its alt text (Lighthouse's
     ``image-redundant-alt``): the icon's alt is emptied;
+  - a drop zone's aria-label ("Click to upload or drop files") is not the words it shows ("Drop File
+    Here - or - Click to Upload"), and a gallery thumbnail's ("Thumbnail 1 of 2") is not its caption
+    (axe 4.14 ``label-content-name-mismatch``, serious): the label goes, so the words shown name it; the
+    thumbnail's picture repeated the caption as its alt text (``image-redundant-alt``): emptied;
   - Gradio writes its own aria-labels in English whatever the locale ("Empty value", "range slider for
     Steps", "Copy table data"): on an Arabic page each known one is replaced by its Arabic
     (``GRADIO_ARIA_LABELS``, ``GRADIO_ARIA_PREFIXES``) and put back when the page turns English; the
@@ -30,7 +34,8 @@
   - the Python snippet's syntax colours (CodeMirror with a dark palette, 2.0-3.7:1 on white) are
     darkened token by token, keeping their hue, until each reads at 5:1 on white (light theme only).
 
-``tests/browser/test_accessibility.py`` runs axe-core on every tab in both languages.
+``tests/browser/test_accessibility.py`` runs axe-core (4.14.1, from npm: package.json) on every tab in both
+languages and both sizes, before and after a reply, an image and a QA run.
 """
 
 from __future__ import annotations
@@ -148,6 +153,16 @@ HEAD = r"""<script>
       const label = picture.closest(".block")?.querySelector('[data-testid="block-label"]');
       picture.setAttribute("aria-label", (label && label.textContent.trim()) || "Image");
     }
+    for (const zone of document.querySelectorAll('button.upload-container[aria-label]')) {
+      zone.removeAttribute("aria-label");  // its own words name it: "Drop File Here - or - Click to Upload"
+      delete zone.dataset.ariaEnglish;
+    }
+    for (const thumb of document.querySelectorAll('button.thumbnail-item[aria-label]')) {
+      if (!thumb.querySelector(".caption-label")?.textContent.trim()) continue;
+      thumb.removeAttribute("aria-label");  // its caption names it ("seed 7 · 64x64"), not "Thumbnail 1 of 2"
+      delete thumb.dataset.ariaEnglish;
+      for (const img of thumb.querySelectorAll('img:not([alt=""])')) img.setAttribute("alt", "");  // as the caption
+    }
     for (const icon of document.querySelectorAll('footer button > img:not([alt=""])')) {
       icon.setAttribute("alt", "");  // the button's own words name it ("Settings"): the icon is decoration
     }
@@ -178,7 +193,9 @@ HEAD = r"""<script>
   };
   const start = () => {
     repair();
-    new MutationObserver(soon).observe(document.body, {subtree: true, childList: true});
+    // attributes too: Gradio writes a drop zone's or a thumbnail's aria-label again when it redraws it
+    new MutationObserver(soon).observe(document.body, {subtree: true, childList: true, attributes: true,
+                                                       attributeFilter: ["aria-label", "alt"]});
     new MutationObserver(soon).observe(document.documentElement, {attributes: true, attributeFilter: ["lang"]});
   };
   if (document.body) start(); else document.addEventListener("DOMContentLoaded", start);

@@ -347,7 +347,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
              seed: int | None = None) -> ChatReply:
         """Stream a reply: each update is {"reasoning", "answer", "delta", "done", "dropped_turns", "stats", "notices"}.
 
-        ``history`` takes the Chat tab's messages or an exported conversation's "messages" as they are.
+        "history" takes the Chat tab's messages or an exported conversation's "messages" as they are.
         """
         request = ChatRequest(message=message, history=history, system_prompt=system_prompt or None,
                               thinking=thinking, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -381,11 +381,11 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
     async def generate_image_api(prompt: str, size: str | None = None, steps: int | None = None,
                                  seed: int | None = None, guidance: float | None = None, images: int = 1,
                                  preview: bool = False):
-        """Generate ``images`` images (default 1); returns the PNG (parameters embedded) and its parameters,
+        """Generate "images" images (default 1); returns the PNG (parameters embedded) and its parameters,
         or, for several, the list of PNGs and the list of their parameters.
 
         With submit(), progress dicts {"status", "step", "total", "elapsed_s"} stream first (steps
-        counted over the whole run); with ``preview`` true they also carry "preview" (a PNG data URL
+        counted over the whole run); with "preview" true they also carry "preview" (a PNG data URL
         of the latest preview frame, 1/8 of the size) and "preview_step".
         """
         count = 1 if images in (None, "") else images
@@ -418,8 +418,8 @@ def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCa
     async def edit_image_api(prompt: str, references: list[str] | None = None, fit: str | None = None,
                              size: str | None = None, steps: int | None = None, seed: int | None = None,
                              guidance: float | None = None, images: int = 1, preview: bool = False):
-        """Edit from reference images (files): as /generate_image, with ``references`` (a count the server
-        declares, see /status "limits") each fitted to the size's reference size by ``fit`` ("letterbox" or
+        """Edit from reference images (files): as /generate_image, with "references" (a count the server
+        declares, see /status "limits") each fitted to the size's reference size by "fit" ("letterbox" or
         "crop": one for all, or comma-separated one per reference)."""
         files = [] if references in (None, "") else references if isinstance(references, list) else [references]
         check_reference_count(len(files), backend.settings.references)  # before any file is decoded

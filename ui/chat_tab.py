@@ -31,7 +31,7 @@ from pathlib import Path
 
 import gradio as gr
 from gradio.components.chatbot import TextMessage
-from gradio.context import LocalContext
+from gradio.context import Context, LocalContext
 
 from neuron_backend.chat.text import (
     NOTICE_PREFIX,
@@ -48,7 +48,7 @@ from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
 from .api import refusals_as_toast, shown, user_errors
-from .i18n import bilingual_html, localized, say, t
+from .i18n import bilingual_html, lang, localized, say, t
 from .presentation import (
     chat_stats_text,
     context_meter_text,
@@ -96,6 +96,14 @@ class LiteralChatbot(gr.Chatbot):
         if isinstance(chat_message, TextMessage):
             content["text"] = markdown_unliteral(content["text"])
         return content
+
+
+class PlaceholderChat(gr.ChatInterface):
+    """A ChatInterface whose message box keeps its placeholder: Gradio's empties it when a message is sent
+    and never puts it back, so after the first message the box no longer said what it is for."""
+
+    def _clear_and_save_textbox(self, message):
+        return type(self.textbox)("", interactive=False, placeholder=self.textbox.placeholder), message
 
 
 def refusal_note(message: str) -> list[gr.ChatMessage]:
@@ -193,6 +201,32 @@ class StoppedReplies:
             if self._kept.get(session) is entry and done.is_set():
                 del self._kept[session]
         return kept[-1] if kept else None
+
+
+def stopped_history(history, final) -> list:
+    """The chat once a Stop came: up to the last message sent, then the stopped reply's text so far (the
+    final update's when it came, else what the page showed), or a note that it stopped before any text."""
+    messages = list(history or [])
+    sent = max((i for i, m in enumerate(messages) if _role(m) == "user"), default=-1)
+    kept, shown = messages[:sent + 1], messages[sent + 1:]
+    if final is not None and (final.answer + final.reasoning).strip():
+        return kept + reply_messages(final)
+    if any(_text(m).strip() for m in shown):
+        return messages
+    return kept + [gr.ChatMessage(role="assistant", content=say("Retry sends the message again."),
+                                  metadata={"title": f"⏹ {say('Stopped before any text')}", "status": "done"})]
+
+
+def _role(message) -> str | None:
+    return message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
+
+
+def _text(message) -> str:
+    """A chatbot message's text (its content a string, or Gradio's list of typed parts)."""
+    content = message.get("content") if isinstance(message, dict) else getattr(message, "content", "")
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
 
 
 def session_of(request: gr.Request | None) -> str:
@@ -487,7 +521,7 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
                              sanitize_html=True, allow_tags=False, buttons=["copy", "copy_all"], render=False)
     chatbot.under = (chat_stats, context_meter)
     reply_records = gr.State({})  # this session's finished replies: settings and stats
-    chat = gr.ChatInterface(
+    chat = PlaceholderChat(
         send_message, chatbot=chatbot, additional_inputs=[system_prompt, thinking, temperature, top_p,
                                                          top_k, max_new, greedy, chat_seed, reply_records],
         additional_inputs_accordion=gr.Accordion(t("Sampling and system prompt"), open=False, render=False),
@@ -497,17 +531,29 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
         autofocus=False,  # focusing the box on load scrolls a phone's page past the header and the warm-up bar
     )
     keep_saved_chats(chat, settings.cache_dir)  # saved chats live in the visitor's browser
+    # The example chips in the page's language (what a click sends): built in English, set per visitor on load.
+    gr.on([Context.root_block.load], lambda: gr.skip() if lang() == "en" else gr.update(examples=[{"text": say(e)}
+                                                                                 for e in EXAMPLE_PROMPTS]),
+          None, chatbot, queue=False, api_visibility="private", show_progress="hidden")
     for extra in extras:
         extra(backend, chatbot, reply_records)
 
-    def show_stopped_stats(request: gr.Request):
+    # A Stop keeps the reply: its text so far or a note, and its stats. The chat's state follows the chatbot,
+    # so Retry, Undo and the next message see the same conversation the page shows.
+    def show_stopped_reply(history, request: gr.Request):
         final = stopped_replies.stopped(session_of(request))
+        shown = stopped_history(history, final)
         if final is None:
-            return gr.skip(), gr.skip()
-        return (chat_stats_text(final.stats),
+            return shown, shown, gr.skip(), gr.skip()
+        return (shown, shown, chat_stats_text(final.stats),
                 context_meter_text(final.stats, settings.buckets, settings.context_length))
 
-    chat.textbox.stop(show_stopped_stats, None, [chat_stats, context_meter], queue=False, api_visibility="private")
+    chat.textbox.stop(show_stopped_reply, chatbot, [chatbot, chat.chatbot_state, chat_stats, context_meter],
+                      queue=False, api_visibility="private")
+
+    # A new reply's stats replace the last one's: the line is empty while it runs.
+    for start in (chat.textbox.submit, chatbot.retry, chatbot.edit, chatbot.example_select):
+        start(lambda: "", None, chat_stats, queue=False, api_visibility="private", show_progress="hidden")
 
     # Undo and clear take away the reply whose stats are shown: take the stats away too.
     def forget_stats():

@@ -15,8 +15,8 @@ language the visitor's page shows, which ``lang()`` reads from the event's reque
 ``showcase_lang`` cookie that ``HEAD`` keeps equal to ``<html lang>``, else the ``?lang=`` of the page's
 address, else ``Accept-Language``). Backend messages (``neuron_backend/messages.py``, built with
 ``tr()``) read the same catalog: ``localized(exc)`` gives an error in that language. API clients send
-none of these and read English. What stays English: model names, flags, code, and the example
-prompts (they are what is sent). docs/languages.md says so.
+none of these and read English. What stays English: model names, flags and code; the example
+prompts are in the page's language, and a click sends them as shown. docs/languages.md says so.
 """
 
 from __future__ import annotations
@@ -255,6 +255,8 @@ html[dir="rtl"] label > input[type="radio"], html[dir="rtl"] label > input[type=
 /* a file's name reads left to right in one piece ("20261201-...-s7.png", not "png.20261201-..."), and a flag in the
    header never breaks after its hyphens ("- -" at a line's end, "models full" on the next) */
 html[dir="rtl"] .file-preview td.filename { direction: ltr; unicode-bidi: isolate; }
+/* code in a paragraph is Latin and reads left to right in one piece (".jsonl", not "jsonl.") */
+html[dir="rtl"] .prose code { direction: ltr; unicode-bidi: isolate; }
 #page-header code { white-space: nowrap; }
 /* a slider is drawn from its minimum: at the right in a right-to-left block, where Chromium puts the thumb's start
    (Gradio paints the filled part with a gradient "to right" on the track) */

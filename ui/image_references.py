@@ -31,6 +31,22 @@ from neuron_backend.shapes import parse_size
 
 from .i18n import localized, say, t
 
+# The view shows all of each fitted preview and its caption under it: the box grows with its rows (Gradio's
+# fixed height cut the previews off), each preview keeps its aspect at a size that fits a column, and the
+# caption wraps in its own line below the picture rather than covering its bottom edge (a letterbox's pad).
+REFERENCES_CSS = """
+#reference-view, #reference-view .grid-wrap { height: auto !important; min-height: 0; max-height: none;
+  overflow: visible; }
+#reference-view .grid-container { grid-template-columns: repeat(auto-fill, minmax(120px, 1fr)); grid-auto-rows: auto;
+  padding-top: 28px; }
+#reference-view .thumbnail-item { height: auto; aspect-ratio: auto; display: flex; flex-direction: column;
+  border-radius: 0; }
+#reference-view .thumbnail-item > img { width: 100%; height: auto; aspect-ratio: auto; max-height: 160px;
+  border-radius: 0; }
+#reference-view .thumbnail-item .caption-label { position: static; max-width: none; white-space: normal;
+  border: none; border-top: 1px solid var(--border-color-primary); border-radius: 0; opacity: 1; }
+"""
+
 
 @dataclass
 class ReferencePicker:
@@ -43,6 +59,7 @@ class ReferencePicker:
     view: gr.Gallery
     note: gr.Markdown
     chosen: gr.Radio  # the index of the reference the buttons act on
+    order: gr.Row  # the buttons' row, shown while there is a reference to move or remove
     earlier: gr.Button
     later: gr.Button
     remove: gr.Button
@@ -61,14 +78,14 @@ def build_reference_picker(settings: Settings) -> ReferencePicker | None:
         fit = gr.Radio([(t("letterbox (pad)"), "letterbox"), (t("crop"), "crop")], value=DEFAULT_FIT,
                        label=t("Fit to the image size"), elem_id="image-fit")
         note = gr.Markdown(elem_id="reference-note")
-        view = gr.Gallery(label=t("As the model will see them"), columns=4, height=200, object_fit="contain",
+        view = gr.Gallery(label=t("As the model will see them"), columns=4, height="auto", object_fit="contain",
                           elem_id="reference-view", visible=False, allow_preview=False)
         chosen = gr.Radio([], label=t("Reference to move or remove"), elem_id="reference-chosen", visible=False)
-        with gr.Row():
+        with gr.Row(visible=False) as order:
             earlier = gr.Button(t("Move earlier"), size="sm", elem_id="reference-earlier")
             later = gr.Button(t("Move later"), size="sm", elem_id="reference-later")
             remove = gr.Button(t("Remove"), size="sm", variant="stop", elem_id="reference-remove")
-    return ReferencePicker(box, files, pasted, fit, view, note, chosen, earlier, later, remove)
+    return ReferencePicker(box, files, pasted, fit, view, note, chosen, order, earlier, later, remove)
 
 
 def file_paths(files) -> list[str]:
@@ -167,6 +184,8 @@ def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.
                 view, api_visibility="private", queue=False)
     picker.files.change(reference_choices, [picker.files, picker.chosen], picker.chosen, api_visibility="private",
                         queue=False)
+    picker.files.change(lambda files: gr.update(visible=bool(file_paths(files))), picker.files, picker.order,
+                        api_visibility="private", queue=False)
     picker.view.select(clicked, None, picker.chosen, api_visibility="private", queue=False)
     listed = [picker.files, picker.chosen]
     picker.earlier.click(lambda files, chosen: moved(files, chosen, -1), listed, listed, api_visibility="private",
@@ -177,6 +196,9 @@ def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.
     picker.pasted.change(with_pasted, [picker.files, picker.pasted], [picker.files, picker.pasted],
                          api_visibility="private", queue=False)
     if use_result is not None and shown_pngs is not None:
+        # shown under the picture once there is one to use (under an empty box it offered nothing)
+        shown_pngs.change(lambda pngs: gr.update(visible=bool(file_paths(pngs))), shown_pngs, use_result,
+                          api_visibility="private", queue=False)
         use_result.click(with_result, [picker.files, shown_pngs], [picker.files, picker.box],
                          api_visibility="private", queue=False)
 

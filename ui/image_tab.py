@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import gradio as gr
+from gradio.context import Context
 from PIL import Image
 
 from neuron_backend.errors import CancelledError, ShowcaseError
@@ -29,15 +30,31 @@ from neuron_backend.runtime import Backend
 
 from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown, user_errors
 from .guards import EarlyCancels
-from .i18n import localized, say, t
-from .image_references import build_reference_picker, references_of, wire_reference_picker
+from .i18n import lang, localized, say, t
+from .image_references import REFERENCES_CSS, build_reference_picker, references_of, wire_reference_picker
 from .presentation import python_snippet, size_choice_label
 from .request_metrics import RequestClock, measured
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
 # The picture fills its box, scaled to fit: a small size (and each preview frame) is drawn large, not at 1:1.
-IMAGE_CSS = "#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
+# The gallery's frame fits its rows of thumbnails (Gradio keeps an empty "auto" gallery at least 320 px tall).
+IMAGE_CSS = ("#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
+             "#gallery .grid-wrap.fixed-height { min-height: 0; }\n"
+             # the bar's own line says "step 3/8 · ~1.2 s left - 37.5%": Gradio's second line ("3/8 steps | 0.4s")
+             # said it again (while queued that line is the only one: "queue: 1/1", kept)
+             "#image-progress .wrap:has(.progress-level) .progress-text { display: none; }\n" + REFERENCES_CSS)
+# Generate brings the picture into view when it is not wholly in view (on a phone it is under the fold): from
+# Generate down (Stop beside it) when that fits in the window, else from the progress line down.
+SHOW_PICTURE_JS = """() => {
+  const picture = document.querySelector('#image-out'), button = document.querySelector('#generate');
+  if (!picture) return;
+  const r = picture.getBoundingClientRect();
+  if (r.top >= 0 && r.bottom <= window.innerHeight) return;
+  const fits = button && r.bottom - button.getBoundingClientRect().top <= window.innerHeight;
+  const top = fits ? button : document.querySelector('#image-progress') || picture;
+  top.scrollIntoView({block: 'start', behavior: 'smooth'});
+}"""
 PREVIEW_EVERY_S = 0.3  # the page gets a new preview frame at most this often
 
 
@@ -109,11 +126,15 @@ def preview_label(frame) -> str:
                index=frame.index + 1, step=frame.step, total=frame.total)
 
 
+# Where a dropped PNG's settings came from, in words (the sources are its text chunks' names).
+PNG_SOURCES = {"showcase": "this app's parameters", "infotext": "its A1111-style parameters text"}
+
+
 def restored_text(pasted: PastedSettings) -> str:
     """The note under a dropped PNG: where its settings came from, and what was adjusted."""
     notes = "".join(say("; {note}", note=n) for n in pasted.notes)
     return say("Restored from the PNG ({source}): size {size}{notes}.",
-               source=say(pasted.source), size=pasted.size, notes=notes)
+               source=say(PNG_SOURCES.get(pasted.source, pasted.source)), size=pasted.size, notes=notes)
 
 
 def preview_picture(frame) -> Image.Image:
@@ -142,10 +163,11 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             image_progress = gr.Markdown(elem_id="image-progress", container=False, min_height=52)
             image_out = gr.Image(label=t("Image"), type="filepath", format="png", elem_id="image-out", height=440)
             use_result = gr.Button(t("Use this image as a reference"), size="sm", elem_id="use-as-reference",
-                                   visible=max(settings.references) > 0)
+                                   visible=False)  # with editing declared, shown once there is an image
             with gr.Accordion(t("PNG, parameters and Python"), open=False, elem_id="image-files"):
+                # an output: no upload zone, no remove buttons
                 png_file = gr.File(label=t("PNG with embedded parameters"), elem_id="png-file",
-                                   file_count="multiple")
+                                   file_count="multiple", interactive=False)
                 params_out = gr.JSON(label=t("Parameters"), elem_id="image-params")
                 # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so
                 # the numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
@@ -177,11 +199,15 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                 dropped = gr.File(label=t("Drop a PNG (this app's or A1111-style) to fill the form"),
                                   file_types=[".png"], type="filepath", elem_id="paste-png")
                 paste_note = gr.Markdown(elem_id="paste-note")
-            gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("Examples"))
+            examples = gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("Examples"))
+            # in the page's language (what a click puts in the prompt): built in English, set per visitor on load
+            gr.on([Context.root_block.load], lambda: gr.skip() if lang() == "en" else gr.Dataset(
+                samples=[[say(e)] for e in IMAGE_EXAMPLES]), None, examples.dataset, queue=False,
+                  api_visibility="private", show_progress="hidden")
     # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
     # images to the full width, and their caption (seed and size) then falls below the visible height.
     gallery = gr.Gallery(label=t("This session's images (click one for its PNG and parameters)"), columns=5,
-                         fit_columns=False, height=460, object_fit="contain", show_label=True, elem_id="gallery",
+                         fit_columns=False, height="auto", object_fit="contain", show_label=True, elem_id="gallery",
                          visible=False)  # shown once the session has an image
 
     def base_url(request: gr.Request) -> str:
@@ -265,6 +291,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     # Stop is there while a run is on (queued included: Stop takes it out of Gradio's queue); registered
     # before the run's event, so the page shows it before it sends the run.
     generate_btn.click(lambda: gr.update(visible=True), None, stop_btn, queue=False, api_visibility="private")
+    generate_btn.click(None, None, None, js=SHOW_PICTURE_JS, queue=False, api_visibility="private")
     editing = [picker.files, picker.fit] if picker else []
     generating = generate_btn.click(
         press_generate, [prompt, size, steps, count, seed, randomize, guidance, live, *editing], outputs,

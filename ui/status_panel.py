@@ -51,6 +51,10 @@ STATUS_CSS = """
   .warmup-row > progress { flex: 1 1 100% !important; }  /* over its inline flex: 1 */
   .warmup-state { flex: 1 1 0; min-height: 2lh; display: flex; align-items: center; }
 }
+@media (min-width: 641px) {  /* the bar keeps its length whatever the line beside it says */
+  .warmup-row > progress { flex: 0 0 40% !important; }
+  .warmup-state { flex: 1 1 0; min-width: 0; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+}
 footer img { width: 12px; height: 12px; }
 .gradio-container > .main > [data-testid="status-tracker"] { display: none !important; }
 #warmup-details { visibility: hidden; }
@@ -129,8 +133,11 @@ def plan_html(status: dict) -> str:
         line = say("Warmed up: {engines}", engines="; ".join(parts))
     else:
         estimate = sum(e["estimate_s"] for e in plan["engines"].values())
-        line = say("Compile plan: {engines} · first run about {estimate} by estimate (learned times replace it)",
-                   engines="; ".join(parts), estimate=fmt_seconds(estimate))
+        if round(estimate, 1) > 0:
+            line = say("Compile plan: {engines} · first run about {estimate} by estimate (learned times replace it)",
+                       engines="; ".join(parts), estimate=fmt_seconds(estimate))
+        else:  # nothing to compile (eager, the demo models on a CPU): no estimate of "about 0.0 s"
+            line = say("Compile plan: {engines}", engines="; ".join(parts))
     return (f'<div id="warmup-plan" style="font-size:.9em;opacity:.85;white-space:nowrap;overflow:hidden;'
             f'text-overflow:ellipsis">{ltr_runs(line, True)}</div>')
 

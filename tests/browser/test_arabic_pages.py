@@ -285,7 +285,7 @@ def test_the_image_tab_in_arabic_shows_arabic_progress_captions_and_toasts(brows
         # and the notice's "--models full" never breaks after a hyphen
         page.wait_for_function("() => { const e = document.querySelector('#demo-notice code');"  # live: redrawn
                                " return e !== null && getComputedStyle(e).whiteSpace === 'nowrap'; }")
-        captions = page.locator("#gallery img").evaluate_all("imgs => imgs.map(i => i.alt)")
+        captions = page.locator("#gallery .caption-label").all_inner_texts()  # the thumbnails' names
         assert captions and all(re.fullmatch(r"البذرة \d+ · 64x64", c) for c in captions), captions
         # A dropped file that is not a PNG is refused, in Arabic.
         page.locator("button.label-wrap", has_text="استعادة الإعدادات من ملف PNG").last.click()

@@ -112,6 +112,90 @@ def test_upload_see_fitted_generate_and_paste_back(browser, edit_url, references
         _shot(page, "edit-5-pasted-back")
 
 
+# Each preview in the reference view, its drawn picture (the image's content box, object-fit: contain) and its
+# caption, against the part of the view the eye sees (the view's box, clipped by every scrolling parent).
+PREVIEWS_JS = """() => {
+  const view = document.querySelector('#reference-view');
+  let clip = view.getBoundingClientRect();
+  for (let e = view; e; e = e.parentElement) {
+    const s = getComputedStyle(e);
+    if (e !== view && !/(auto|scroll|hidden)/.test(s.overflow + s.overflowY)) continue;
+    const r = e.getBoundingClientRect();
+    clip = {left: Math.max(clip.left, r.left), right: Math.min(clip.right, r.right),
+            top: Math.max(clip.top, r.top), bottom: Math.min(clip.bottom, r.bottom)};
+  }
+  return [...view.querySelectorAll('.thumbnail-item')].map(item => {
+    const img = item.querySelector('img'), r = img.getBoundingClientRect();
+    const scale = Math.min(r.width / img.naturalWidth, r.height / img.naturalHeight);
+    const w = img.naturalWidth * scale, h = img.naturalHeight * scale;
+    const drawn = {left: r.left + (r.width - w) / 2, right: r.right - (r.width - w) / 2,
+                   top: r.top + (r.height - h) / 2, bottom: r.bottom - (r.height - h) / 2};
+    const caption = item.querySelector('.caption-label') || item.parentElement.querySelector('.caption-label');
+    const c = caption ? caption.getBoundingClientRect() : null;
+    return {drawn, caption: c && {left: c.left, right: c.right, top: c.top, bottom: c.bottom},
+            text: caption ? caption.innerText : '', full: caption ? caption.scrollWidth <= caption.clientWidth : false,
+            clip};
+  });
+}"""
+
+
+def _inside(inner: dict, outer: dict) -> bool:
+    return all((inner["left"] >= outer["left"] - 1, inner["right"] <= outer["right"] + 1,
+                inner["top"] >= outer["top"] - 1, inner["bottom"] <= outer["bottom"] + 1))
+
+
+@pytest.mark.parametrize("fit", ["letterbox", "crop"])
+def test_the_reference_view_shows_each_whole_preview_and_its_caption(browser, edit_url, references, fit):
+    """"As the model will see them" shows all of each fitted preview (a letterbox's padding, a crop's edges) and
+    its whole caption, inside the view's box."""
+    wide, tall, _ = references
+    with edit_page(browser, edit_url) as page:
+        page.locator("#image-references input[type=file]").set_input_files([str(wide), str(tall)])
+        page.locator("#reference-note", has_text="(letterbox)").wait_for()
+        if fit == "crop":
+            page.locator("#image-fit label", has_text="crop").click()
+            page.locator("#reference-note", has_text="(crop)").wait_for()
+        page.locator("#reference-view .thumbnail-item img").nth(1).wait_for()
+        page.wait_for_function("() => [...document.querySelectorAll('#reference-view img')]"
+                               ".every(i => i.complete && i.naturalWidth > 0)")
+        page.locator("#reference-view").scroll_into_view_if_needed()
+        page.locator("#reference-view").screenshot(path=str(_shot(page, f"edit-view-{fit}", full_page=False)))
+        previews = page.evaluate(PREVIEWS_JS)
+        assert len(previews) == 2
+        for i, preview in enumerate(previews):
+            assert preview["text"].startswith(f"{i + 1} · ") and f"· {fit}" in preview["text"], preview
+            assert _inside(preview["drawn"], preview["clip"]), (fit, i, preview)  # the whole picture in view
+            assert preview["caption"] and _inside(preview["caption"], preview["clip"]), (fit, i, preview)
+            assert preview["full"], f"caption {i + 1} is cut: {preview['text']!r}"
+            assert preview["caption"]["top"] >= preview["drawn"]["bottom"] - 1, "the caption covers the picture"
+
+
+# What the eye sees of the Image tab's parts (in the layout, not hidden, with a size): by element id.
+SEEN_IDS_JS = """(ids) => ids.filter(id => { const e = document.querySelector(id);
+  if (!e || !e.checkVisibility({opacityProperty: true, visibilityProperty: true})) return false;
+  const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; })"""
+PARTS = ["#reference-earlier", "#reference-later", "#reference-remove", "#use-as-reference"]
+
+
+def test_the_image_tab_offers_only_what_applies(browser, edit_url, references):
+    """No reference buttons before a reference, no "Use this image" before an image, no upload or remove on the
+    output PNG list, a gallery frame as tall as its thumbnails."""
+    wide, _, _ = references
+    with edit_page(browser, edit_url) as page:
+        assert page.evaluate(SEEN_IDS_JS, PARTS) == []
+        _shot(page, "edit-gaps-before")
+        page.locator("#image-references input[type=file]").set_input_files([str(wide)])
+        page.locator("#reference-earlier").wait_for()
+        assert page.evaluate(SEEN_IDS_JS, PARTS) == PARTS[:3]
+        _generate(page, "the same, in green", "64x64", 1)
+        page.locator("#use-as-reference").wait_for()
+        files = page.locator("#png-file")
+        assert files.locator("button[aria-label=Remove], .upload-container, input[type=file]").count() == 0
+        gallery, thumb = (page.locator(sel).first.bounding_box() for sel in ("#gallery", "#gallery .thumbnail-item"))
+        _shot(page, "edit-gaps-after")
+        assert gallery["height"] < thumb["height"] + 120, (gallery, thumb)  # the frame fits its one row
+
+
 def test_reorder_remove_and_use_the_result_as_a_reference(browser, edit_url, references):
     wide, tall, _ = references
     with edit_page(browser, edit_url) as page:

@@ -15,6 +15,7 @@ from support.browser import (
     BAR_BLINKS_JS,
     BARS_OVER_JS,
     REPLY_TIMEOUT_MS,
+    SEEN_JS,
     _open_accordion,
     _shot,
     _wait_ready,
@@ -36,6 +37,57 @@ def _value(pg, selector: str) -> str:
 def _wait_value(pg, selector: str, prefix: str) -> None:
     pg.wait_for_function(f"(p) => (document.querySelector('{selector} textarea') || {{}}).value?.startsWith(p)",
                            arg=prefix, timeout=REPLY_TIMEOUT_MS)
+
+
+# The sections the eye sees on the tab: each id of ``ids`` whose element is on the page with a size, not hidden.
+SEEN_SECTIONS_JS = f"""(ids) => ids.filter(id => {{
+  const e = document.querySelector(id);
+  if (!e || !({SEEN_JS})(e)) return false;
+  const r = e.getBoundingClientRect();
+  return r.width > 0 && r.height > 0;
+}})"""
+SECTIONS = ("#qa-stop", "#qa-gallery", "#qa-export-file", "#qa-compare-box", "#qa-compare-grid", "#qa-diff",
+            "#qa-diff-gallery", "#qa-status", "#qa-summary", "#qa-grid")
+# A label the eye reads whole: its text is not cut off by its box (text-overflow: ellipsis).
+LABEL_WHOLE_JS = """(id) => { const l = document.querySelector(id + ' [data-testid=block-label]');
+  return l !== null && l.scrollWidth <= l.clientWidth + 1; }"""
+
+
+def test_qa_sections_show_when_they_have_something_and_stop_while_a_set_runs(browser, app_url):
+    context, page = open_page(browser, app_url, "en-US")
+    try:
+        _wait_ready(page)
+        page.get_by_role("tab", name="QA bench").click()
+        page.locator("#qa-run").wait_for()
+        # Before a run: the form, the status and the two tables; no empty gallery, export box, compare view, Stop.
+        assert page.evaluate(SEEN_SECTIONS_JS, list(SECTIONS)) == ["#qa-status", "#qa-summary", "#qa-grid"]
+        assert page.evaluate(LABEL_WHOLE_JS, "#qa-upload"), "the upload label is cut off"
+        _shot(page, "qa-sections-before-run")
+        page.locator("#qa-kind").get_by_text("chat", exact=True).click()
+        page.locator("#qa-prompts textarea").fill("Name a colour.")
+        page.locator("#qa-variants textarea").fill("short: max_new_tokens=4, seed=1")
+        with held(app_url, "chat", after_steps=2):  # the cell waits mid-reply while the page is read
+            page.locator("#qa-run").click()
+            _wait_value(page, "#qa-status", "0/1 cells done")
+            assert "#qa-stop" in page.evaluate(SEEN_SECTIONS_JS, list(SECTIONS))  # Stop, while the set runs
+            _shot(page, "qa-sections-mid-run", full_page=False)
+        _wait_value(page, "#qa-status", "Finished: 1/1 cells done")
+        page.wait_for_function(f"() => !({SEEN_SECTIONS_JS})(['#qa-stop']).length")
+        # A chat-only set: no image gallery after it either.
+        assert page.evaluate(SEEN_SECTIONS_JS, list(SECTIONS)) == ["#qa-status", "#qa-summary", "#qa-grid"]
+        _shot(page, "qa-sections-after-run")
+        page.locator("#qa-export-csv").click()
+        page.locator("#qa-export-file a.download-link").wait_for()
+        page.locator("#qa-compare").click()
+        page.locator("#qa-compare-grid").get_by_text("What changed (0 of 1 cells changed)").first.wait_for(
+            timeout=REPLY_TIMEOUT_MS)
+        page.wait_for_function(f"() => !({SEEN_SECTIONS_JS})(['#qa-stop']).length")
+        # Nothing changed (fixed seeds): the compare table, and no empty diff box or image pairs.
+        assert page.evaluate(SEEN_SECTIONS_JS, list(SECTIONS)) == [
+            "#qa-export-file", "#qa-compare-box", "#qa-compare-grid", "#qa-status", "#qa-summary", "#qa-grid"]
+        _shot(page, "qa-sections-after-compare")
+    finally:
+        context.close()
 
 
 def test_qa_grid_fits_1280_and_blind_ab_hides_the_names(page, app_url):  # noqa: F811 - the fixture
@@ -147,7 +199,7 @@ def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa
     page.locator("#qa-only-changed input").check()
     page.wait_for_function("() => [...document.querySelectorAll('#qa-compare-grid td')]"
                            ".filter(td => td.offsetParent !== null && td.innerText.trim() === 'same').length === 0")
-    assert _value(page, "#qa-diff") == ""
+    assert page.evaluate(SEEN_SECTIONS_JS, ["#qa-diff"]) == []  # no diff box: nothing changed
     _shot(page, "qa-compare-only-changed")
     page.get_by_role("tab", name="Chat").click()
 
@@ -156,6 +208,7 @@ def test_qa_toasts_are_text_gallery_whole_and_changed_only_filter(page):  # noqa
 KEPT = ("#qa-status", "#qa-summary", "#qa-grid", "#qa-gallery", "#qa-ab-heading", "#qa-ab-result")
 KEPT_JS = """(ids) => Object.fromEntries(ids.map(id => {
   const el = document.querySelector(id);
+  if (el === null) return [id, null];  // not on the page (the gallery of a chat-only set)
   const box = el.querySelector('textarea');
   return [id, {text: box ? box.value : el.innerText, errors: el.querySelectorAll('span.error').length}];
 }))"""
@@ -212,7 +265,7 @@ def test_a_refusal_is_a_toast_and_every_result_stays(page, tmp_path):  # noqa: F
     page.locator("#qa-ab-pick-left").click()
     _refused(page, "Every pair is picked", "qa-ab-refusal-toast")
     after = page.evaluate(KEPT_JS, list(KEPT))
-    assert after == before and not any(v["errors"] for v in after.values()), after
+    assert after == before and not any(v and v["errors"] for v in after.values()), after
     page.locator("#qa-upload button[aria-label='Clear']").click()
     page.get_by_role("tab", name="Chat").click()
 

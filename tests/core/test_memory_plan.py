@@ -153,3 +153,9 @@ def test_a_bfloat16_decode_stays_close_to_the_float32_one(demo_models):
 
     fp32, bf16 = decode(torch.float32), decode(torch.bfloat16)
     assert psnr(fp32, bf16) > 40  # 8-bit images: measured ~46 dB here (docs/trainium.md, Memory)
+
+
+def test_a_demo_models_parameter_count_is_not_zero():
+    """The estimate's text names a tiny model's parameters in billions without rounding them to "0.00"."""
+    assert memory._billions(600_000_000) == "0.60" and memory._billions(8_000_000_000) == "8.00"
+    assert memory._billions(1_300_000) == "0.0013" and memory._billions(45_000) == "0.000045"

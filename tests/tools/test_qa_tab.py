@@ -144,7 +144,7 @@ def test_compare_view_reads_arabic():
         value = grid["value"]
         assert value["headers"][0] == "الموجّه" and value["rows" if "rows" in value else "data"][0][3] == "تغيّرت"
         assert value["data"][1][4].startswith("الحالة: اكتملت ← فشلت")
-        assert "محادثة" in diffs.splitlines()[0]
+        assert "محادثة" in diffs["value"].splitlines()[0] and diffs["visible"]
     assert changed_only(old, new)[0].caption.startswith("#1 · cold · chat: output")
 
 

@@ -40,6 +40,10 @@ def test_named_endpoints_only(served):
     # /paste_png stays callable by name (tests/ui/test_bad_input.py calls it), undocumented on the page
     named = {d["api_name"]: d.get("api_visibility") for d in client.config["dependencies"] if d.get("api_name")}
     assert named["paste_png"] == "undocumented"
+    # The API page shows each docstring as written: no reStructuredText markup in it (``history`` read literally).
+    for name, endpoint in api["named_endpoints"].items():
+        assert "``" not in (endpoint.get("description") or ""), (name, endpoint.get("description"))
+    assert "\"history\" takes" in api["named_endpoints"]["/chat"]["description"]
 
 
 @pytest.mark.slow

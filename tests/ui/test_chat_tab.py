@@ -114,6 +114,26 @@ def test_an_empty_reply_says_so_and_a_stopped_one_does_not():
     assert len(reply_messages(ChatUpdate("", "", "", False, None), ChatRequest("q"))) == 1  # not done yet
 
 
+def test_a_stop_keeps_the_reply_so_far_or_says_it_stopped_before_any_text():
+    from ui.chat_tab import stopped_history
+
+    before = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+              {"role": "user", "content": [{"type": "text", "text": "tell me"}]}]
+    stopped = ChatUpdate("", "", "", True, _stats(finish_reason="stopped", stopped=True, new_tokens=2))
+    shown = stopped_history(before, stopped)  # no text at all: a note where the reply would be
+    assert shown[:3] == before and len(shown) == 4
+    assert shown[3].metadata["title"] == "⏹ Stopped before any text"
+    assert shown[3].content == "Retry sends the message again."
+    with speaking("ar"):
+        note = stopped_history(before, None)[-1]  # the stats never came: the note too
+    _arabic(note.metadata["title"])
+    _arabic(note.content)
+    words = ChatUpdate("once upon", "", "", True, _stats(finish_reason="stopped", stopped=True))
+    streamed = [*before, {"role": "assistant", "content": "once"}]
+    assert [m.content for m in stopped_history(streamed, words)[3:]] == ["once upon"]  # the final text
+    assert stopped_history(streamed, None) == streamed  # what the page showed, when no final update came
+
+
 def test_reply_bubbles_and_notices_in_the_page_language():
     from ui.chat_tab import reply_messages
 

@@ -104,8 +104,8 @@ def test_run_time_texts_read_as_before_in_english(settings):
     assert caption(_params(stopped=True, steps_done=2)) == "seed 7 · 64x64 · stopped 2/4"
     assert progress_text(3, 8, 1.5) == "step 3/8 · ~2.5 s left"
     assert preview_label(SimpleNamespace(index=1, step=3, total=8)) == "Preview · image 2 · step 3/8"
-    assert restored_text(pasted) == (f"Restored from the PNG (infotext): size 64x64; seed {2**33} is outside "
-                                     f"0..{2**32 - 1}: a random seed is used.")
+    assert restored_text(pasted) == (f"Restored from the PNG (its A1111-style parameters text): size 64x64; "
+                                     f"seed {2**33} is outside 0..{2**32 - 1}: a random seed is used.")
 
 
 def test_the_parameters_view_shows_notes_in_the_pages_language(tmp_path):

@@ -122,6 +122,11 @@ def test_the_first_paint_holds_each_language_and_the_bar_keeps_its_lines(warm):
         assert bar.count('<div id="warmup-plan"') == 1 and "white-space:nowrap" in bar
     assert "Warmed up: Chat: " in done and "Compile plan: Chat: " in warming
     assert "Image: nothing to compile (eager)" in done  # eager on the CPU: no graph, no eager program
+    eager = _warming(status)
+    eager["plan"] = {"engines": {name: dict(e, estimate_s=0.0) for name, e in eager["plan"]["engines"].items()}}
+    assert "by estimate" not in status_bar_html(eager)  # nothing to compile: no "about 0.0 s by estimate"
+    eager["plan"]["engines"][next(iter(eager["plan"]["engines"]))]["estimate_s"] = 90.0
+    assert "by estimate" in status_bar_html(eager)  # a graph to compile: its estimate
 
 
 def test_task_table_details_and_counters_in_arabic(warm):

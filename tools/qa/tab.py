@@ -71,9 +71,11 @@ def build_qa_tab(backend: Backend) -> None:
     with gr.Row():
         with gr.Column():
             prompts = gr.Textbox(label=t("Prompts (one per line)"), lines=5, elem_id="qa-prompts")
-            upload = gr.File(label=t("…or a .jsonl / .csv / .txt file with a 'prompt' column (and expectations), "
-                                     "with the reference images its rows name"), file_count="multiple",
+            # A short label (a long one was cut off in the box's label line); what the file holds, under it.
+            upload = gr.File(label=t("…or a prompt set file and its images"), file_count="multiple",
                              file_types=[".jsonl", ".csv", ".txt", *IMAGE_SUFFIXES], elem_id="qa-upload")
+            gr.Markdown(t("A `.jsonl`, `.csv` or `.txt` file with a `prompt` column (and expectations), with the "
+                          "reference images its rows name."), elem_id="qa-upload-hint")
         with gr.Column():
             kind = gr.Radio([(t(k, ctx="qa"), k) for k in kinds], value=kinds[0], label=t("Engine"),
                             elem_id="qa-kind")
@@ -82,13 +84,15 @@ def build_qa_tab(backend: Backend) -> None:
             run_seed = gr.Number(label=t("Run seed (fixes every cell's seed)"), value=0, precision=0)
             with gr.Row():
                 run_btn = gr.Button(t("Run set"), variant="primary", elem_id="qa-run")
-                stop_btn = gr.Button(t("Stop"), variant="stop", elem_id="qa-stop")
+                stop_btn = gr.Button(t("Stop"), variant="stop", elem_id="qa-stop", visible=False)  # while a set runs
     status = gr.Textbox(label=t("Status"), interactive=False, elem_id="qa-status")
     summary = gr.Dataframe(label=t("Summary per variant (passed / failed: the reviewer's mark, else the automatic "
                                    "verdict)"), interactive=False, wrap=True, elem_id="qa-summary")
     grid = gr.Dataframe(label=t("Results (prompt × variant): click a cell to review it"), interactive=False, wrap=True,
                         line_breaks=True, max_height=900, elem_id="qa-grid")
-    gallery = gr.Gallery(label=t("Images"), columns=4, height="auto", object_fit="contain", elem_id="qa-gallery")
+    # Each section below shows once it has something to show (views(), compare_view(), the exports).
+    gallery = gr.Gallery(label=t("Images"), columns=4, height="auto", object_fit="contain", elem_id="qa-gallery",
+                         visible=False)
     with gr.Row():
         cell_index = gr.Number(label=t("Cell # (click the grid; 0 = none)"), precision=0, value=0, elem_id="qa-cell")
         mark = gr.Radio([(t(m), m) for m in ("pass", "fail", "unmarked")], label=t("Mark"),
@@ -144,17 +148,17 @@ def build_qa_tab(backend: Backend) -> None:
         export_html_btn = gr.Button(t("Export HTML report"), elem_id="qa-export-html")
         export_jsonl_btn = gr.Button(t("Export JSONL"), elem_id="qa-export-jsonl")
         export_csv_btn = gr.Button(t("Export CSV"), elem_id="qa-export-csv")
-        import_file = gr.File(label=t("Import a JSONL run"), file_types=[".jsonl"], elem_id="qa-import")
+        import_file = gr.File(label=t("Import a JSONL run"), file_types=[".jsonl"], height=120, elem_id="qa-import")
         compare_btn = gr.Button(t("Run it again and compare"), elem_id="qa-compare")
-    export_file = gr.File(label=t("Export"), height=90, elem_id="qa-export-file")
-    only_changed = gr.Checkbox(label=t("Show only what changed"), value=False, elem_id="qa-only-changed")
-    compare_grid = gr.Dataframe(label=t("What changed (after 'Run it again and compare')"), interactive=False,
-                                wrap=True,
-                                headers=["#", "Δ"], elem_id="qa-compare-grid")  # no words until a compare
-    diff_box = gr.Textbox(label=t("Text diffs of the changed chat cells (- old, + new)"), lines=8, interactive=False,
-                          elem_id="qa-diff")
-    diff_gallery = gr.Gallery(label=t("Changed images: old left, new right"), columns=2, height="auto",
-                              object_fit="contain", elem_id="qa-diff-gallery")
+    export_file = gr.File(label=t("Export"), height=90, elem_id="qa-export-file", visible=False)
+    with gr.Column(visible=False, elem_id="qa-compare-box") as compare_box:  # shown by the first compare
+        only_changed = gr.Checkbox(label=t("Show only what changed"), value=False, elem_id="qa-only-changed")
+        compare_grid = gr.Dataframe(label=t("What changed (after 'Run it again and compare')"), interactive=False,
+                                    wrap=True, headers=["#", "Δ"], elem_id="qa-compare-grid")
+        diff_box = gr.Textbox(label=t("Text diffs of the changed chat cells (- old, + new)"), lines=8,
+                              interactive=False, elem_id="qa-diff", visible=False)
+        diff_gallery = gr.Gallery(label=t("Changed images: old left, new right"), columns=2, height="auto",
+                                  object_fit="contain", elem_id="qa-diff-gallery", visible=False)
 
     ab_views = [ab_heading, left_text, left_image, right_text, right_image, ab_result]
     views = [grid, gallery, summary, speed]
@@ -162,7 +166,7 @@ def build_qa_tab(backend: Backend) -> None:
                    *ab_views]
     mark_outputs = [run_state, *views, status]
     import_outputs = [run_state, compared_state, *run_outputs[1:]]
-    compare_outputs = [*run_outputs, compared_state, compare_grid, diff_box, diff_gallery]
+    compare_outputs = [*run_outputs, compared_state, compare_grid, diff_box, diff_gallery, compare_box]
     ab_outputs = [run_state, *ab_views]
     skip_tail = (gr.skip(),) * (3 + 2 + v.AB_OUTPUTS)
 
@@ -237,7 +241,7 @@ def build_qa_tab(backend: Backend) -> None:
         def handler(run) -> str:
             if run is None:
                 v.refuse(say("Nothing to export yet: run a set first."))
-            return str(backend.exports.write(text_of(run), suffix, "qa-run"))
+            return gr.update(value=str(backend.exports.write(text_of(run), suffix, "qa-run")), visible=True)
 
         return handler
 
@@ -257,8 +261,8 @@ def build_qa_tab(backend: Backend) -> None:
         fresh = qa.new_run_like(current)
         final = None
         for final in _execute(fresh, request, progress):
-            yield *final, current, gr.skip(), gr.skip(), gr.skip()
-        yield *final, current, *v.compare_view(current, fresh, only)
+            yield *final, current, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        yield *final, current, *v.compare_view(current, fresh, only), gr.update(visible=True)
 
     @refusals_as_toast(outputs=len(ab_outputs))
     def press_ab_start(run, first, second):
@@ -290,8 +294,12 @@ def build_qa_tab(backend: Backend) -> None:
     private = {"api_visibility": "private"}
     # Its own queue slot: cells interleave with other tabs' requests at the engine (see qa/runs.py).
     # One progress bar, over the status line: Gradio otherwise draws it over each of the run's outputs.
-    run_btn.click(press_run, [prompts, upload, kind, variants, run_seed], run_outputs, concurrency_limit=2,
-                  concurrency_id="qa", show_progress_on=[status], **private)
+    # Stop shows while a set runs (a compare runs one too): registered before the run, so it shows first;
+    # .then hides it after the run ends, is stopped or refused.
+    for button in (run_btn, compare_btn):
+        button.click(lambda: gr.update(visible=True), None, stop_btn, queue=False, **private)
+    running = run_btn.click(press_run, [prompts, upload, kind, variants, run_seed], run_outputs, concurrency_limit=2,
+                            concurrency_id="qa", show_progress_on=[status], **private)
     stop_btn.click(press_stop, None, None, queue=False, **private)
     grid.select(select_cell, run_state, [cell_index, mark, comment], **private)
     save_mark_btn.click(press_save_mark, [run_state, cell_index, mark, comment], mark_outputs, **private)
@@ -300,8 +308,10 @@ def build_qa_tab(backend: Backend) -> None:
     export_jsonl_btn.click(press_export(qa_report.export_jsonl, ".jsonl"), run_state, export_file, **private)
     export_csv_btn.click(press_export(export_csv, ".csv"), run_state, export_file, **private)
     import_file.upload(pick_import, import_file, import_outputs, **private)
-    compare_btn.click(press_compare, [run_state, only_changed], compare_outputs, concurrency_id="qa",
-                      show_progress_on=[status], **private)
+    comparing = compare_btn.click(press_compare, [run_state, only_changed], compare_outputs, concurrency_id="qa",
+                                  show_progress_on=[status], **private)
+    for event in (running, comparing):
+        event.then(lambda: gr.update(visible=False), None, stop_btn, queue=False, **private)
     only_changed.change(v.compare_view, [compared_state, run_state, only_changed],
                         [compare_grid, diff_box, diff_gallery], **private)
     ab_start_btn.click(press_ab_start, [run_state, ab_first, ab_second], ab_outputs, **private)

@@ -43,13 +43,14 @@ def column_widths(columns: int) -> list[str]:
 def views(run, running: bool = False) -> tuple:
     """Updates of the grid, gallery, per-variant summary and speed table."""
     if run is None:
-        return gr.update(value=None), [], gr.update(value=None), gr.update(value=None)
+        return gr.update(value=None), gr.update(value=[], visible=False), gr.update(value=None), gr.update(value=None)
     language = lang()
     headers, rows = qa_grid.results_table(run, running, language)
     grid = gr.update(value={"headers": headers, "data": rows}, column_widths=column_widths(len(headers) - 2))
     summary = gr.update(value={"headers": qa_grid.summary_headers(language), "data": qa_grid.variant_summary(run)})
     speed = gr.update(value={"headers": qa_grid.speed_headers(language), "data": qa_grid.speed_rows(run, language)})
-    return grid, qa_grid.gallery_items(run, language), summary, speed
+    images = qa_grid.gallery_items(run, language)  # shown once the run has an image (never for a chat-only set)
+    return grid, gr.update(value=images, visible=bool(images)), summary, speed
 
 
 def variant_choices(run) -> tuple:
@@ -109,9 +110,10 @@ def ab_result(run) -> str:
 
 
 def compare_view(old, new, only_changed: bool) -> tuple:
-    """The compare table (only changed cells when asked), the chat diffs as text, the image pairs."""
+    """The compare table (only changed cells when asked), the chat diffs as text, the image pairs (each of the
+    two shown only when there is one)."""
     if old is None or new is None:
-        return gr.update(value=None), "", []
+        return gr.update(value=None), gr.update(value="", visible=False), gr.update(value=[], visible=False)
     language = lang()
     changes = compare_runs(old, new)
     headers, rows = compare_table(changes, only_changed, language)
@@ -120,4 +122,5 @@ def compare_view(old, new, only_changed: bool) -> tuple:
     diffs = "\n\n".join(f"{c.caption}\n{c.diff or same}" for c in changed if c.image is None)
     images = [(c.image, c.caption) for c in changed if c.image is not None]
     label = say("What changed ({changed} of {total} cells changed)", changed=len(changed), total=len(changes))
-    return gr.update(value={"headers": headers, "data": rows}, label=label), diffs, images
+    return (gr.update(value={"headers": headers, "data": rows}, label=label),
+            gr.update(value=diffs, visible=bool(diffs)), gr.update(value=images, visible=bool(images)))
