@@ -187,7 +187,9 @@ def test_a_phase_reports_each_engines_saved_forwards():
     from neuron_backend.errors import EngineUnavailableError
     from tools.device_check.phase import _saved_forwards
 
-    forwards = SimpleNamespace(saved=2, loaded=0, refused=1)  # an AotForward's counts, as a Neuron cold phase may
+    # an AotForward's counts, as a Neuron cold phase may have them: two keys whose save raised the same error
+    why = "TypeError: cannot pickle '_thread.lock' object"
+    forwards = SimpleNamespace(saved=2, loaded=0, refused=1, refused_saves=2, save_errors={"k1": why, "k2": why})
 
     def engine(name):
         if name == "image":
@@ -195,4 +197,5 @@ def test_a_phase_reports_each_engines_saved_forwards():
         return SimpleNamespace(aot=forwards)
 
     backend = SimpleNamespace(placements={"chat": None, "image": None}, engine=engine)
-    assert _saved_forwards(backend) == {"chat": {"saved": 2, "loaded": 0, "refused": 1}, "image": None}
+    assert _saved_forwards(backend) == {"chat": {"saved": 2, "loaded": 0, "refused": 1, "refused_saves": 2,
+                                                 "save_errors": [why]}, "image": None}

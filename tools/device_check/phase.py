@@ -42,8 +42,9 @@ def _warm_up_seconds(tasks: list[dict], engine: str) -> dict | None:
 
 
 def _saved_forwards(backend) -> dict:
-    """Per engine, its compiled forwards saved whole and loaded (``--chat-aot``/``--image-aot``), and the call keys
-    whose ahead-of-time compile was refused (they ran the plain compiled call); None where it is off."""
+    """Per engine, its compiled forwards saved whole and loaded (``--chat-aot``/``--image-aot``), the call keys
+    whose ahead-of-time compile was refused (they ran the plain compiled call), and those compiled whose save was
+    refused (they served compiled, unsaved) with the distinct errors; None where it is off."""
     out = {}
     for name in backend.placements:
         try:
@@ -51,7 +52,9 @@ def _saved_forwards(backend) -> dict:
         except Exception:  # noqa: BLE001 - an engine that did not load: its error is in the tasks
             forwards = None
         out[name] = None if forwards is None else {"saved": forwards.saved, "loaded": forwards.loaded,
-                                                   "refused": forwards.refused}
+                                                   "refused": forwards.refused,
+                                                   "refused_saves": forwards.refused_saves,
+                                                   "save_errors": sorted(set(forwards.save_errors.values()))}
     return out
 
 
