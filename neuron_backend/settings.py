@@ -61,7 +61,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
     ("image-aot", "tri", "auto|on|off: the same for the image transformer compiled whole (auto: not neuron)"),
-    ("compile-timeout-min", "float", "minutes a warm-up compile may take, then its shape is refused (0: no limit)"),
+    ("compile-timeout-min", "float", "minutes one graph may compile; a neuronx-cc past it is ended only once it "
+                                     "makes no progress, then its shape is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
     ("port", "int", "port to listen on"),
@@ -330,7 +331,7 @@ class Settings:
     chat_compile_layers_once: bool = False
     chat_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
     image_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
-    compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
+    compile_timeout_min: float = 60.0  # one graph's compile time limit (0: none); warmup.py
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
     host: str = "127.0.0.1"
     port: int = 7860

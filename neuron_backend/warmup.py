@@ -4,14 +4,18 @@ At start-up every task is listed in order (obtain weights, load, one task per st
 a background thread runs them while the app already serves whatever is ready. Durations are
 kept in a small JSON file under the cache root and give the ETA of the next start; until then each
 compile task carries its first-run estimate (compile_plan.py). A compile task has a time limit
-(``--compile-timeout-min``): past it the task fails with what to do, and the warm-up goes on.
+(``--compile-timeout-min``) per graph: past it the task fails with what to do, and the warm-up goes on.
 
 TorchNeuron compiles each NEFF by running the ``neuronx-cc`` it finds on ``PATH`` as a child process (a
 Python console script, so its command line reads ``python …/neuronx-cc …``), and that compiler starts
-helpers of its own. A task past its limit cannot stop its Python thread, but it can end the compiler: the
-compile then fails, the thread gets the error and ends, and the next task does not wait behind it. Only
-descendants of this process whose program or script is named ``neuronx-cc`` are touched, with every
-process they started.
+helpers of its own. While a task runs, the runner watches those compiler runs (``CompileWatch``): which run
+of the task is compiling, for how long, and whether it makes progress (its CPU time, with its helpers',
+grows). A compiler run past the limit is ended only once it has made no progress for ``stall_s``; one that
+makes progress is never ended. With no compiler running (tracing, an in-process compile), the task's limit
+is the limit times the graphs it plans. A task past its limit cannot stop its Python thread, but it can end
+the compiler: the compile then fails, the thread gets the error and ends, and the next task does not wait
+behind it. Only descendants of this process whose program or script is named ``neuronx-cc`` are touched,
+with every process they started.
 """
 
 from __future__ import annotations
@@ -90,6 +94,9 @@ class Task:
     graphs: int | None = None  # compile tasks: graphs it compiles (compile_plan.py)
     eager_programs: int | None = None  # compile tasks: eager modules the device compiles for this shape
     estimate_s: float | None = None  # compile tasks: the first-run estimate, for when no history is known
+    # compile tasks while a neuronx-cc runs: {"run": its number in this task (1, 2, …), "seconds": how long it has
+    # compiled, "idle_s": seconds since its CPU time last grew} (CompileWatch)
+    compiling: dict | None = None
 
 
 @dataclass
@@ -106,6 +113,8 @@ class Step:
 MAX_PLAUSIBLE_S = 24 * 3600.0  # a task "taking" longer than a day is a corrupt or hand-edited history entry
 HIT_SUFFIX = "|cache-hit"  # compile tasks served from the persistent compile cache are timed apart
 MIN_SLOW_S = 60.0  # a compile task is "still compiling" past twice its expected time, and never before this
+MAX_STALL_S = 300.0  # a compiler run past the limit is ended after this long without progress (at most the limit)
+WATCH_EVERY_S = 1.0  # how often a compile task's compiler runs are looked at
 
 
 def plausible_seconds(value: object) -> bool:
@@ -280,43 +289,67 @@ class WarmupRunner:
         log.info("warm-up done: %s in %.1f s%s", task.name, seconds, " (compile cache hit)" if cache_hit else "")
 
     def _run_within_limit(self, step: Step) -> bool:
-        """Run the step; False when a compile task ran past the time limit (then it is failed, saying what to do).
+        """Run the step; False when a compile task ran past its time limit (then it is failed, saying what to do).
 
-        The step runs on a thread of its own so the warm-up can go on past the limit. Python cannot stop a
-        thread, but past the limit every ``neuronx-cc`` this process started is killed (its compile then
-        fails and the thread ends); a compile that runs in this process (inductor elsewhere) goes on in the
-        background and what it builds is not used (the Backend keeps that shape refused); a later compile
-        may wait for it (dynamo compiles one frame at a time).
+        The limit is per graph (``compile_timeout_s``): a ``neuronx-cc`` run past it is ended only once it has made
+        no progress for ``stall_s``; with no compiler running, the task may take the limit times its planned
+        graphs. The step runs on a thread of its own so the warm-up can go on past the limit. Python cannot stop
+        a thread, but every ``neuronx-cc`` this process started is killed then (its compile fails and the thread
+        ends); a compile that runs in this process (inductor elsewhere) goes on in the background and what it
+        builds is not used (the Backend keeps that shape refused); a later compile may wait for it (dynamo
+        compiles one frame at a time).
         """
-        limit = self.compile_timeout_s
-        if step.task.kind != "compile" or not limit:
-            step.run(step.task)
+        limit, task = self.compile_timeout_s, step.task
+        if task.kind != "compile" or not limit:
+            step.run(task)
             return True
         outcome: list[BaseException | None] = []
 
         def work() -> None:
             try:
-                step.run(step.task)
+                step.run(task)
                 outcome.append(None)
             except BaseException as exc:  # noqa: BLE001 - re-raised on the warm-up thread below
                 outcome.append(exc)
 
-        worker = threading.Thread(target=work, name=f"warmup-{step.task.engine}", daemon=True)
+        graphs, stall_s = max(1, task.graphs or 0), min(limit, MAX_STALL_S)
+        watch, began = CompileWatch(), time.monotonic()
+        worker = threading.Thread(target=work, name=f"warmup-{task.engine}", daemon=True)
         worker.start()
-        worker.join(limit)
+        message = None
+        while message is None:
+            worker.join(min(WATCH_EVERY_S, limit))
+            if outcome:
+                break
+            now = time.monotonic()
+            running = watch.poll(now)
+            with self._lock:
+                task.compiling = running[0].state(now) if running else None
+            stuck = [run for run in running if now - run.started > limit and now - run.progressed >= stall_s]
+            if stuck:
+                message = tr("still compiling: neuronx-cc run {run} of this task made no progress for {idle} s after "
+                             "{minutes} min, past the time limit of one graph (--compile-timeout-min); this shape "
+                             "is refused until a restart. Restart with a higher --compile-timeout-min (its graphs "
+                             "that did compile come from the compile cache), or drop this shape from the settings.",
+                             run=stuck[0].number, idle=f"{now - stuck[0].progressed:.0f}",
+                             minutes=f"{(now - stuck[0].started) / 60:.3g}")
+            elif not running and now - began > limit * graphs:
+                message = tr("still compiling after {minutes} min, the time limit of its {graphs} graph(s) "
+                             "(--compile-timeout-min per graph); this shape is refused until a restart. Restart "
+                             "with a higher --compile-timeout-min (its graphs that did compile come from the "
+                             "compile cache), or drop this shape from the settings.",
+                             minutes=f"{(now - began) / 60:.3g}", graphs=graphs)
+        with self._lock:
+            task.compiling = None
         if outcome:
             if outcome[0] is not None:
                 raise outcome[0]
             return True
-        task = step.task
         kill_compilers()  # a stuck neuronx-cc: killed, its compile fails and the task's thread ends
-        message = tr("still compiling after {minutes} min, the time limit of one warm-up task "
-                     "(--compile-timeout-min); this shape is refused until a restart. Restart with a higher "
-                     "--compile-timeout-min (its graphs that did compile come from the compile cache), or drop "
-                     "this shape from the settings.", minutes=f"{limit / 60:.3g}")
-        self._end(task, FAILED, seconds=limit, error=message)
-        log.error("warm-up FAILED: %s still compiling after %.0f s, the limit; it goes on in the background, unused",
-                  task.name, limit)
+        seconds = time.monotonic() - began
+        self._end(task, FAILED, seconds=seconds, error=message)
+        log.error("warm-up FAILED: %s past the compile time limit after %.0f s; it goes on in the background, "
+                  "unused: %s", task.name, seconds, message)
         if step.on_timeout is not None:
             step.on_timeout(task, message)
         return False
@@ -442,6 +475,70 @@ class WarmupRunner:
 
 # ----- a stuck compiler ----------------------------------------------------------------------------------
 COMPILER = "neuronx-cc"
+PROGRESS_CPU_S = 0.01  # CPU seconds a compiler run must add between two looks to count as progress
+
+
+@dataclass
+class CompilerRun:
+    """One ``neuronx-cc`` run seen during a compile task."""
+
+    number: int  # 1 for the task's first run, 2 for the next, …
+    started: float  # monotonic seconds when it was first seen
+    cpu_s: float  # its CPU time (with its helpers') at the last look
+    progressed: float  # monotonic seconds when its CPU time last grew (or it was first seen)
+
+    def state(self, now: float) -> dict:
+        return {"run": self.number, "seconds": round(now - self.started, 1), "idle_s": round(now - self.progressed, 1)}
+
+
+def _cpu_seconds(process) -> float | None:
+    """CPU time of ``process``, its ended children's, and its live descendants' (None: it is gone)."""
+    import psutil
+
+    try:
+        t = process.cpu_times()
+        total = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        helpers = process.children(recursive=True)
+    except psutil.Error:
+        return None
+    for helper in helpers:
+        try:
+            c = helper.cpu_times()
+            total += c.user + c.system
+        except psutil.Error:
+            pass
+    return total
+
+
+class CompileWatch:
+    """The ``neuronx-cc`` runs below this process during one compile task, oldest first: which run is compiling,
+    for how long, and whether it makes progress. Used from one thread (the warm-up's)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[int, float], CompilerRun] = {}  # (pid, create time) -> the run
+
+    def poll(self, now: float) -> list[CompilerRun]:
+        """Look at the compilers running now; return them, oldest first."""
+        found = compilers()
+        pids = {p.pid for p in found}
+        running = []
+        for process in found:
+            try:
+                if process.ppid() in pids:  # a compiler started by a compiler: part of that run
+                    continue
+                key = (process.pid, process.create_time())
+            except Exception:  # noqa: BLE001 - gone since: not running
+                continue
+            cpu = _cpu_seconds(process)
+            if cpu is None:
+                continue
+            run = self._runs.get(key)
+            if run is None:
+                run = self._runs[key] = CompilerRun(len(self._runs) + 1, now, cpu, now)
+            elif cpu > run.cpu_s + PROGRESS_CPU_S:
+                run.cpu_s, run.progressed = cpu, now
+            running.append(run)
+        return sorted(running, key=lambda r: r.number)
 
 
 def _named_compiler(process) -> bool:

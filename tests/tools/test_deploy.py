@@ -17,7 +17,7 @@ Budgets chosen: the app serves /healthz before its warm-up, so its startup probe
 (docs/api.md's 10 minutes) and nothing that restarts a pod waits on a compile. Readiness never restarts a pod;
 what gives up on a warming pod is the Deployment's progressDeadlineSeconds (the rollout is reported failed),
 so it must cover the startup budget plus the app's own first-run estimate for that pod's shapes on one
-NeuronCore (``compile_plan.py``), and at least one task's ``--compile-timeout-min``. vLLM answers HTTP only
+NeuronCore (``compile_plan.py``), and at least one graph's ``--compile-timeout-min``. vLLM answers HTTP only
 after its compile, so its startup probe must cover its compile timeout plus ten minutes for weights and load.
 """
 
@@ -418,7 +418,7 @@ def budget_problems(docs: list[dict]) -> list[str]:
         if deadline < needed:
             problems.append(f"{where}: progressDeadlineSeconds {deadline} < {needed:.0f} s (startup "
                             f"{startup_budget(c)} s + the app's first-run estimate {estimate:.0f} s, or one "
-                            f"task's --compile-timeout-min)")
+                            f"graph's --compile-timeout-min)")
         workers = workers_of(docs, settings)  # the page turns ready once a worker serves every size
         slowest = max((first_run_estimate(settings_of(w), neuroncores(w)) for w in workers), default=0.0)
         if workers and deadline < startup_budget(c) + slowest:
