@@ -456,3 +456,20 @@ def test_with_image_workers_the_doctor_looks_at_each_instead_of_a_core(warm_app)
     assert down.status == doctor.FAIL and f"The image worker at {gone} cannot be reached (ConnectError" in down.detail
     local = [c.name for c in doctor.check_models(settings.replace(models="full"))]
     assert local == ["chat model files"]  # the image weights are the workers'
+
+
+def test_a_234_json_keyed_otherwise_falls_back_to_plain_neuron_ls_and_never_fails_the_host(neuron_ls):
+    neuron_ls("2.34-unread", devices=16)
+    check, listed = doctor.check_neuron_ls()
+    assert check.status == "pass", check.line()
+    assert "plain `neuron-ls` answered" in check.detail and "its JSON could not be read" in check.detail
+    assert "`neuron-ls --output-format json` printed no device list" in check.detail
+    assert "`neuron-ls -j` exit 1" in check.detail  # 2.34 refuses -j
+    assert listed == doctor.UNREAD_DEVICES and "--device-check" in check.fix
+    assert "could not be read" in doctor._seen(listed)  # what a later check says of the devices
+
+
+def test_the_driver_check_still_fails_when_plain_neuron_ls_fails_too(neuron_ls):
+    neuron_ls("broken")
+    check, _ = doctor.check_neuron_ls()
+    assert check.status == "fail" and f"`neuron-ls` exit 1: {fake_neuron_ls.DRIVER_ERROR}" in check.detail

@@ -96,6 +96,7 @@ def test_the_check_runs_end_to_end_on_cpu_and_reports_every_part(tmp_path):
     assert chat["seconds"] > 0 and image["seconds"] > 0
     assert [t["kind"] for t in r["cold"]["tasks"]].count("compile") == 2
     assert r["cold"]["saved_forwards"] == {"chat": None, "image": None}  # eager here: nothing compiled to save
+    assert r["core_memory"] == {"skipped": "no torch.neuron in this process: no NeuronCore to read"}
     # parity: CPU against CPU agrees, token for token and pixel for pixel
     p = r["parity"]
     assert [row["first_divergence"] for row in p["chat"]["prompts"]] == ["none"] * 3
@@ -199,3 +200,26 @@ def test_a_phase_reports_each_engines_saved_forwards():
     backend = SimpleNamespace(placements={"chat": None, "image": None}, engine=engine)
     assert _saved_forwards(backend) == {"chat": {"saved": 2, "loaded": 0, "refused": 1, "refused_saves": 2,
                                                  "save_errors": [why]}, "image": None}
+
+
+def test_the_report_keeps_neuron_ls_json_output_whole_when_it_cannot_read_it(neuron_ls):
+    from tools import neuron_ls as tool
+
+    neuron_ls("2.34-unread", devices=2)
+    found = tool.output()
+    assert found["command"] == "neuron-ls" and found["json"] is None  # the plain table answered
+    raw = found["output_format_json"]
+    assert raw["exit"] == 0 and not raw["cut"]
+    assert json.loads(raw["stdout"])["hardware"]["1"]["nc_count"] == 8  # whole, for the keys to be learned
+    neuron_ls("2.34", devices=2)
+    found = tool.output()
+    assert found["command"] == "neuron-ls --output-format json" and found["output_format_json"]["stdout"]
+
+
+def test_a_phase_records_the_total_memory_torch_neuron_reports_per_core(monkeypatch):
+    from tools.device_check.phase import reported_core_memory
+
+    fake_neuron.install(monkeypatch, cores=2)
+    assert reported_core_memory() == {"neuron:0": fake_neuron.REPORTED_TOTAL, "neuron:1": fake_neuron.REPORTED_TOTAL}
+    monkeypatch.delattr(torch, "neuron")
+    assert "skipped" in reported_core_memory()

@@ -58,6 +58,23 @@ def _saved_forwards(backend) -> dict:
     return out
 
 
+def reported_core_memory() -> dict:
+    """Per core this process sees, the total memory ``torch.neuron`` reports (``get_device_properties(i)
+    .total_memory``: the runtime's limit for that core, 0 where its query failed); skipped off Neuron."""
+    import torch
+
+    neuron = getattr(torch, "neuron", None)
+    if neuron is None:
+        return {"skipped": "no torch.neuron in this process: no NeuronCore to read"}
+    out: dict = {}
+    for index in range(neuron.device_count()):
+        try:
+            out[f"neuron:{index}"] = int(neuron.get_device_properties(index).total_memory)
+        except Exception as exc:  # noqa: BLE001 - what the runtime answered is the finding
+            out[f"neuron:{index}"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def run_phase(settings, role: str, host=None) -> dict:
     """Warm up ``settings``' shapes in a Backend with the bundle hook; the cold role adds parity.
 
@@ -99,6 +116,7 @@ def run_phase(settings, role: str, host=None) -> dict:
     if role == "cold":
         result["parity"] = parity.run(backend)
     result["memory"] = devices.device_counters(backend.placements)["memory"]
+    result["core_memory"] = reported_core_memory()
     return result
 
 

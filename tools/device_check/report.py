@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         report["warm_up"] = {"chat": cold.get("chat_warm_up"), "image": cold.get("image_warm_up")} \
             if "error" not in cold else {"skipped": "the cold phase did not finish"}
         report["memory"] = memory(cold)
+        report["core_memory"] = cold.pop("core_memory", None) or {"skipped": "the cold phase did not finish"}
         report["parity"] = cold.pop("parity", None) or {"skipped": "the cold phase did not finish"}
         write(args.out, report, begun)
         if "error" in cold:
@@ -310,4 +311,5 @@ def bundle_round_trip(settings, app_flags: list[str], work: Path, args, timeout_
         warm.pop("persistent_cache", None)
         out["warm_up"] = {"chat": warm.get("chat_warm_up"), "image": warm.get("image_warm_up")}
         warm.pop("memory", None)
+        warm.pop("core_memory", None)
     return out
