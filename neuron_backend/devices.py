@@ -203,7 +203,24 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
             placements[engine] = _placement(settings, kind, device)
         if settings.tp > 1 and kind == "neuron":  # the process holds only its own core (init_process_group)
             placements[engine] = dataclasses.replace(placements[engine], first_core=settings.local_rank)
+    if settings.world_size > 1 and any(p.kind == "neuron" for p in placements.values()):
+        refuse_exported_visible_cores(settings)
     return placements
+
+
+def refuse_exported_visible_cores(settings: Settings) -> None:
+    """Under torchrun, refuse a NEURON_RT_VISIBLE_CORES the user exported.
+
+    TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` for each torchrun process only when it is unset,
+    and asserts one device per process: an exported range would stop every rank at that assertion, with no
+    word of what to change.
+    """
+    if settings.exported_visible_cores:
+        raise ConfigError("NEURON_RT_VISIBLE_CORES", f"is exported as {settings.exported_visible_cores!r}, but under "
+                          "torchrun TorchNeuron gives each rank its own core (NEURON_RT_VISIBLE_CORES=LOCAL_RANK, "
+                          "set only when unset) and allows one device per process",
+                          f"unset it for the torchrun command: env -u NEURON_RT_VISIBLE_CORES torchrun "
+                          f"--nproc_per_node={settings.world_size} app.py --tp {settings.tp}")
 
 
 def _whole_engine_core_under_tp(engine: str, flag: str, requested: str, settings: Settings) -> str:

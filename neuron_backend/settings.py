@@ -367,6 +367,9 @@ class Settings:
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
     world_size: int = 1
+    # NEURON_RT_VISIBLE_CORES as exported when the settings were read (before import torch: TorchNeuron sets it
+    # itself under torchrun); devices.resolve_placements refuses it under torchrun
+    exported_visible_cores: str | None = None
 
     @property
     def demo(self) -> bool:
@@ -470,6 +473,7 @@ def parse_settings(
         if "cache_bundle_sha256" in raw else None,
         rank=_as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)), world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
+        exported_visible_cores=env.get("NEURON_RT_VISIBLE_CORES") or None,
     )
     return validate(settings)
 
