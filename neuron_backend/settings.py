@@ -61,8 +61,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
     ("image-aot", "tri", "auto|on|off: the same for the image transformer compiled whole (auto: not neuron)"),
-    ("compile-timeout-min", "float", "minutes one graph may compile; a neuronx-cc past it is ended only once it "
-                                     "makes no progress, then its shape is refused (0: no limit)"),
+    ("compile-timeout-min", "float", "minutes per graph; a neuronx-cc still making progress is never ended (0: none)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
     ("port", "int", "port to listen on"),
@@ -367,9 +366,7 @@ class Settings:
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
     world_size: int = 1
-    # NEURON_RT_VISIBLE_CORES as exported when the settings were read (before import torch: TorchNeuron sets it
-    # itself under torchrun); devices.resolve_placements refuses it under torchrun
-    exported_visible_cores: str | None = None
+    exported_visible_cores: str | None = None  # NEURON_RT_VISIBLE_CORES before import torch (refused under torchrun)
 
     @property
     def demo(self) -> bool:
@@ -385,11 +382,8 @@ class Settings:
         return validate(dataclasses.replace(self, **changes))
 
 
-def parse_settings(
-    argv: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    weights_available: Callable[[str, float], tuple[bool, str]] | None = None,
-) -> Settings:
+def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                   weights_available: Callable[[str, float], tuple[bool, str]] | None = None) -> Settings:
     """Build and validate the Settings from flags and environment.
 
     ``weights_available(model, timeout)`` decides ``--models auto`` (default: look in the

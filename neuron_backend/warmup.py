@@ -6,16 +6,12 @@ kept in a small JSON file under the cache root and give the ETA of the next star
 compile task carries its first-run estimate (compile_plan.py). A compile task has a time limit
 (``--compile-timeout-min``) per graph: past it the task fails with what to do, and the warm-up goes on.
 
-TorchNeuron compiles each NEFF by running the ``neuronx-cc`` it finds on ``PATH`` as a child process (a
-Python console script, so its command line reads ``python …/neuronx-cc …``), and that compiler starts
-helpers of its own. While a task runs, the runner watches those compiler runs (``CompileWatch``): which run
-of the task is compiling, for how long, and whether it makes progress (its CPU time, with its helpers',
-grows). A compiler run past the limit is ended only once it has made no progress for ``stall_s``; one that
-makes progress is never ended. With no compiler running (tracing, an in-process compile), the task's limit
-is the limit times the graphs it plans. A task past its limit cannot stop its Python thread, but it can end
-the compiler: the compile then fails, the thread gets the error and ends, and the next task does not wait
-behind it. Only descendants of this process whose program or script is named ``neuronx-cc`` are touched,
-with every process they started.
+A ``neuronx-cc`` run (TorchNeuron's compiler child, ``compilers.py``) past the limit is ended only once it has
+made no progress for ``stall_s``; one that makes progress is never ended. Outside compiler runs (tracing,
+an in-process compile), the task may spend the limit times the graphs it plans. While a task runs, the
+runner says which run of the task is compiling and for how long; once it ends, the task keeps each run's
+seconds. A task past its limit cannot stop its Python thread, but it can end the compiler: the compile then
+fails, the thread gets the error and ends, and the next task does not wait behind it.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .compilers import CompileWatch, kill_compilers
 from .devices import CompileCounter
 from .messages import Message, tr
 from .shapes import EditSlot, ImageSize, ShapeKey, engine_name
@@ -97,6 +93,8 @@ class Task:
     # compile tasks while a neuronx-cc runs: {"run": its number in this task (1, 2, …), "seconds": how long it has
     # compiled, "idle_s": seconds since its CPU time last grew} (CompileWatch)
     compiling: dict | None = None
+    # compile tasks, once ended: each neuronx-cc run seen, {"run", "seconds" (wall, to the second), "cpu_s"}
+    compiler_runs: list | None = None
 
 
 @dataclass
@@ -114,7 +112,7 @@ MAX_PLAUSIBLE_S = 24 * 3600.0  # a task "taking" longer than a day is a corrupt 
 HIT_SUFFIX = "|cache-hit"  # compile tasks served from the persistent compile cache are timed apart
 MIN_SLOW_S = 60.0  # a compile task is "still compiling" past twice its expected time, and never before this
 MAX_STALL_S = 300.0  # a compiler run past the limit is ended after this long without progress (at most the limit)
-WATCH_EVERY_S = 1.0  # how often a compile task's compiler runs are looked at
+WATCH_EVERY_S = 1.0  # how often a compile task's compiler runs are looked at (a quarter of a shorter limit)
 
 
 def plausible_seconds(value: object) -> bool:
@@ -291,12 +289,13 @@ class WarmupRunner:
     def _run_within_limit(self, step: Step) -> bool:
         """Run the step; False when a compile task ran past its time limit (then it is failed, saying what to do).
 
-        The limit is per graph (``compile_timeout_s``): a ``neuronx-cc`` run past it is ended only once it has made
-        no progress for ``stall_s``; with no compiler running, the task may take the limit times its planned
-        graphs. The step runs on a thread of its own so the warm-up can go on past the limit. Python cannot stop
-        a thread, but every ``neuronx-cc`` this process started is killed then (its compile fails and the thread
-        ends); a compile that runs in this process (inductor elsewhere) goes on in the background and what it
-        builds is not used (the Backend keeps that shape refused); a later compile may wait for it (dynamo
+        The limit is per graph (``compile_timeout_s``): a ``neuronx-cc`` run past it is ended only once it has
+        made no progress for ``stall_s``; outside compiler runs (tracing, loading, an in-process compile), the
+        task may spend the limit times its planned graphs. The step runs on a thread of its own so the warm-up
+        can go on past the limit. Python cannot stop a thread, but every ``neuronx-cc`` this process started is
+        killed then (its compile fails and the thread ends); a compile that runs in this process (inductor
+        elsewhere) goes on in the background and what it builds is not used (the Backend keeps that shape
+        refused); a later compile may wait for it (dynamo
         compiles one frame at a time).
         """
         limit, task = self.compile_timeout_s, step.task
@@ -313,16 +312,17 @@ class WarmupRunner:
                 outcome.append(exc)
 
         graphs, stall_s = max(1, task.graphs or 0), min(limit, MAX_STALL_S)
-        watch, began = CompileWatch(), time.monotonic()
+        watch, began = CompileWatch(), time.time()
         worker = threading.Thread(target=work, name=f"warmup-{task.engine}", daemon=True)
         worker.start()
-        message = None
+        message, quiet_s, looked = None, 0.0, began  # quiet_s: seconds with no compiler running
         while message is None:
-            worker.join(min(WATCH_EVERY_S, limit))
+            worker.join(min(WATCH_EVERY_S, limit / 4))
             if outcome:
                 break
-            now = time.monotonic()
+            now = time.time()
             running = watch.poll(now)
+            quiet_s, looked = quiet_s + (0.0 if running else now - looked), now
             with self._lock:
                 task.compiling = running[0].state(now) if running else None
             stuck = [run for run in running if now - run.started > limit and now - run.progressed >= stall_s]
@@ -333,20 +333,21 @@ class WarmupRunner:
                              "that did compile come from the compile cache), or drop this shape from the settings.",
                              run=stuck[0].number, idle=f"{now - stuck[0].progressed:.0f}",
                              minutes=f"{(now - stuck[0].started) / 60:.3g}")
-            elif not running and now - began > limit * graphs:
+            elif not running and quiet_s > limit * graphs:
                 message = tr("still compiling after {minutes} min, the time limit of its {graphs} graph(s) "
                              "(--compile-timeout-min per graph); this shape is refused until a restart. Restart "
                              "with a higher --compile-timeout-min (its graphs that did compile come from the "
                              "compile cache), or drop this shape from the settings.",
-                             minutes=f"{(now - began) / 60:.3g}", graphs=graphs)
+                             minutes=f"{quiet_s / 60:.3g}", graphs=graphs)
+        watch.poll(time.time())  # the runs that ended since the last look
         with self._lock:
-            task.compiling = None
+            task.compiling, task.compiler_runs = None, watch.summary()
         if outcome:
             if outcome[0] is not None:
                 raise outcome[0]
             return True
         kill_compilers()  # a stuck neuronx-cc: killed, its compile fails and the task's thread ends
-        seconds = time.monotonic() - began
+        seconds = time.time() - began
         self._end(task, FAILED, seconds=seconds, error=message)
         log.error("warm-up FAILED: %s past the compile time limit after %.0f s; it goes on in the background, "
                   "unused: %s", task.name, seconds, message)
@@ -471,114 +472,3 @@ class WarmupRunner:
             "compiles_since_ready": self.compiles_since_ready(),
             "plan": self.plan(tasks),
         }
-
-
-# ----- a stuck compiler ----------------------------------------------------------------------------------
-COMPILER = "neuronx-cc"
-PROGRESS_CPU_S = 0.01  # CPU seconds a compiler run must add between two looks to count as progress
-
-
-@dataclass
-class CompilerRun:
-    """One ``neuronx-cc`` run seen during a compile task."""
-
-    number: int  # 1 for the task's first run, 2 for the next, …
-    started: float  # monotonic seconds when it was first seen
-    cpu_s: float  # its CPU time (with its helpers') at the last look
-    progressed: float  # monotonic seconds when its CPU time last grew (or it was first seen)
-
-    def state(self, now: float) -> dict:
-        return {"run": self.number, "seconds": round(now - self.started, 1), "idle_s": round(now - self.progressed, 1)}
-
-
-def _cpu_seconds(process) -> float | None:
-    """CPU time of ``process``, its ended children's, and its live descendants' (None: it is gone)."""
-    import psutil
-
-    try:
-        t = process.cpu_times()
-        total = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
-        helpers = process.children(recursive=True)
-    except psutil.Error:
-        return None
-    for helper in helpers:
-        try:
-            c = helper.cpu_times()
-            total += c.user + c.system
-        except psutil.Error:
-            pass
-    return total
-
-
-class CompileWatch:
-    """The ``neuronx-cc`` runs below this process during one compile task, oldest first: which run is compiling,
-    for how long, and whether it makes progress. Used from one thread (the warm-up's)."""
-
-    def __init__(self) -> None:
-        self._runs: dict[tuple[int, float], CompilerRun] = {}  # (pid, create time) -> the run
-
-    def poll(self, now: float) -> list[CompilerRun]:
-        """Look at the compilers running now; return them, oldest first."""
-        found = compilers()
-        pids = {p.pid for p in found}
-        running = []
-        for process in found:
-            try:
-                if process.ppid() in pids:  # a compiler started by a compiler: part of that run
-                    continue
-                key = (process.pid, process.create_time())
-            except Exception:  # noqa: BLE001 - gone since: not running
-                continue
-            cpu = _cpu_seconds(process)
-            if cpu is None:
-                continue
-            run = self._runs.get(key)
-            if run is None:
-                run = self._runs[key] = CompilerRun(len(self._runs) + 1, now, cpu, now)
-            elif cpu > run.cpu_s + PROGRESS_CPU_S:
-                run.cpu_s, run.progressed = cpu, now
-            running.append(run)
-        return sorted(running, key=lambda r: r.number)
-
-
-def _named_compiler(process) -> bool:
-    """Whether the process runs the compiler: as the program, or as the script an interpreter runs."""
-    try:
-        argv = process.cmdline()
-    except Exception:  # noqa: BLE001 - gone or not ours to read: not a compiler we can stop
-        return False
-    return any(os.path.basename(arg) == COMPILER for arg in argv[:2])
-
-
-def compilers(pid: int | None = None) -> list:
-    """The ``neuronx-cc`` processes among the descendants of ``pid`` (default this process), as psutil processes."""
-    import psutil
-
-    try:
-        children = psutil.Process(os.getpid() if pid is None else pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    return [p for p in children if _named_compiler(p)]
-
-
-def kill_compilers(pid: int | None = None, wait_s: float = 5.0) -> list[int]:
-    """Kill every ``neuronx-cc`` below ``pid`` (default this process) and what each started; their pids."""
-    import psutil
-
-    found = compilers(pid)
-    doomed = []
-    for compiler in found:
-        try:
-            doomed += [compiler, *compiler.children(recursive=True)]
-        except psutil.Error:
-            doomed.append(compiler)
-    for process in doomed:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(doomed, timeout=wait_s)
-    if found:
-        log.warning("killed %d %s process(es) past the compile time limit: %s", len(found), COMPILER,
-                    ", ".join(str(p.pid) for p in found))
-    return [p.pid for p in found]

@@ -110,7 +110,7 @@ IDLE_SHOWN_S = 30.0  # a compiler run this long without progress says so
 
 def still_compiling(task: dict, plan: dict | None) -> str:
     """" · still compiling after 12 min 00 s (limit 60 min per graph)" for a compile task past its expected time,
-    then which neuronx-cc run of the task is compiling and for how long (warmup.CompileWatch), else ""."""
+    then which neuronx-cc run of the task is compiling and for how long (compilers.CompileWatch), else ""."""
     run = task.get("compiling")
     now = say(" · neuronx-cc run {run} compiling for {elapsed}", run=run["run"],
               elapsed=fmt_seconds(run["seconds"])) if run else ""

@@ -141,6 +141,7 @@ def test_a_task_of_several_graphs_may_outlive_one_graphs_limit(tmp_path, monkeyp
     runner.run()
     assert task.state == READY, task.error  # 3 graphs in about 2 s: past one graph's limit, never past its own
     assert len(started) == 3 and all(p.returncode == 0 for p in started)
+    assert [r["run"] for r in task.compiler_runs] == [1, 2, 3]  # each seen (0.7 s each, looked at every 0.25 s)
 
 
 @pytest.mark.slow
@@ -160,6 +161,8 @@ def test_a_graph_that_makes_progress_is_never_killed_and_the_panel_says_which_an
     assert runner.wait(30)
     assert task.state == READY, task.error
     assert started[0].returncode == 0 and task.compiling is None
+    [run] = task.compiler_runs  # what the device check records per graph: its wall and CPU seconds
+    assert run["run"] == 1 and run["ended"] and 3.0 <= run["seconds"] <= 6.0 and run["cpu_s"] >= 0.5, run
 
 
 @pytest.mark.slow

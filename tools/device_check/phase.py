@@ -1,11 +1,13 @@
 """One phase of the first-device check, run in a process of its own: warm up, count, compare.
 
-``python -m tools.device_check.phase --role cold|warm --result OUT.json -- [app flags]``. The report
+``python -m tools.device_check.phase --role cold|warm|aot --result OUT.json -- [app flags]``. The report
 (``report.py``) starts it twice, each a fresh process on a fresh cache root: ``cold`` warms up one
 chat bucket and one image size from nothing, records the compile cache (the manifest a bundle
 needs) and runs the parity checks; ``warm`` installs the cold phase's bundle (``--cache-bundle``
 among the app flags) and warms up the same shapes, so the persistent-cache hits and misses say what
-the bundle brought. Each phase is a process of its own because the Neuron runtime holds the cores of
+the bundle brought. Then ``aot`` runs twice on a third root with ``--chat-aot on --image-aot on``: the
+first saves the compiled forwards (or says why not), the second loads them. Each phase is a process of
+its own because the Neuron runtime holds the cores of
 a process until it exits, and because a fresh process is the only honest test of an on-disk cache
 (dynamo and TorchNeuron also keep what they compiled in memory).
 
@@ -21,13 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-ROLES = ("cold", "warm")
+ROLES = ("cold", "warm", "aot")  # aot: the saved-forwards variant (report.saved_forwards_phases)
 
 
 def _tasks(backend) -> list[dict]:
     return [{"name": str(t.name), "engine": t.engine, "kind": t.kind, "shape": t.shape, "state": t.state,
              "seconds": None if t.seconds is None else round(t.seconds, 3), "cache_hit": t.cache_hit,
-             "error": None if t.error is None else str(t.error), "detail": None if t.detail is None else str(t.detail)}
+             "error": None if t.error is None else str(t.error), "detail": None if t.detail is None else str(t.detail),
+             "compiler_runs": t.compiler_runs}
             for t in backend.runner.tasks]
 
 
@@ -38,7 +41,7 @@ def _warm_up_seconds(tasks: list[dict], engine: str) -> dict | None:
         return None
     t = found[0]
     return {"shape": t["shape"], "seconds": t["seconds"], "state": t["state"], "cache_hit": t["cache_hit"],
-            "error": t["error"]}
+            "error": t["error"], "compiler_runs": t["compiler_runs"]}
 
 
 def _saved_forwards(backend) -> dict:
@@ -75,6 +78,20 @@ def reported_core_memory() -> dict:
     return out
 
 
+def dynamo_metrics() -> dict:
+    """What ``torch.neuron.get_dynamo_metrics()`` reports after the warm-up (per compiled graph, its compile
+    times, in TorchNeuron's source); skipped where it is missing. It synchronises: called once no request runs."""
+    import torch
+
+    read = getattr(getattr(torch, "neuron", None), "get_dynamo_metrics", None)
+    if read is None:
+        return {"skipped": "torch.neuron.get_dynamo_metrics is not there (not Neuron, or not this release)"}
+    try:
+        return {"metrics": json.loads(json.dumps(read(), default=str))}
+    except Exception as exc:  # noqa: BLE001 - what it raised is the finding
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def run_phase(settings, role: str, host=None) -> dict:
     """Warm up ``settings``' shapes in a Backend with the bundle hook; the cold role adds parity.
 
@@ -107,6 +124,7 @@ def run_phase(settings, role: str, host=None) -> dict:
         "persistent_cache": {"hits": hits, "misses": misses, "counter": str(CompileCounter.source()),
                              "graphs_compiled": CompileCounter.graphs()},
         "saved_forwards": _saved_forwards(backend),
+        "dynamo_metrics": dynamo_metrics(),
     }
     if hook.report is not None:
         r = hook.report

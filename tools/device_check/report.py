@@ -10,7 +10,9 @@ tools.device_check``). In order:
 3. that cache exported as a bundle and installed, in a second fresh process, into another fresh
    cache root (at another path, same venv and app folder), which warms up the same shapes: its
    persistent-cache hits and misses say what the bundle brought;
-4. the doctor's checks, last, in a process of its own: its placement checks hold the NeuronCores
+4. the saved-forwards variant (``--chat-aot on --image-aot on``), twice on a third fresh root: whether
+   the ``neuron`` backend's compiled forwards save, and whether a second process loads them;
+5. the doctor's checks, last, in a process of its own: its placement checks hold the NeuronCores
    until its process exits, and the phases need them before.
 
 Each phase has a time limit (``--phase-timeout-min``); past it its whole process group is killed
@@ -102,9 +104,11 @@ def child_env() -> dict:
     return env
 
 
-def run_phase(role: str, flags: list[str], work: Path, python: str, timeout_s: float) -> dict:
-    """Run one phase in a new process group; kill the whole group (compilers included) past ``timeout_s``."""
-    result, log = work / f"{role}.json", work / f"{role}.log"
+def run_phase(role: str, flags: list[str], work: Path, python: str, timeout_s: float,
+              name: str | None = None) -> dict:
+    """Run one phase in a new process group; kill the whole group (compilers included) past ``timeout_s``.
+    ``name``: of its result and log files (default the role)."""
+    result, log = work / f"{name or role}.json", work / f"{name or role}.log"
     command = [python, "-m", "tools.device_check.phase", "--role", role, "--result", str(result), "--", *flags]
     started = time.perf_counter()
     with open(log, "wb") as sink:
@@ -281,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report["bundle"] = bundle_round_trip(settings, app_flags, work, args, timeout_s)
         write(args.out, report, begun)
+        report["saved_forwards"] = saved_forwards_phases(settings, app_flags, work, timeout_s)
+        write(args.out, report, begun)
         report["doctor"] = doctor_results(app_flags, work)
     finally:
         if not args.keep:
@@ -291,6 +297,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device check: report written to {args.out} in {report['wall_s']:.0f} s"
           + (f"; {', '.join(failed)} failed (see the report)" if failed else ""))
     return 1 if failed else 0
+
+
+def saved_forwards_phases(settings, app_flags: list[str], work: Path, timeout_s: float) -> dict:
+    """The saved-forwards variant (``--chat-aot on --image-aot on``), twice on one fresh root: what the first
+    process saved (or why not), and what the second loaded."""
+    flags = [*phase_flags(settings, app_flags, work / "aot-root"), "--chat-aot", "on", "--image-aot", "on"]
+    out: dict = {"flags": "--chat-aot on --image-aot on"}
+    for name in ("save", "load"):
+        phase = run_phase("aot", flags, work, sys.executable, timeout_s, name=f"aot-{name}")
+        out[name] = phase if "error" in phase else {
+            "saved_forwards": phase["saved_forwards"], "process_s": phase["process_s"],
+            "warm_up": {"chat": phase.get("chat_warm_up"), "image": phase.get("image_warm_up")}}
+        if "error" in phase:
+            break
+    return out
 
 
 def bundle_round_trip(settings, app_flags: list[str], work: Path, args, timeout_s: float) -> dict:
