@@ -345,10 +345,14 @@ def worker_link_problems(docs: list[dict]) -> list[str]:
     return problems
 
 
+VLLM_MIN_BUCKET = 128  # vLLM Neuron's documented default prefill buckets: powers of 2 from 128
+
+
 def vllm_shape_problems(docs: list[dict]) -> list[str]:
-    """vLLM compiles the app's shapes: --max-model-len is the app's context, neuron_config's prefill buckets are the
-    app's prompt buckets (the largest equal to --max-num-batched-tokens, as vLLM Neuron requires), and its decode
-    batch buckets end at --max-num-seqs."""
+    """vLLM compiles the app's shapes as its docs allow: --max-model-len is the app's context; neuron_config's
+    prefill buckets are at least 128 tokens, hold the app's largest prompt bucket, and the largest equals
+    --max-num-batched-tokens (as vLLM Neuron requires); its decode batch buckets end at --max-num-seqs; its
+    precompile cache is on (VLLM_NEURON_BACKEND=neuron_native, VLLM_CACHE_ROOT on a persistent claim)."""
     problems = []
     workers = [c for _, c in app_containers(docs) if not is_image(c)]
     app = settings_of(workers[0]) if workers else None
@@ -357,17 +361,29 @@ def vllm_shape_problems(docs: list[dict]) -> list[str]:
             continue
         command, where = c.get("command", []) + c.get("args", []), f"{dep['_file']}: vllm serve"
         config = json.loads(flag(command, "--additional-config") or "{}").get("neuron_config", {})
-        buckets, seqs = config.get("num_batched_tokens_buckets"), config.get("num_seqs_buckets") or []
+        buckets, seqs = config.get("num_batched_tokens_buckets") or [], config.get("num_seqs_buckets") or []
         if int(flag(command, "--max-model-len") or 0) != app.context_length:
             problems.append(f"{where}: --max-model-len {flag(command, '--max-model-len')} is not the app's context "
                             f"{app.context_length}")
-        if buckets != list(app.buckets):
-            problems.append(f"{where}: num_batched_tokens_buckets {buckets} are not the app's buckets "
-                            f"{list(app.buckets)}")
+        if not buckets or min(buckets) < VLLM_MIN_BUCKET:
+            problems.append(f"{where}: num_batched_tokens_buckets {buckets} go below {VLLM_MIN_BUCKET} tokens, vLLM "
+                            "Neuron's documented smallest")
+        elif max(buckets) < max(app.buckets):
+            problems.append(f"{where}: num_batched_tokens_buckets {buckets} do not hold the app's largest bucket "
+                            f"{max(app.buckets)}")
         elif int(flag(command, "--max-num-batched-tokens") or 0) != max(buckets):
             problems.append(f"{where}: --max-num-batched-tokens is not the largest bucket {max(buckets)}")
         if not seqs or max(seqs) != int(flag(command, "--max-num-seqs") or 0):
             problems.append(f"{where}: num_seqs_buckets {seqs} do not end at --max-num-seqs")
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        if env.get("VLLM_NEURON_BACKEND") != "neuron_native":
+            problems.append(f"{where}: VLLM_NEURON_BACKEND is not neuron_native: its precompile cache is off")
+        volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"].get("volumes", [])}
+        mounted = [m for m in c.get("volumeMounts", []) if env.get("VLLM_CACHE_ROOT")
+                   and (env["VLLM_CACHE_ROOT"] + "/").startswith(m["mountPath"].rstrip("/") + "/")]
+        if not mounted or "persistentVolumeClaim" not in volumes.get(mounted[-1]["name"], {}):
+            problems.append(f"{where}: VLLM_CACHE_ROOT {env.get('VLLM_CACHE_ROOT')} is not on a persistent claim: "
+                            "every start recompiles")
     return problems
 
 
@@ -602,11 +618,18 @@ BREAKS = {
     "a worker on another port": (_set(f"{IMAGE}.template.spec.containers.0.args.6", "7861"), worker_link_problems,
                                  "does not reach the worker's --port"),
     "vLLM with another cache": (_set(f"{VLLM}.command.4", "8192"), vllm_shape_problems, "not the app's context"),
-    "vLLM with other buckets": (_set(f"{VLLM}.command.16", '{"neuron_config": {"num_batched_tokens_buckets": [128, '
-                                     '3072], "num_seqs_buckets": [1, 2, 4]}}'), vllm_shape_problems,
-                                "not the app's buckets [64, 256, 1024, 3072]"),
+    "vLLM with a bucket below its minimum": (_set(f"{VLLM}.command.16", '{"neuron_config": {"num_batched_tokens_'
+                                                 'buckets": [64, 256, 1024, 3072], "num_seqs_buckets": [1, 2, 4]}}'),
+                                             vllm_shape_problems, "go below 128 tokens"),
+    "vLLM's buckets short of the app's prompts": (
+        _set(f"{VLLM}.command.16", '{"neuron_config": {"num_batched_tokens_buckets": [128, 1024], "num_seqs_buckets":'
+                                   ' [1, 2, 4]}}'), vllm_shape_problems, "do not hold the app's largest bucket 3072"),
     "vLLM's token budget past its buckets": (_set(f"{VLLM}.command.14", "4096"), vllm_shape_problems,
                                              "not the largest bucket 3072"),
+    "vLLM on its default backend": (_set(f"{VLLM}.env.2.value", "neuron"), vllm_shape_problems,
+                                    "VLLM_NEURON_BACKEND is not neuron_native"),
+    "vLLM's cache on the pod's own disk": (_set(f"{VLLM}.volumeMounts.2.name", "models"), vllm_shape_problems,
+                                           "not on a persistent claim"),
     "a UI rollout deadline shorter than the workers' warm-up": (
         _set("page-ui.yaml|Deployment/showcase-page|spec.progressDeadlineSeconds", 3600), budget_problems,
         "the workers' first-run estimate 12000 s"),
