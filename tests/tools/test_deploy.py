@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
 import sys
 import urllib.parse
 from pathlib import Path
@@ -182,6 +184,31 @@ def ui_image_problems(dockerfile: Path = DEPLOY / "Dockerfile.ui") -> list[str]:
     if "neuron" in run.lower():
         problems.append(f"{dockerfile.name}: installs Neuron packages the UI tier never uses")
     return problems
+
+
+def neuron_image_problems(dockerfile: Path = DEPLOY / "Dockerfile") -> list[str]:
+    """The app's trn2 image: its venv sees no PYTHONPATH or user site-packages of the base image (whose vLLM
+    brings a torch of its own), and its build checks that the venv's torch is the pinned one, in the venv."""
+    problems, text = [], dockerfile.read_text(encoding="utf-8").replace("\\\n", "")
+    lines = text.splitlines()
+    env = next((i for i, line in enumerate(lines) if re.match(r"ENV .*\bPYTHONPATH=(\s|$)", line)), None)
+    venv = next((i for i, line in enumerate(lines) if line.startswith("RUN python3 -m venv")), None)
+    if env is None or venv is None or env > venv:
+        problems.append(f"{dockerfile.name}: PYTHONPATH is not cleared before the venv is made")
+    if not re.search(r"^ENV .*\bPYTHONNOUSERSITE=1\b", text, re.M):
+        problems.append(f"{dockerfile.name}: user site-packages are not off (PYTHONNOUSERSITE=1)")
+    if not re.search(r"^COPY requirements\.in requirements-neuron\.txt", text, re.M):
+        problems.append(f"{dockerfile.name}: does not copy requirements.in beside requirements-neuron.txt")
+    if torch_check(dockerfile) is None:
+        problems.append(f"{dockerfile.name}: the build does not check the venv's torch against the pin")
+    return problems
+
+
+def torch_check(dockerfile: Path = DEPLOY / "Dockerfile") -> str | None:
+    """The Python the image's build runs with its venv's python to check its torch, or None."""
+    text = dockerfile.read_text(encoding="utf-8").replace("\\\n", "")
+    found = re.search(r'/opt/showcase/bin/python -c "([^"]*torch[^"]*)"', text)
+    return found.group(1) if found else None
 
 
 def probe_problems(docs: list[dict]) -> list[str]:
@@ -527,6 +554,29 @@ def test_the_ui_tier_image_is_cpu_only(tmp_path):
         "Dockerfile.ui: does not install torch==2.13.0 from PyTorch's CPU index",
         "Dockerfile.ui: does not install requirements.txt", "Dockerfile.ui: installs Neuron packages the UI tier "
         "never uses"]
+
+
+def test_the_trainium_image_keeps_the_base_images_torch_out_of_its_venv(tmp_path):
+    assert neuron_image_problems() == []
+    broken = tmp_path / "Dockerfile"
+    text = (DEPLOY / "Dockerfile").read_text()
+    broken.write_text(text.replace("ENV PYTHONPATH= PYTHONNOUSERSITE=1\n", ""))
+    assert neuron_image_problems(broken) == ["Dockerfile: PYTHONPATH is not cleared before the venv is made",
+                                             "Dockerfile: user site-packages are not off (PYTHONNOUSERSITE=1)"]
+    # the build's check, run by this suite's venv python (the pinned torch, in this venv) from the app's folder
+    check = torch_check()
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run([sys.executable, "-c", check], cwd=DEPLOY.parent, env=clean, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    # another torch first on PYTHONPATH, as a base image's may be: the build stops and says so
+    leak = tmp_path / "leak"
+    (leak / "torch").mkdir(parents=True)
+    (leak / "torch" / "__init__.py").write_text("")
+    (leak / "torch-2.9.1.dist-info").mkdir()
+    (leak / "torch-2.9.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n")
+    ran = subprocess.run([sys.executable, "-c", check], cwd=DEPLOY.parent, env={**clean, "PYTHONPATH": str(leak)},
+                         capture_output=True, text=True)
+    assert ran.returncode == 1 and "torch 2.9.1" in ran.stderr and "is not the pinned torch==2.13.0" in ran.stderr
 
 
 def test_the_compile_cache_is_shared_and_its_locks_stay_local(docs, tmp_path):
