@@ -39,8 +39,8 @@ from neuron_backend.settings import Settings, parse_settings
 from tools.neuron_ls import NEURON_LS_FORMS, read_neuron_ls, summarize_neuron_ls
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
-NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.0.* / 2.14.3.0.* wheels (Neuron 2.33)
-TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.0.* matches it
+NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.* / 2.14.3.* wheels (Neuron 2.33, 2.34)
+TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.1.* matches it
 MIN_FREE_GIB = 2.0  # below this at the cache root, compiled programs and outputs cannot be kept
 INSTALL_FIX = "pip install -r requirements-neuron.txt (docs/trainium.md)"
 PROBE_TIMEOUT_S = 600  # a tiny graph compiles in well under a minute; neuronx-cc cold start included

@@ -242,7 +242,7 @@ def requirement(path: Path, name: str) -> str:
 def test_neuron_requirements_pin_the_torch_neuronx_family_of_the_tested_torch():
     torch_pin = requirement(ROOT / "requirements.txt", "torch").split("==")[1]  # 2.13.0
     family = ".".join(torch_pin.split(".")[:2])
-    assert requirement(ROOT / "requirements-neuron.txt", "torch-neuronx") == f"torch-neuronx=={family}.3.0.*"
+    assert requirement(ROOT / "requirements-neuron.txt", "torch-neuronx") == f"torch-neuronx=={family}.3.1.*"  # 2.34
     assert requirement(ROOT / "requirements-neuron.txt", "torch") == f"torch=={torch_pin}"
 
 
@@ -365,9 +365,10 @@ def test_no_core_visible_while_neuron_ls_lists_devices_fails_the_whole_doctor(ne
 
 def test_neuron_requirements_pin_one_release_family_and_the_docs_make_the_venv_with_python3():
     neuron = ROOT / "requirements-neuron.txt"
-    assert requirement(neuron, "neuronx-cc") == "neuronx-cc==2.28.7631.0"
-    assert requirement(neuron, "nki") == "nki==0.7.0"
-    assert "Ubuntu 26.04" in neuron.read_text()
+    # 2.34's compiler and NKI versions are not readable: left to pip, as the Neuron docs' install command does
+    assert requirement(neuron, "neuronx-cc") == "neuronx-cc==2.*"
+    assert requirement(neuron, "nki") == "nki"
+    assert "Ubuntu 26.04" in neuron.read_text() and "could not be read" in neuron.read_text()
     for page in ("README.md", "docs/trainium.md"):
         text = (ROOT / page).read_text()
         assert "python3 -m venv .venv" in text and not re.search(r"python3\.\d+ -m venv", text), page
