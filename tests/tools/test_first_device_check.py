@@ -94,7 +94,9 @@ def test_the_check_runs_end_to_end_on_cpu_and_reports_every_part(tmp_path):
     chat, image = r["warm_up"]["chat"], r["warm_up"]["image"]
     assert (chat["shape"], chat["state"], image["shape"], image["state"]) == ("prefill-64", "ready", "64x64", "ready")
     assert chat["seconds"] > 0 and image["seconds"] > 0
-    assert [t["kind"] for t in r["cold"]["tasks"]].count("compile") == 2
+    assert [t["kind"] for t in r["cold"]["tasks"]].count("compile") == 3
+    edit = r["warm_up"]["image_edit"]  # one edit with one reference, at the size (1024x1024 at the full preset)
+    assert (edit["shape"], edit["state"]) == ("64x64+1ref", "ready") and edit["seconds"] > 0
     assert r["cold"]["saved_forwards"] == {"chat": None, "image": None}  # eager here: nothing compiled to save
     assert r["core_memory"] == {"skipped": "no torch.neuron in this process: no NeuronCore to read"}
     assert "skipped" in r["cold"]["dynamo_metrics"]  # no torch.neuron here
@@ -113,8 +115,8 @@ def test_the_check_runs_end_to_end_on_cpu_and_reports_every_part(tmp_path):
     # the bundle: exported from the cold root, installed into the warm one, every shape usable
     b = r["bundle"]
     assert re.fullmatch(r"[0-9a-f]{64}", b["export"]["sha256"]) and b["export"]["bytes"] > 0
-    assert b["export"]["shapes"] == {"chat": ["prefill-64"], "image": ["64x64"]}
-    assert b["install"]["usable_graphs"] == b["install"]["total_graphs"] == 2 and b["install"]["mismatches"] == []
+    assert b["export"]["shapes"] == {"chat": ["prefill-64"], "image": ["64x64", "64x64+1ref"]}
+    assert b["install"]["usable_graphs"] == b["install"]["total_graphs"] == 3 and b["install"]["mismatches"] == []
     assert b["mode"].startswith("a fresh cache root at another path")
     assert b["warm"]["cache_root"] != r["cold"]["cache_root"]
     assert {"hits", "misses", "counter"} <= set(b["persistent_cache_after_warm_up"])

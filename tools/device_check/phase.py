@@ -34,9 +34,11 @@ def _tasks(backend) -> list[dict]:
             for t in backend.runner.tasks]
 
 
-def _warm_up_seconds(tasks: list[dict], engine: str) -> dict | None:
-    """The compile task of ``engine`` (its one shape): shape, seconds, state; None when the engine is off."""
-    found = [t for t in tasks if t["engine"] == engine and t["kind"] == "compile"]
+def _warm_up_seconds(tasks: list[dict], engine: str, edit: bool = False) -> dict | None:
+    """The compile task of ``engine``'s one shape (``edit``: the image's edit slot): shape, seconds, state; None
+    when the engine is off."""
+    found = [t for t in tasks if t["engine"] == engine and t["kind"] == "compile"
+             and ("+" in (t["shape"] or "")) == edit]  # an edit slot's label: "1024x1024+1ref"
     if not found:
         return None
     t = found[0]
@@ -121,6 +123,7 @@ def run_phase(settings, role: str, host=None) -> dict:
                        for name, p in backend.placements.items()},
         "accelerator": backend.description["accelerator"], "warm_up_s": round(warm_up_s, 3), "tasks": tasks,
         "chat_warm_up": _warm_up_seconds(tasks, "chat"), "image_warm_up": _warm_up_seconds(tasks, "image"),
+        "image_edit_warm_up": _warm_up_seconds(tasks, "image", edit=True),
         "persistent_cache": {"hits": hits, "misses": misses, "counter": str(CompileCounter.source()),
                              "graphs_compiled": CompileCounter.graphs()},
         "saved_forwards": _saved_forwards(backend),

@@ -4,8 +4,9 @@
 tools.device_check``). In order:
 
 1. ``neuron-ls`` (its JSON form, else plain) and the installed versions, read without ``import torch``;
-2. the cold phase (``phase.py``, a fresh process on a fresh cache root): one chat bucket and one
-   image size warmed up from nothing, timed; greedy tokens and one image compared with CPU; memory
+2. the cold phase (``phase.py``, a fresh process on a fresh cache root): one chat bucket, one
+   image size and its edit slot with one reference (one edit, a 1024x1024 reference at the full preset)
+   warmed up from nothing, timed; greedy tokens and one image compared with CPU; memory
    per core;
 3. that cache exported as a bundle and installed, in a second fresh process, into another fresh
    cache root (at another path, same venv and app folder), which warms up the same shapes: its
@@ -92,9 +93,10 @@ def versions() -> dict:
 
 
 def phase_flags(settings, app_flags: list[str], root: Path) -> list[str]:
-    """The app flags of a phase: the user's, narrowed to one bucket and one size, batch 1, its own cache root."""
+    """The app flags of a phase: the user's, narrowed to one bucket and one size with its one-reference edit slot
+    (a 1024x1024 reference at the full preset's first size), batch 1, its own cache root."""
     return [*app_flags, "--models", settings.models, "--chat-buckets", str(settings.buckets[0]),
-            "--sizes", settings.sizes[0].label, "--references", "0", "--chat-batch", "1", "--cache-dir", str(root)]
+            "--sizes", settings.sizes[0].label, "--references", "0,1", "--chat-batch", "1", "--cache-dir", str(root)]
 
 
 def child_env() -> dict:
@@ -274,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         report["cold"] = cold
         if "persistent_cache" in cold:
             cold["persistent_cache"] = cache_counts(cold)
-        report["warm_up"] = {"chat": cold.get("chat_warm_up"), "image": cold.get("image_warm_up")} \
+        report["warm_up"] = {"chat": cold.get("chat_warm_up"), "image": cold.get("image_warm_up"),
+                             "image_edit": cold.get("image_edit_warm_up")} \
             if "error" not in cold else {"skipped": "the cold phase did not finish"}
         report["memory"] = memory(cold)
         report["core_memory"] = cold.pop("core_memory", None) or {"skipped": "the cold phase did not finish"}
