@@ -33,6 +33,9 @@ How a call finds its function:
 - ``fullgraph`` is required (a graph break cannot be saved). A call whose key cannot be saved or whose
   compile refuses to save (``aot_compile`` raising) runs through the plain ``torch.compile`` call instead,
   once logged: the same graph, traced again on each start.
+- A save that fails after the compile (a full or read-only disk, or a backend result whose artifacts do not
+  pickle: ``save_compiled_function`` serialises them then) is a refused save: counted in ``save_errors``,
+  logged once, never retried in this process; the compiled function keeps serving the key.
 
 On Neuron the forwards compile with the ``neuron`` backend, whose compiled artifact ``aot_compile`` is not
 known to save: ``--chat-aot``/``--image-aot auto`` are on where the backend is inductor, off on Neuron
@@ -171,7 +174,13 @@ class AotForward:
         self.functions: dict[str, object] = {}
         self.loaded = self.saved = 0  # functions loaded from the folder, compiled and saved by this process
         self._unsaved: set[str] = set()
+        self.save_errors: dict[str, str] = {}  # call key -> why its compiled function could not be saved
         self._lock = threading.Lock()
+
+    @property
+    def refused_saves(self) -> int:
+        """Call keys compiled ahead of time whose save failed: they serve this process, compiled on each start."""
+        return len(self.save_errors)
 
     @property
     def refused(self) -> int:
@@ -228,16 +237,27 @@ class AotForward:
                         type(self.model).__name__, error)
             self._unsaved.add(key)
             return None
+        temp = path.with_suffix(".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            temp = path.with_suffix(".tmp")
             function.save_compiled_function(str(temp))
             path.with_suffix(".modules.json").write_text(json.dumps(_module_aliases(function)))
             temp.replace(path)  # the graph last: a reader that finds it finds its aliases too
             self.saved += 1
-        except OSError as error:  # a full or read-only cache: this process still uses what it compiled
-            log.warning("could not save the compiled forward in %s: %s", path.parent, error)
+        except Exception as error:  # noqa: BLE001 - a refused save: the compiled function still serves
+            self._refuse_save(key, temp, error)
         return function
+
+    def _refuse_save(self, key: str, temp: Path, error: BaseException) -> None:
+        """A compiled function that could not be saved (a full or read-only cache, or a backend result that does
+        not pickle): counted, logged once per process, and kept serving this process; the next start compiles it."""
+        temp.unlink(missing_ok=True)
+        first = not self.save_errors
+        self.save_errors[key] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"[:300]
+        if first:
+            log.warning("could not save the compiled %s forward in %s (%s): it serves this process and is "
+                        "compiled again on the next start", type(self.model).__name__, self.folder,
+                        self.save_errors[key])
 
 
 def folder(settings) -> Path:

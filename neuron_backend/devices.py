@@ -42,7 +42,8 @@ import torch
 
 from .compile_cache import CacheSetup, configure_compile_cache  # noqa: F401 - part of this module's API
 from .compile_counters import CompileCounter, device_counters, use_neuron_counters  # noqa: F401 - this API
-from .errors import ConfigError, DeviceUnavailableError
+from .errors import ConfigError, DeviceMemoryError, DeviceUnavailableError
+from .messages import tr
 from .settings import Settings
 from .shapes import ShapeKey
 
@@ -202,7 +203,24 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None) -> d
             placements[engine] = _placement(settings, kind, device)
         if settings.tp > 1 and kind == "neuron":  # the process holds only its own core (init_process_group)
             placements[engine] = dataclasses.replace(placements[engine], first_core=settings.local_rank)
+    if settings.world_size > 1 and any(p.kind == "neuron" for p in placements.values()):
+        refuse_exported_visible_cores(settings)
     return placements
+
+
+def refuse_exported_visible_cores(settings: Settings) -> None:
+    """Under torchrun, refuse a NEURON_RT_VISIBLE_CORES the user exported.
+
+    TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` for each torchrun process only when it is unset,
+    and asserts one device per process: an exported range would stop every rank at that assertion, with no
+    word of what to change.
+    """
+    if settings.exported_visible_cores:
+        raise ConfigError("NEURON_RT_VISIBLE_CORES", f"is exported as {settings.exported_visible_cores!r}, but under "
+                          "torchrun TorchNeuron gives each rank its own core (NEURON_RT_VISIBLE_CORES=LOCAL_RANK, "
+                          "set only when unset) and allows one device per process",
+                          f"unset it for the torchrun command: env -u NEURON_RT_VISIBLE_CORES torchrun "
+                          f"--nproc_per_node={settings.world_size} app.py --tp {settings.tp}")
 
 
 def _whole_engine_core_under_tp(engine: str, flag: str, requested: str, settings: Settings) -> str:
@@ -298,7 +316,9 @@ def falls_back_to_eager(placement: Placement) -> bool:
 
 def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
     """``attempt(*args)``, warming up shape ``key``; on Neuron, when it fails, note the error in
-    ``engine.shapes.eager[key]`` and run it once more. A second failure is raised.
+    ``engine.shapes.eager[key]`` and run it once more. A second failure is raised, and so is an out-of-memory
+    (``refuse_out_of_memory``: DeviceMemoryError). A compiled forward that could not be saved is no failure
+    here: ``aot.AotForward`` keeps it serving and counts the refused save.
 
     The image engine runs a size listed in ``shapes.eager`` with its transformer uncompiled, in
     warm-up and when serving. The chat engine, whose buckets share graphs, falls back per graph
@@ -311,6 +331,7 @@ def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
         # A device mix-up is a bug to show, not a compile to work around (eager would hide it).
         if not falls_back_to_eager(placement) or key in fell_back or "Inconsistent device IDs" in str(exc):
             raise
+        refuse_out_of_memory(exc, key, placement)
         fell_back[key] = short_error(exc)
         log.warning("%s failed to compile on %s; running it eager: %s", key, placement.device, fell_back[key])
         return attempt(*args)
@@ -361,6 +382,7 @@ class GraphFallbacks:
             except Exception as exc:
                 if not graphs or not falls_back_to_eager(self.placement) or "Inconsistent device IDs" in str(exc):
                     raise
+                refuse_out_of_memory(exc, key, self.placement)
                 self._blame(key, graphs - plans[index + 1], short_error(exc))
                 continue
             self._ran |= graphs
@@ -372,6 +394,32 @@ class GraphFallbacks:
         self.failed.update(dict.fromkeys(blamed, error))
         log.warning("%s: %d graph(s) failed to compile on %s (%s); running without them: %s", key, len(blamed),
                     self.placement.device, ", ".join(map(str, sorted(blamed))), error)
+
+
+def _chain(exc: BaseException | None):
+    """``exc`` and what it wraps (dynamo's ``inner_exception``, ``__cause__``, ``__context__``)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps) says the device ran out of memory: torch's OutOfMemoryError, or
+    "out of memory" in its text (the Neuron runtime's wording for a failed allocation is not documented)."""
+    return any(isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower() for e in _chain(exc))
+
+
+def refuse_out_of_memory(exc: BaseException, key: ShapeKey, placement: Placement) -> None:
+    """Raise DeviceMemoryError when ``exc`` is an out-of-memory: a shape that did not fit is no compile failure to
+    retry eager (eager needs the same memory, and the retry would hide why)."""
+    if out_of_memory(exc):
+        raise DeviceMemoryError(tr(
+            "shape {shape} ran out of memory on {device} ({error}); it is not retried eager. Serve fewer or "
+            "smaller shapes (--sizes, --references, --chat-buckets, --chat-batch), or give the engine a core of "
+            "its own (--chat-device, --image-device).", shape=str(key), device=placement.device,
+            error=short_error(exc))) from exc
 
 
 def short_error(exc: BaseException) -> str:

@@ -53,6 +53,10 @@ class ShapeFailedError(ShowcaseError):
     """A static shape failed to warm up and is unavailable."""
 
 
+class DeviceMemoryError(ShapeFailedError):
+    """A shape's warm-up ran out of device memory: not a compile failure, and eager would need as much."""
+
+
 class EngineUnavailableError(ShowcaseError):
     """An engine is disabled or failed to load."""
 

@@ -12,7 +12,12 @@ parameters, ~30 GiB in float32 and ~15 GiB in bfloat16. On top of the image pipe
 - editing: each reference image adds its tokens to the transformer's sequence (as many as an output
   image of its size, image/references.py); they are counted as ``TOKEN_FACTOR`` x the transformer's
   width (heads x head dim) per token, for the most references at the largest size (1024x1024 with one
-  reference on the real transformer, 3072 wide: 4096 tokens, ~0.4 GiB in bfloat16);
+  reference on the real transformer, 3072 wide: 4096 tokens, ~0.4 GiB in bfloat16); and the attention
+  scores of that largest edit slot, as if attention materialised them: heads x S x S in the pipeline's
+  dtype, S the joint sequence (``TEXT_TOKENS`` + the output's tokens + the references'): 8,704 tokens and
+  ~3.4 GiB for one 1024x1024 reference on the real transformer (24 heads). Whether the neuron backend
+  materialises them is not known; when only they keep the pipeline from fitting, the plan loads anyway
+  and says so, since an edit slot that runs out of memory at warm-up fails alone (devices.refuse_out_of_memory);
 - on the CPU, ``HOST_OVERHEAD`` for the process itself (Python, torch, Gradio); on an accelerator,
   ``DEVICE_HEADROOM`` kept free beside the estimate for what the runtime allocates outside tensors
   (on Neuron: scratchpad, DMA rings, the compiled programs).
@@ -35,6 +40,7 @@ total of 0 when its query fails, too) is reported, never guessed, and then nothi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -53,6 +59,7 @@ HOST_OVERHEAD = 1 * GIB
 DEVICE_HEADROOM = 2 * GIB  # kept free on an accelerator beside the estimate (the runtime's own allocations)
 TOKEN_FACTOR = 16  # activations alive per token of one transformer block, in units of its width
 PATCH = 16  # pixels per token side: FLUX.2's VAE downsamples by 8, the transformer patchifies 2x2
+TEXT_TOKENS = 512  # the prompt's tokens in the joint sequence (image/steps.py MAX_SEQUENCE_LENGTH)
 _SIZES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
 
 
@@ -112,10 +119,11 @@ class ImageMemory:
     references: int = 0  # bytes of the reference tokens' activations (0 without editing)
     reference_tokens: int = 0
     upcast: bool = False  # the VAE decodes in float32 (force_upcast kept)
+    attention: int = 0  # bytes of the largest edit slot's attention scores, were they materialised
 
     @property
     def total(self) -> int:
-        return self.weights + self.decode + self.activations + self.overhead + self.references
+        return self.weights + self.decode + self.activations + self.overhead + self.references + self.attention
 
     @property
     def decode_dtype(self) -> torch.dtype:
@@ -125,6 +133,12 @@ class ImageMemory:
         common = dict(total=_gib(self.total), dtype=_name(self.dtype), params=_billions(self.parameters),
                       weights=_gib(self.weights), size=self.size_label, decode_dtype=_name(self.decode_dtype),
                       decode=_gib(self.decode), rest=_gib(self.activations + self.overhead))
+        if self.references and self.attention:
+            return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} "
+                      "in {decode_dtype} {decode} GiB + {tokens} reference tokens {references} GiB + the largest "
+                      "edit slot's attention scores {attention} GiB + activations and overhead {rest} GiB)",
+                      tokens=self.reference_tokens, references=_gib(self.references),
+                      attention=_gib(self.attention), **common)
         if self.references:
             return tr("needs ~{total} GiB in {dtype} ({params} B parameters: weights {weights} GiB + decoding {size} "
                       "in {decode_dtype} {decode} GiB + {tokens} reference tokens {references} GiB + activations "
@@ -153,9 +167,23 @@ def estimate_image(folder: Path, dtype: torch.dtype, sizes, on_cpu: bool, refere
     decode = DECODE_FACTOR * channels * largest.width * largest.height * vae_bytes
     non_vae = weights - held.get("vae", 0) * vae_bytes
     tokens = references * max(_reference_tokens(size) for size in sizes)
+    sequence = max(TEXT_TOKENS + _image_tokens(size) + references * _reference_tokens(size) for size in sizes)
+    scores = transformer_heads(folder) * sequence * sequence * bytes_of // shards if references else 0
     return ImageMemory(dtype, sum(counts.values()), weights, decode, int(ACTIVATION_SHARE * non_vae),
                        HOST_OVERHEAD if on_cpu else 0, largest.label,
-                       TOKEN_FACTOR * transformer_width(folder) * tokens * bytes_of // shards, tokens, upcast)
+                       TOKEN_FACTOR * transformer_width(folder) * tokens * bytes_of // shards, tokens, upcast, scores)
+
+
+def _image_tokens(size) -> int:
+    return (size.width // PATCH) * (size.height // PATCH)
+
+
+def transformer_heads(folder: Path) -> int:
+    """The transformer's attention heads from its config; 24 (FLUX.2-klein-4B's) when unreadable."""
+    try:
+        return int(_config(folder, "transformer/config.json")["num_attention_heads"])
+    except (KeyError, TypeError, ValueError):
+        return 24
 
 
 def _reference_tokens(size) -> int:
@@ -301,6 +329,15 @@ def plan_image(folder: Path, dtype: torch.dtype, dtype_flag: str, sizes, kind: s
         return MemoryPlan(torch.bfloat16, tr("{needs}, more than the {where}: loading in bfloat16 instead, which "
                                              "{half}", needs=wanted.text(), where=where, half=half.text()),
                           half.upcast, half.total)
+    unscored = _without_scores(own if dtype_flag != "auto" or dtype == torch.bfloat16 else own + ways(torch.bfloat16),
+                               fitting)
+    if unscored is not None:  # only the edit slot's attention scores, if materialised, do not fit
+        return MemoryPlan(unscored.dtype, tr(
+            "{needs}, more than the {where}, if attention materialises the largest edit slot's scores ({attention} "
+            "GiB; whether it does on this device is not known). Loading anyway: without them it {fits}; an edit "
+            "slot that runs out of memory at warm-up fails alone, with what to do, and the other shapes serve.",
+            needs=wanted.text(), where=where, attention=_gib(wanted.attention), fits=unscored.text()),
+            unscored.upcast, unscored.total)
     advice = tr("--no-image, or smaller --sizes") if not references else \
         tr("--no-image, or smaller --sizes, or fewer --references")
     sharded = fitting(ways(torch.bfloat16 if half is not None else dtype, 2)[-1:]) \
@@ -312,6 +349,11 @@ def plan_image(folder: Path, dtype: torch.dtype, dtype_flag: str, sizes, kind: s
         advice = tr("--dtype bfloat16 (which {half}), {advice}", half=half.text(), advice=advice)
     raise NotEnoughMemory(tr("The image model {needs}, more than the {where}. Pass {advice}; or free memory and "
                              "restart.", needs=own[-1].text(), where=where, advice=advice))
+
+
+def _without_scores(estimates: list[ImageMemory], fitting) -> ImageMemory | None:
+    """The first of ``estimates`` that fits once the edit slot's attention scores are left out (None: none)."""
+    return fitting([dataclasses.replace(e, attention=0) for e in estimates if e.attention])
 
 
 class NotEnoughMemory(Exception):

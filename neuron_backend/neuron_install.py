@@ -40,8 +40,8 @@ RUNTIME_FIX = ("the Neuron runtime is not installed (libnrt.so.1 is missing): in
 GLIBC_FIX = ("the torch-neuronx wheels need GLIBC_{needed}, newer than this host's {glibc}: the Neuron 2.33 "
              "wheels are built for " + WHEELS_OS_NAME + "'s glibc; run on " + WHEELS_OS_NAME + " (the TorchNeuron "
              "DLAMI; docs/trainium.md)")
-MISMATCH_FIX = ("torch-neuronx must be the family of the installed torch: 2.13.3.0.* for torch 2.13.0 (what this "
-                "app is tested with), 2.14.3.0.* for torch 2.14.0 (Neuron 2.33); fix it with "
+MISMATCH_FIX = ("torch-neuronx must be the family of the installed torch: 2.13.3.1.* for torch 2.13.0 (what this "
+                "app is tested with), 2.14.3.1.* for torch 2.14.0 (Neuron 2.34); fix it with "
                 "pip install -r requirements-neuron.txt (docs/trainium.md)")
 
 

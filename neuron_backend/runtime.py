@@ -298,12 +298,21 @@ class Backend:
         return engine
 
     def _warm_up(self, shape: ShapeKey, task: Task) -> None:
-        (engine := self.engine(task.engine)).warm_up(shape)
+        engine = self.engine(task.engine)
+        saved = getattr(engine, "aot", None)  # aot.AotForward: compiled forwards saved for the next start
+        refused_before = saved.refused_saves if saved is not None else 0
+        engine.warm_up(shape)
         if task.state == "failed":  # it ran past the compile time limit: its shape stays refused
             engine.shapes.mark_failed(shape, task.error)
             return
+        notes = []
         if why := engine.shapes.eager.get(shape):  # Neuron: its compile failed, so it serves eager
-            task.detail = tr("eager fallback: {why}", why=why)
+            notes.append(tr("eager fallback: {why}", why=why))
+        if saved is not None and saved.refused_saves and not refused_before:  # said once, on the first refusal
+            notes.append(tr("compiled, but not saved for the next start ({n} so far): {why}", n=saved.refused_saves,
+                            why=next(iter(saved.save_errors.values()))))
+        if notes:
+            task.detail = joined("{a} · {b}", notes)
 
     def _refuse_shape(self, shape: ShapeKey, task: Task, message: str) -> None:
         """A compile task ran past the time limit: requests for its shape are refused with ``message``."""

@@ -61,7 +61,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
     ("image-aot", "tri", "auto|on|off: the same for the image transformer compiled whole (auto: not neuron)"),
-    ("compile-timeout-min", "float", "minutes a warm-up compile may take, then its shape is refused (0: no limit)"),
+    ("compile-timeout-min", "float", "minutes per graph; a neuronx-cc still making progress is never ended (0: none)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
     ("port", "int", "port to listen on"),
@@ -330,7 +330,7 @@ class Settings:
     chat_compile_layers_once: bool = False
     chat_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
     image_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
-    compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
+    compile_timeout_min: float = 60.0  # one graph's compile time limit (0: none); warmup.py
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
     host: str = "127.0.0.1"
     port: int = 7860
@@ -366,6 +366,7 @@ class Settings:
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
     world_size: int = 1
+    exported_visible_cores: str | None = None  # NEURON_RT_VISIBLE_CORES before import torch (refused under torchrun)
 
     @property
     def demo(self) -> bool:
@@ -381,11 +382,8 @@ class Settings:
         return validate(dataclasses.replace(self, **changes))
 
 
-def parse_settings(
-    argv: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    weights_available: Callable[[str, float], tuple[bool, str]] | None = None,
-) -> Settings:
+def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                   weights_available: Callable[[str, float], tuple[bool, str]] | None = None) -> Settings:
     """Build and validate the Settings from flags and environment.
 
     ``weights_available(model, timeout)`` decides ``--models auto`` (default: look in the
@@ -469,6 +467,7 @@ def parse_settings(
         if "cache_bundle_sha256" in raw else None,
         rank=_as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
         local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)), world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
+        exported_visible_cores=env.get("NEURON_RT_VISIBLE_CORES") or None,
     )
     return validate(settings)
 

@@ -4,14 +4,14 @@ At start-up every task is listed in order (obtain weights, load, one task per st
 a background thread runs them while the app already serves whatever is ready. Durations are
 kept in a small JSON file under the cache root and give the ETA of the next start; until then each
 compile task carries its first-run estimate (compile_plan.py). A compile task has a time limit
-(``--compile-timeout-min``): past it the task fails with what to do, and the warm-up goes on.
+(``--compile-timeout-min``) per graph: past it the task fails with what to do, and the warm-up goes on.
 
-TorchNeuron compiles each NEFF by running the ``neuronx-cc`` it finds on ``PATH`` as a child process (a
-Python console script, so its command line reads ``python …/neuronx-cc …``), and that compiler starts
-helpers of its own. A task past its limit cannot stop its Python thread, but it can end the compiler: the
-compile then fails, the thread gets the error and ends, and the next task does not wait behind it. Only
-descendants of this process whose program or script is named ``neuronx-cc`` are touched, with every
-process they started.
+A ``neuronx-cc`` run (TorchNeuron's compiler child, ``compilers.py``) past the limit is ended only once it has
+made no progress for ``stall_s``; one that makes progress is never ended. Outside compiler runs (tracing,
+an in-process compile), the task may spend the limit times the graphs it plans. While a task runs, the
+runner says which run of the task is compiling and for how long; once it ends, the task keeps each run's
+seconds. A task past its limit cannot stop its Python thread, but it can end the compiler: the compile then
+fails, the thread gets the error and ends, and the next task does not wait behind it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .compilers import CompileWatch, kill_compilers
 from .devices import CompileCounter
 from .messages import Message, tr
 from .shapes import EditSlot, ImageSize, ShapeKey, engine_name
@@ -90,6 +90,11 @@ class Task:
     graphs: int | None = None  # compile tasks: graphs it compiles (compile_plan.py)
     eager_programs: int | None = None  # compile tasks: eager modules the device compiles for this shape
     estimate_s: float | None = None  # compile tasks: the first-run estimate, for when no history is known
+    # compile tasks while a neuronx-cc runs: {"run": its number in this task (1, 2, …), "seconds": how long it has
+    # compiled, "idle_s": seconds since its CPU time last grew} (CompileWatch)
+    compiling: dict | None = None
+    # compile tasks, once ended: each neuronx-cc run seen, {"run", "seconds" (wall, to the second), "cpu_s"}
+    compiler_runs: list | None = None
 
 
 @dataclass
@@ -106,6 +111,8 @@ class Step:
 MAX_PLAUSIBLE_S = 24 * 3600.0  # a task "taking" longer than a day is a corrupt or hand-edited history entry
 HIT_SUFFIX = "|cache-hit"  # compile tasks served from the persistent compile cache are timed apart
 MIN_SLOW_S = 60.0  # a compile task is "still compiling" past twice its expected time, and never before this
+MAX_STALL_S = 300.0  # a compiler run past the limit is ended after this long without progress (at most the limit)
+WATCH_EVERY_S = 1.0  # how often a compile task's compiler runs are looked at (a quarter of a shorter limit)
 
 
 def plausible_seconds(value: object) -> bool:
@@ -280,43 +287,70 @@ class WarmupRunner:
         log.info("warm-up done: %s in %.1f s%s", task.name, seconds, " (compile cache hit)" if cache_hit else "")
 
     def _run_within_limit(self, step: Step) -> bool:
-        """Run the step; False when a compile task ran past the time limit (then it is failed, saying what to do).
+        """Run the step; False when a compile task ran past its time limit (then it is failed, saying what to do).
 
-        The step runs on a thread of its own so the warm-up can go on past the limit. Python cannot stop a
-        thread, but past the limit every ``neuronx-cc`` this process started is killed (its compile then
-        fails and the thread ends); a compile that runs in this process (inductor elsewhere) goes on in the
-        background and what it builds is not used (the Backend keeps that shape refused); a later compile
-        may wait for it (dynamo compiles one frame at a time).
+        The limit is per graph (``compile_timeout_s``): a ``neuronx-cc`` run past it is ended only once it has
+        made no progress for ``stall_s``; outside compiler runs (tracing, loading, an in-process compile), the
+        task may spend the limit times its planned graphs. The step runs on a thread of its own so the warm-up
+        can go on past the limit. Python cannot stop a thread, but every ``neuronx-cc`` this process started is
+        killed then (its compile fails and the thread ends); a compile that runs in this process (inductor
+        elsewhere) goes on in the background and what it builds is not used (the Backend keeps that shape
+        refused); a later compile may wait for it (dynamo
+        compiles one frame at a time).
         """
-        limit = self.compile_timeout_s
-        if step.task.kind != "compile" or not limit:
-            step.run(step.task)
+        limit, task = self.compile_timeout_s, step.task
+        if task.kind != "compile" or not limit:
+            step.run(task)
             return True
         outcome: list[BaseException | None] = []
 
         def work() -> None:
             try:
-                step.run(step.task)
+                step.run(task)
                 outcome.append(None)
             except BaseException as exc:  # noqa: BLE001 - re-raised on the warm-up thread below
                 outcome.append(exc)
 
-        worker = threading.Thread(target=work, name=f"warmup-{step.task.engine}", daemon=True)
+        graphs, stall_s = max(1, task.graphs or 0), min(limit, MAX_STALL_S)
+        watch, began = CompileWatch(), time.time()
+        worker = threading.Thread(target=work, name=f"warmup-{task.engine}", daemon=True)
         worker.start()
-        worker.join(limit)
+        message, quiet_s, looked = None, 0.0, began  # quiet_s: seconds with no compiler running
+        while message is None:
+            worker.join(min(WATCH_EVERY_S, limit / 4))
+            if outcome:
+                break
+            now = time.time()
+            running = watch.poll(now)
+            quiet_s, looked = quiet_s + (0.0 if running else now - looked), now
+            with self._lock:
+                task.compiling = running[0].state(now) if running else None
+            stuck = [run for run in running if now - run.started > limit and now - run.progressed >= stall_s]
+            if stuck:
+                message = tr("still compiling: neuronx-cc run {run} of this task made no progress for {idle} s after "
+                             "{minutes} min, past the time limit of one graph (--compile-timeout-min); this shape "
+                             "is refused until a restart. Restart with a higher --compile-timeout-min (its graphs "
+                             "that did compile come from the compile cache), or drop this shape from the settings.",
+                             run=stuck[0].number, idle=f"{now - stuck[0].progressed:.0f}",
+                             minutes=f"{(now - stuck[0].started) / 60:.3g}")
+            elif not running and quiet_s > limit * graphs:
+                message = tr("still compiling after {minutes} min, the time limit of its {graphs} graph(s) "
+                             "(--compile-timeout-min per graph); this shape is refused until a restart. Restart "
+                             "with a higher --compile-timeout-min (its graphs that did compile come from the "
+                             "compile cache), or drop this shape from the settings.",
+                             minutes=f"{quiet_s / 60:.3g}", graphs=graphs)
+        watch.poll(time.time())  # the runs that ended since the last look
+        with self._lock:
+            task.compiling, task.compiler_runs = None, watch.summary()
         if outcome:
             if outcome[0] is not None:
                 raise outcome[0]
             return True
-        task = step.task
         kill_compilers()  # a stuck neuronx-cc: killed, its compile fails and the task's thread ends
-        message = tr("still compiling after {minutes} min, the time limit of one warm-up task "
-                     "(--compile-timeout-min); this shape is refused until a restart. Restart with a higher "
-                     "--compile-timeout-min (its graphs that did compile come from the compile cache), or drop "
-                     "this shape from the settings.", minutes=f"{limit / 60:.3g}")
-        self._end(task, FAILED, seconds=limit, error=message)
-        log.error("warm-up FAILED: %s still compiling after %.0f s, the limit; it goes on in the background, unused",
-                  task.name, limit)
+        seconds = time.time() - began
+        self._end(task, FAILED, seconds=seconds, error=message)
+        log.error("warm-up FAILED: %s past the compile time limit after %.0f s; it goes on in the background, "
+                  "unused: %s", task.name, seconds, message)
         if step.on_timeout is not None:
             step.on_timeout(task, message)
         return False
@@ -438,50 +472,3 @@ class WarmupRunner:
             "compiles_since_ready": self.compiles_since_ready(),
             "plan": self.plan(tasks),
         }
-
-
-# ----- a stuck compiler ----------------------------------------------------------------------------------
-COMPILER = "neuronx-cc"
-
-
-def _named_compiler(process) -> bool:
-    """Whether the process runs the compiler: as the program, or as the script an interpreter runs."""
-    try:
-        argv = process.cmdline()
-    except Exception:  # noqa: BLE001 - gone or not ours to read: not a compiler we can stop
-        return False
-    return any(os.path.basename(arg) == COMPILER for arg in argv[:2])
-
-
-def compilers(pid: int | None = None) -> list:
-    """The ``neuronx-cc`` processes among the descendants of ``pid`` (default this process), as psutil processes."""
-    import psutil
-
-    try:
-        children = psutil.Process(os.getpid() if pid is None else pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    return [p for p in children if _named_compiler(p)]
-
-
-def kill_compilers(pid: int | None = None, wait_s: float = 5.0) -> list[int]:
-    """Kill every ``neuronx-cc`` below ``pid`` (default this process) and what each started; their pids."""
-    import psutil
-
-    found = compilers(pid)
-    doomed = []
-    for compiler in found:
-        try:
-            doomed += [compiler, *compiler.children(recursive=True)]
-        except psutil.Error:
-            doomed.append(compiler)
-    for process in doomed:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(doomed, timeout=wait_s)
-    if found:
-        log.warning("killed %d %s process(es) past the compile time limit: %s", len(found), COMPILER,
-                    ", ".join(str(p.pid) for p in found))
-    return [p.pid for p in found]

@@ -6,7 +6,7 @@ exits non-zero when a check the app needs fails; once ``neuron-ls`` lists device
 a visible core are needed. Checks, in order: Python; torch and torch-neuronx versions and whether
 their families match; the OS release and glibc (the Neuron 2.33 wheels are for Ubuntu 26.04);
 ``neuronx-cc`` on ``PATH`` and, in a venv, the venv's own; ``import torch`` (which autoloads
-torch-neuronx); ``neuron-ls`` (2.34's ``--output-format json``, else 2.33's ``-j``); the cores visible
+torch-neuronx); ``neuron-ls`` (2.34's ``--output-format json``, else 2.33's ``-j``, else plain); the cores visible
 to this process; per placement, a
 tiny graph compiled and run from a fresh thread inside that placement's device context (what every
 engine thread does, ``devices.on_device``); the NEFF cache folder, and a second fresh process reading
@@ -39,8 +39,8 @@ from neuron_backend.settings import Settings, parse_settings
 from tools.neuron_ls import NEURON_LS_FORMS, read_neuron_ls, summarize_neuron_ls
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
-NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.0.* / 2.14.3.0.* wheels (Neuron 2.33)
-TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.0.* matches it
+NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.* / 2.14.3.* wheels (Neuron 2.33, 2.34)
+TESTED_TORCH = "2.13"  # the torch family requirements.txt pins; torch-neuronx 2.13.3.1.* matches it
 MIN_FREE_GIB = 2.0  # below this at the cache root, compiled programs and outputs cannot be kept
 INSTALL_FIX = "pip install -r requirements-neuron.txt (docs/trainium.md)"
 PROBE_TIMEOUT_S = 600  # a tiny graph compiles in well under a minute; neuronx-cc cold start included
@@ -88,7 +88,12 @@ def _family(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+UNREAD_DEVICES = -1  # neuron-ls answered in its plain form only: devices are there, their count unread
+
+
 def _seen(neuron_devices: int) -> str:
+    if neuron_devices == UNREAD_DEVICES:
+        return "neuron-ls answers (its device count could not be read)"
     return f"neuron-ls lists {neuron_devices} Neuron device(s)"
 
 
@@ -190,7 +195,11 @@ def check_import_torch() -> tuple[Check, object | None]:
 
 
 def check_neuron_ls(timeout: float = 30.0) -> tuple[Check, int]:
-    """Run ``neuron-ls`` in its JSON form, 2.34's first, then 2.33's; the check and the devices it lists."""
+    """Run ``neuron-ls`` in its JSON form, 2.34's first, then 2.33's; the check and the devices it lists.
+
+    When neither JSON form gives a device list, the plain ``neuron-ls`` decides: it answering passes (the
+    devices' count is then ``UNREAD_DEVICES``), so a JSON keyed otherwise than this parser reads never fails
+    a healthy host."""
     exe = shutil.which("neuron-ls")
     if exe is None:
         return Check(SKIPPED, "neuron-ls", "not found on PATH (no Neuron SDK tools here)",
@@ -211,6 +220,17 @@ def check_neuron_ls(timeout: float = 30.0) -> tuple[Check, int]:
             tried.append(f"`{command}` printed no device list: {_squeeze(out.stdout) or '(nothing)'}")
             continue
         return Check(PASS, "neuron-ls", f"{summarize_neuron_ls(out.stdout)} (`{command}`)"), len(found[0])
+    try:  # neither JSON form read: the plain table still says the tools and the driver answer
+        plain = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        tried.append(f"`neuron-ls` did not answer ({exc})")
+    else:
+        if plain.returncode == 0:
+            return Check(PASS, "neuron-ls", f"plain `neuron-ls` answered ({_squeeze(plain.stdout, 120) or 'no rows'}); "
+                         f"its JSON could not be read: {'; '.join(tried)}",
+                         "nothing to fix on the host; the device check (python -m tools.doctor --device-check) "
+                         "records the JSON output whole, for this doctor to learn its keys"), UNREAD_DEVICES
+        tried.append(f"`neuron-ls` exit {plain.returncode}: {_squeeze(plain.stderr) or '(no stderr)'}")
     return Check(FAIL, "neuron-ls", "; ".join(tried), "run neuron-ls by hand: a driver error means reload or "
                  "reinstall the Neuron driver (lsmod | grep neuron; aws-neuronx-dkms), an unknown flag means tools "
                  "newer or older than this doctor knows (docs/trainium.md, Tools)"), 0

@@ -58,12 +58,18 @@ def summarize_neuron_ls(text: str) -> str:
             "using them")
 
 
+RAW_CHARS = 200_000  # of ``--output-format json``'s output kept whole in a report (a trn2.48xlarge's is far less)
+
+
 def output(timeout: float = 30.0) -> dict:
-    """``neuron-ls`` output: the first of its JSON forms that answers (parsed too), else the plain table."""
+    """``neuron-ls`` output: the first of its JSON forms that answers (parsed too), else the plain table.
+
+    ``output_format_json`` keeps what ``neuron-ls --output-format json`` printed, read or not (its keys are
+    not documented: a report settles them), with its exit status."""
     exe = shutil.which("neuron-ls")
     if exe is None:
         return {"skipped": "neuron-ls is not on PATH (no Neuron SDK tools on this host)"}
-    tried = []
+    tried, raw = [], None
     for flags in (*NEURON_LS_FORMS, ()):
         command = " ".join(("neuron-ls", *flags))
         try:
@@ -71,6 +77,9 @@ def output(timeout: float = 30.0) -> dict:
         except (OSError, subprocess.TimeoutExpired) as exc:
             tried.append({"command": command, "error": str(exc)})
             continue
+        if flags == NEURON_LS_FORMS[0]:
+            raw = {"exit": out.returncode, "stdout": out.stdout[:RAW_CHARS], "stderr": out.stderr[-2000:],
+                   "cut": len(out.stdout) > RAW_CHARS}
         if out.returncode != 0:
             tried.append({"command": command, "exit": out.returncode, "stderr": out.stderr[-2000:]})
             continue
@@ -79,5 +88,6 @@ def output(timeout: float = 30.0) -> dict:
             tried.append({"command": command, "error": "printed no device list", "stdout": out.stdout[-2000:]})
             continue
         return {"command": command, "stdout": out.stdout[-20000:], "json": json.loads(out.stdout) if flags else None,
-                "summary": summarize_neuron_ls(out.stdout) if flags else None, "tried": tried}
-    return {"error": "no form of neuron-ls answered", "tried": tried}
+                "summary": summarize_neuron_ls(out.stdout) if flags else None, "tried": tried,
+                "output_format_json": raw}
+    return {"error": "no form of neuron-ls answered", "tried": tried, "output_format_json": raw}

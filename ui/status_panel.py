@@ -109,13 +109,22 @@ def status_bar_html(status: dict) -> str:
     )
 
 
+IDLE_SHOWN_S = 30.0  # a compiler run this long without progress says so
+
+
 def still_compiling(task: dict, plan: dict | None) -> str:
-    """" · still compiling after 12 min 00 s (limit 60 min)" for a compile task past its expected time, else ""."""
+    """" · still compiling after 12 min 00 s (limit 60 min per graph)" for a compile task past its expected time,
+    then which neuronx-cc run of the task is compiling and for how long (compilers.CompileWatch), else ""."""
+    run = task.get("compiling")
+    now = say(" · neuronx-cc run {run} compiling for {elapsed}", run=run["run"],
+              elapsed=fmt_seconds(run["seconds"])) if run else ""
+    if run and run["idle_s"] >= IDLE_SHOWN_S:
+        now += say(" (no progress for {idle})", idle=fmt_seconds(run["idle_s"]))
     if not task.get("still_compiling"):
-        return ""
+        return now
     limit = (plan or {}).get("compile_timeout_s")
     return say(" · still compiling after {elapsed}", elapsed=fmt_seconds(task["seconds"])) + (
-        say(" (limit {limit})", limit=fmt_seconds(limit)) if limit else "")
+        say(" (limit {limit} per graph)", limit=fmt_seconds(limit)) if limit else "") + now
 
 
 def plan_html(status: dict) -> str:

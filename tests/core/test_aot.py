@@ -171,3 +171,26 @@ def test_an_image_warm_start_loads_the_transformers_graphs_and_paints_the_same(t
     # the plain pipeline, eager: the same picture up to float rounding of the compiled kernels
     eager = paint(image_engine(compiled.replace(compile="off"), demo_models.image))
     assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 2 for a, b in zip(got, eager, strict=True))
+
+
+def test_a_save_that_raises_a_pickling_error_is_refused_once_and_the_compiled_graph_keeps_serving(demo_models,
+                                                                                                  tmp_path):
+    from support import fake_neuron
+    from transformers import AutoModelForCausalLM
+
+    fake = fake_neuron.FakeNeuron(cores=1)
+    fake.saveable = "unpicklable"  # aot_compile takes the result; its save raises a pickling error
+    model = AutoModelForCausalLM.from_pretrained(demo_models.chat, dtype=torch.float32)
+    forward = aot.AotForward(model, tmp_path, {"backend": fake.backend, "fullgraph": True, "dynamic": False})
+    ids = torch.tensor([[1, 2, 3, 4]])
+    torch._dynamo.reset()
+    with torch.no_grad():
+        logits = [forward(input_ids=ids, use_cache=False).logits for _ in range(3)]
+        expected = model(input_ids=ids, use_cache=False).logits
+    assert fake.save_attempts == 1  # refused once, never retried
+    assert forward.refused_saves == 1 and forward.saved == 0 and not forward._unsaved  # compiled, not "unsaved"
+    assert "cannot pickle" in next(iter(forward.save_errors.values()))
+    assert len(fake.compiled_queries) == 3  # every call ran the compiled graph, none the plain call
+    assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.rglob("*.aot"))
+    for got in logits:
+        torch.testing.assert_close(got, expected)

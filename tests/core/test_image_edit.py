@@ -300,7 +300,9 @@ def test_memory_counts_the_reference_tokens(demo_models):
     assert width == 32  # the stand-in's 2 heads x 16
     tokens = 2 * (1024 // 16) ** 2  # two references at 2048x2048 are fitted to 1024x1024 each
     assert edit.reference_tokens == tokens and edit.references == memory.TOKEN_FACTOR * width * tokens * 4
-    assert edit.total == plain.total + edit.references
+    sequence = memory.TEXT_TOKENS + (2048 // 16) ** 2 + tokens  # the largest edit slot's joint sequence
+    assert plain.attention == 0 and edit.attention == 2 * sequence**2 * 4  # the stand-in's 2 heads, float32
+    assert edit.total == plain.total + edit.references + edit.attention
     assert f"{tokens} reference tokens" in str(edit.text())
     with pytest.raises(memory.NotEnoughMemory, match="fewer --references"):
         memory.plan_image(demo_models.image, torch.float32, "float32", sizes, "cpu", plain.total, references=2)

@@ -43,22 +43,29 @@ def test_the_real_size_folders_hold_the_real_parameter_counts(real_size_models):
     assert 23.9 * GIB < upcast.total < 24.0 * GIB and "decoding 1024x1024" in upcast.text()
 
 
-def test_flux2_klein_4b_fits_one_neuron_core_with_headroom(tmp_path, monkeypatch, real_size_models):
-    """bf16 weights + a float32 decode at 1024x1024 + one reference is ~24.4 GiB against ~23.8 GiB reported: the
-    plan decodes in bfloat16, as Flux2KleinPipeline does, and keeps DEVICE_HEADROOM free."""
+def test_flux2_klein_4b_fits_one_neuron_core_only_if_attention_keeps_no_scores(tmp_path, monkeypatch,
+                                                                              real_size_models):
+    """One 1024x1024 reference makes the joint sequence 512 + 4096 + 4096 = 8,704 tokens: materialised, the
+    scores of its 24 heads are ~3.4 GiB, more than the ~1.3 GiB that bf16 weights + a bf16 decode + the reference
+    tokens (~20.5 GiB) leave of ~23.8 GiB less the headroom. The plan counts them, says so, and loads anyway with
+    the decode in bfloat16 (as Flux2KleinPipeline does): an edit slot that runs out of memory fails alone."""
     fake_neuron.install(monkeypatch)
     settings = full_settings(tmp_path, real_size_models)
     placement = resolve_placements(settings)["image"]
     assert (placement.device, placement.dtype, max(settings.references)) == ("neuron:1", torch.bfloat16, 1)
-    plan = loading.plan_memory(real_size_models.image, placement, settings)
-    assert plan.dtype == torch.bfloat16 and not plan.upcast
-    assert "decoding in bfloat16 instead of float32" in plan.note and "23.8 GiB free on neuron" in plan.note
-    assert "2.0 GiB of it kept for the runtime" in plan.note
     chosen = memory.estimate_image(real_size_models.image, torch.bfloat16, settings.sizes, False, 1, upcast=False)
-    assert chosen.total + memory.DEVICE_HEADROOM <= fake_neuron.REPORTED_TOTAL
-    assert 20.0 * GIB < chosen.total < 21.0 * GIB and "decoding 1024x1024 in bfloat16 3.8 GiB" in chosen.text()
-    upcast = memory.estimate_image(real_size_models.image, torch.bfloat16, settings.sizes, False, 1)
-    assert upcast.total > fake_neuron.REPORTED_TOTAL  # the float32 decode does not fit even without headroom
+    assert chosen.attention == 24 * 8704**2 * 2 and 3.3 * GIB < chosen.attention < 3.5 * GIB
+    assert "the largest edit slot's attention scores 3.4 GiB" in chosen.text()
+    assert chosen.total + memory.DEVICE_HEADROOM > fake_neuron.REPORTED_TOTAL  # with the scores: no fit
+    unscored = chosen.total - chosen.attention
+    assert 20.0 * GIB < unscored < 21.0 * GIB and unscored + memory.DEVICE_HEADROOM <= fake_neuron.REPORTED_TOTAL
+    plan = loading.plan_memory(real_size_models.image, placement, settings)
+    assert plan.dtype == torch.bfloat16 and not plan.upcast and plan.needs == unscored
+    assert "if attention materialises the largest edit slot's scores (3.4 GiB" in plan.note
+    assert "Loading anyway" in plan.note and "decoding 1024x1024 in bfloat16 3.8 GiB" in plan.note
+    assert "23.8 GiB free on neuron" in plan.note and "2.0 GiB of it kept for the runtime" in plan.note
+    text_only = full_settings(tmp_path, real_size_models, "--references", "0")  # no edit slot: no scores counted
+    assert "Loading anyway" not in loading.plan_memory(real_size_models.image, placement, text_only).note
 
 
 def test_a_refusal_names_only_fixes_that_apply(tmp_path, monkeypatch, real_size_models):

@@ -334,3 +334,24 @@ def test_image_tp_is_refused_on_cpu(tmp_path):
     with pytest.raises(ConfigError, match=refused):
         parallel.init(s, placements["image"])
     assert not dist.is_initialized()
+
+
+def test_torchrun_with_neuron_rt_visible_cores_exported_is_refused_at_start_with_the_fix(monkeypatch):
+    from support import fake_neuron
+
+    from neuron_backend.devices import HostDevices, resolve_placements
+    from neuron_backend.errors import ConfigError
+    from neuron_backend.settings import parse_settings
+
+    fake_neuron.install(monkeypatch, torchrun=(0, 2))  # rank 0 of 2, as torchrun starts it
+    torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
+    host = HostDevices(neuron_cores=2, cuda_devices=0, visible_cores="0-1")
+    exported = parse_settings(["--models", "tiny", "--tp", "2"], env={**torchrun, "NEURON_RT_VISIBLE_CORES": "0-1"})
+    fix = r"env -u NEURON_RT_VISIBLE_CORES torchrun --nproc_per_node=2 app.py --tp 2"
+    refused = r"NEURON_RT_VISIBLE_CORES: is exported as '0-1'.*one device per process.*"
+    with pytest.raises(ConfigError, match=refused + fix):
+        resolve_placements(exported, host)
+    unset = parse_settings(["--models", "tiny", "--tp", "2"], env=torchrun)  # TorchNeuron sets it per rank itself
+    assert resolve_placements(unset, HostDevices(2, 0, visible_cores="0"))["chat"].device == "neuron:0"
+    one = parse_settings(["--models", "tiny"], env={"NEURON_RT_VISIBLE_CORES": "0-1"})  # no torchrun: as documented
+    assert resolve_placements(one, host)["chat"].kind == "neuron"

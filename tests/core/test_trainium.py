@@ -17,9 +17,11 @@ from support import fake_neuron
 
 from neuron_backend import devices
 from neuron_backend.compile_counters import CompileCounter
+from neuron_backend.errors import ShapeFailedError
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from neuron_backend.shapes import ImageSize
 from ui.presentation import visitor_status
 from ui.probes import probe_routes
 from ui.status_panel import counters_lines, task_rows
@@ -142,6 +144,37 @@ def test_a_failed_compile_on_neuron_falls_back_to_eager_and_serves(neuron, tmp_p
     image = in_thread(lambda: backend.generate_image(ImageRequest("a fox", "64x64", steps=1, seed=3)))
     assert image.image.size == (64, 64)
     assert not neuron.compiled_calls  # nothing ran compiled
+
+
+@pytest.mark.slow
+def test_a_refused_save_is_no_compile_failure_and_the_status_says_it_once(neuron, tmp_path):
+    neuron.saveable = "unpicklable"  # aot_compile takes the neuron result; saving it raises a pickling error
+    backend = chat_backend(tmp_path, "--chat-aot", "on")
+    backend.runner.run()
+    compile_tasks = [t for t in backend.runner.tasks if t.kind == "compile"]
+    assert [t.state for t in compile_tasks] == ["ready", "ready"], [(t.name, t.error) for t in compile_tasks]
+    forward = backend.engine("chat").aot
+    assert forward.refused_saves >= 2 and neuron.save_attempts == forward.refused_saves and forward.saved == 0
+    details = [t.detail or "" for t in compile_tasks]
+    assert not any("eager fallback" in d for d in details), details  # every graph still runs compiled
+    assert "not saved for the next start" in details[0] and "cannot pickle" in details[0]
+    assert "not saved" not in details[1]  # shown once
+    attempts = neuron.save_attempts
+    replies(backend)
+    assert neuron.save_attempts == attempts  # no save retried when serving
+
+
+@pytest.mark.slow
+def test_an_out_of_memory_fails_its_shape_with_what_to_do_and_is_not_run_eager(neuron, tmp_path):
+    neuron.run_error = RuntimeError("nrt_tensor_allocate: out of memory on NeuronCore 1 (HBM)")
+    backend = neuron_backend(tmp_path, "--no-chat", "--references", "0")
+    backend.runner.run()
+    task = next(t for t in backend.runner.tasks if t.kind == "compile")
+    assert task.state == "failed" and "DeviceMemoryError" in task.error, (task.state, task.error, task.detail)
+    assert "not retried eager" in task.error and "--sizes" in task.error
+    assert not backend.engine("image").shapes.eager  # no eager fallback hides it
+    with pytest.raises(ShapeFailedError, match="out of memory"):
+        backend.engine("image").shapes.require(ImageSize(64, 64))
 
 
 CHUNK_FAILS = "neuronx-cc: prefill chunk graph failed (exit 70)"

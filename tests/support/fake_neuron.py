@@ -25,6 +25,14 @@ What it models (from TorchNeuron's source and the Neuron docs; docs/trainium.md)
   (``"synchronize"``), and only for the graphs ``failing`` picks by query length (``lambda q: q > 1``:
   the prefill chunks fail, decode does not). A failed compile is not kept: the graph's next run
   submits it again, and each submission is counted in ``compile_attempts``.
+- a compiled graph saved ahead of time (``saveable``): torch's ``aot_compile`` takes only a backend result
+  that is a ``SerializableCallable`` and serialises its artifacts when the function is saved
+  (``save_compiled_function``). Whether TorchNeuron's result is one, and pickles, is unknown; with
+  ``saveable=False`` (the default) the result is a plain function, which ``aot_compile`` refuses at compile;
+  with ``"unpicklable"`` it is a SerializableCallable whose executor holds a runtime handle (a lock), so the
+  save raises a pickling error (``TypeError: cannot pickle '_thread.lock' object``), each counted in
+  ``save_attempts``;
+- an out-of-memory (``run_error``): an exception each compiled call raises when it runs.
 
 The engines then run the real tiny models on CPU tensors with a placement that says ``neuron:i``
 (``cpu_backed``): the device module believes the weights sit on core i; only tensors are on CPU.
@@ -33,11 +41,13 @@ The engines then run the real tiny models on CPU tensors with a placement that s
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import threading
 import types
 from collections.abc import Callable
 
 import torch
+from torch._dynamo.aot_compile_types import SerializableCallable
 
 INCONSISTENT = "Inconsistent device IDs found in kernel outputs: expected device {} but found device {}"
 HBM_PER_CORE = 24 << 30  # one logical core of Trainium2 at LNC=2 (96 GiB per chip, 4 logical cores)
@@ -66,6 +76,9 @@ class FakeNeuron(types.SimpleNamespace):
         self.compile_attempts: list[int] = []  # query length of each NEFF compile submitted at a graph's run
         self.compiled_queries: list[int] = []  # query length of each compiled call that ran
         self._pending: list[_Graph] = []  # graphs whose failed compile the next synchronize() raises
+        self.saveable: bool | str = False  # "unpicklable": a SerializableCallable whose save fails (above)
+        self.save_attempts = 0
+        self.run_error: BaseException | None = None  # raised by every compiled call (an out-of-memory)
 
     # ----- torch.neuron ---------------------------------------------------------------------
     def is_available(self) -> bool:
@@ -159,10 +172,12 @@ class FakeNeuron(types.SimpleNamespace):
             if core is not None and core != current:  # outputs allocated on the current device
                 raise RuntimeError(INCONSISTENT.format(core, current))
             fake._submit(graph)
+            if fake.run_error is not None:
+                raise fake.run_error
             fake.compiled_queries.append(graph.query)
             return gm.forward(*args)
 
-        return compiled
+        return _NeffExecutable(compiled, fake) if self.saveable == "unpicklable" else compiled
 
     def _submit(self, graph: _Graph) -> None:
         """A graph's first run (or its first since its compile failed) submits its NEFF compile."""
@@ -176,6 +191,25 @@ class FakeNeuron(types.SimpleNamespace):
         else:  # the run goes on; the error waits for the next synchronize()
             graph.submitted = True
             self._pending.append(graph)
+
+
+class _NeffExecutable(SerializableCallable):
+    """A compiled graph as ``aot_compile`` accepts it, whose artifacts do not pickle: it holds a runtime handle."""
+
+    def __init__(self, run: Callable, fake: FakeNeuron):
+        self.run, self.fake, self.handle = run, fake, threading.Lock()
+
+    def __call__(self, *args):
+        return self.run(*args)
+
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: _NeffExecutable) -> bytes:
+        fn.fake.save_attempts += 1
+        return pickle.dumps(fn.handle)  # TypeError: cannot pickle '_thread.lock' object
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes):
+        raise AssertionError("never saved, so never loaded")
 
 
 @dataclasses.dataclass

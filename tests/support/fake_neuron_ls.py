@@ -9,6 +9,9 @@ What it models (the Neuron docs; docs/trainium.md "Tools"):
   are gone. The docs give neither the new key names nor the text 2.34 prints for ``-j``: the names and
   the usage error below are plausible stand-ins (a Go CLI's "unknown flag"), and the doctor reads the
   new form by its shape, not by these names;
+- ``"2.34-unread"``: as ``"2.34"``, but its JSON is keyed in a way this app cannot read by shape (the
+  devices in an object keyed by index, beside two other lists): what a 2.34 whose keys differ from our
+  guess may print. Neither JSON form then gives a device list; the plain table answers;
 - ``"broken"``: the tools are there but the driver is not: every call exits 1 with an error.
 
 Without a JSON flag every form prints a short table, as ``neuron-ls`` does.
@@ -21,7 +24,7 @@ import stat
 import sys
 from pathlib import Path
 
-FORMS = ("2.33", "2.34", "broken")
+FORMS = ("2.33", "2.34", "2.34-unread", "broken")
 DRIVER_ERROR = "neuron-ls: failed to open /dev/neuron0: No such file or directory (is the Neuron driver loaded?)"
 
 SCRIPT = '''#!{python}
@@ -52,7 +55,11 @@ else:
         value = args[args.index("--output-format") + 1] if args.index("--output-format") + 1 < len(args) else ""
         if value != "json":
             usage("invalid argument %r for \\"--output-format\\" flag" % value)
-        print(json.dumps({{"instance": INSTANCE, "ultraserver": None, "neuron_devices": DEVICES}}, indent=2))
+        if FORM == "2.34-unread":
+            print(json.dumps({{"instance_info": INSTANCE, "hardware": {{str(d["neuron_device"]): d for d in DEVICES}},
+                              "links": [{{"from": 0, "to": 1}}], "processes": [{{"pid": 1000}}]}}, indent=2))
+        else:
+            print(json.dumps({{"instance": INSTANCE, "ultraserver": None, "neuron_devices": DEVICES}}, indent=2))
         sys.exit(0)
 print("instance-type: " + INSTANCE["instance_type"])
 print("logical-neuroncore-config: %d" % INSTANCE["logical_neuroncore_config"])

@@ -7,17 +7,24 @@ of it is where it lies: a venv's ``bin/`` or another install's folder (docs/trai
 from __future__ import annotations
 
 import stat
+import sys
 from pathlib import Path
 
 
-def write(folder: Path, hang_s: float | None = None) -> Path:
+def write(folder: Path, hang_s: float | None = None, busy_s: float | None = None) -> Path:
     """Write an executable ``neuronx-cc`` into ``folder`` (created); return its path.
 
     ``hang_s``: it then runs ``sleep`` for that long (a child of its own, as the real compiler's helpers
-    are) instead of answering at once: a stuck compile."""
+    are) instead of answering at once: a stuck compile, using no CPU. ``busy_s``: it computes for that long
+    and exits 0: a long compile that makes progress. Then it is a Python script, as the real console script
+    is (its command line reads ``python …/neuronx-cc``)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "neuronx-cc"
-    body = f"sleep {hang_s}" if hang_s is not None else f"echo neuronx-cc at {path}"
-    path.write_text(f"#!/bin/sh\n{body}\n")
+    if busy_s is not None:
+        path.write_text(f"#!{sys.executable}\nimport time\nend = time.monotonic() + {busy_s}\n"
+                        "while time.monotonic() < end:\n    sum(range(1000))\n")
+    else:
+        body = f"sleep {hang_s}" if hang_s is not None else f"echo neuronx-cc at {path}"
+        path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path

@@ -51,6 +51,10 @@ def test_the_manifest_records_what_the_neff_key_depends_on(tmp_path):
     assert manifest.device_keys({}, "neuron", tmp_path / "absent")["instance_family"] is None  # unknown
     cpu = manifest.device_keys({}, "cpu", product)
     assert cpu["instance_family"] == "cpu" and cpu["logical_nc_config"] is None
+    for host in ("trn2n.48xlarge", "trn2u.48xlarge"):  # TorchNeuron compiles for trn2 on both
+        product.write_text(f"{host}\n")
+        keys = manifest.device_keys({}, "neuron", product)
+        assert keys["instance_family"] == "trn2" and keys["logical_nc_config"] == "2", host
 
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path)], env={})
     described = manifest.describe(settings, devices.resolve_placements(settings), {},

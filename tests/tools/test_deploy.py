@@ -17,7 +17,7 @@ Budgets chosen: the app serves /healthz before its warm-up, so its startup probe
 (docs/api.md's 10 minutes) and nothing that restarts a pod waits on a compile. Readiness never restarts a pod;
 what gives up on a warming pod is the Deployment's progressDeadlineSeconds (the rollout is reported failed),
 so it must cover the startup budget plus the app's own first-run estimate for that pod's shapes on one
-NeuronCore (``compile_plan.py``), and at least one task's ``--compile-timeout-min``. vLLM answers HTTP only
+NeuronCore (``compile_plan.py``), and at least one graph's ``--compile-timeout-min``. vLLM answers HTTP only
 after its compile, so its startup probe must cover its compile timeout plus ten minutes for weights and load.
 """
 
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
 import sys
 import urllib.parse
 from pathlib import Path
@@ -182,6 +184,31 @@ def ui_image_problems(dockerfile: Path = DEPLOY / "Dockerfile.ui") -> list[str]:
     if "neuron" in run.lower():
         problems.append(f"{dockerfile.name}: installs Neuron packages the UI tier never uses")
     return problems
+
+
+def neuron_image_problems(dockerfile: Path = DEPLOY / "Dockerfile") -> list[str]:
+    """The app's trn2 image: its venv sees no PYTHONPATH or user site-packages of the base image (whose vLLM
+    brings a torch of its own), and its build checks that the venv's torch is the pinned one, in the venv."""
+    problems, text = [], dockerfile.read_text(encoding="utf-8").replace("\\\n", "")
+    lines = text.splitlines()
+    env = next((i for i, line in enumerate(lines) if re.match(r"ENV .*\bPYTHONPATH=(\s|$)", line)), None)
+    venv = next((i for i, line in enumerate(lines) if line.startswith("RUN python3 -m venv")), None)
+    if env is None or venv is None or env > venv:
+        problems.append(f"{dockerfile.name}: PYTHONPATH is not cleared before the venv is made")
+    if not re.search(r"^ENV .*\bPYTHONNOUSERSITE=1\b", text, re.M):
+        problems.append(f"{dockerfile.name}: user site-packages are not off (PYTHONNOUSERSITE=1)")
+    if not re.search(r"^COPY requirements\.in requirements-neuron\.txt", text, re.M):
+        problems.append(f"{dockerfile.name}: does not copy requirements.in beside requirements-neuron.txt")
+    if torch_check(dockerfile) is None:
+        problems.append(f"{dockerfile.name}: the build does not check the venv's torch against the pin")
+    return problems
+
+
+def torch_check(dockerfile: Path = DEPLOY / "Dockerfile") -> str | None:
+    """The Python the image's build runs with its venv's python to check its torch, or None."""
+    text = dockerfile.read_text(encoding="utf-8").replace("\\\n", "")
+    found = re.search(r'/opt/showcase/bin/python -c "([^"]*torch[^"]*)"', text)
+    return found.group(1) if found else None
 
 
 def probe_problems(docs: list[dict]) -> list[str]:
@@ -345,10 +372,14 @@ def worker_link_problems(docs: list[dict]) -> list[str]:
     return problems
 
 
+VLLM_MIN_BUCKET = 128  # vLLM Neuron's documented default prefill buckets: powers of 2 from 128
+
+
 def vllm_shape_problems(docs: list[dict]) -> list[str]:
-    """vLLM compiles the app's shapes: --max-model-len is the app's context, neuron_config's prefill buckets are the
-    app's prompt buckets (the largest equal to --max-num-batched-tokens, as vLLM Neuron requires), and its decode
-    batch buckets end at --max-num-seqs."""
+    """vLLM compiles the app's shapes as its docs allow: --max-model-len is the app's context; neuron_config's
+    prefill buckets are at least 128 tokens, hold the app's largest prompt bucket, and the largest equals
+    --max-num-batched-tokens (as vLLM Neuron requires); its decode batch buckets end at --max-num-seqs; its
+    precompile cache is on (VLLM_NEURON_BACKEND=neuron_native, VLLM_CACHE_ROOT on a persistent claim)."""
     problems = []
     workers = [c for _, c in app_containers(docs) if not is_image(c)]
     app = settings_of(workers[0]) if workers else None
@@ -357,17 +388,29 @@ def vllm_shape_problems(docs: list[dict]) -> list[str]:
             continue
         command, where = c.get("command", []) + c.get("args", []), f"{dep['_file']}: vllm serve"
         config = json.loads(flag(command, "--additional-config") or "{}").get("neuron_config", {})
-        buckets, seqs = config.get("num_batched_tokens_buckets"), config.get("num_seqs_buckets") or []
+        buckets, seqs = config.get("num_batched_tokens_buckets") or [], config.get("num_seqs_buckets") or []
         if int(flag(command, "--max-model-len") or 0) != app.context_length:
             problems.append(f"{where}: --max-model-len {flag(command, '--max-model-len')} is not the app's context "
                             f"{app.context_length}")
-        if buckets != list(app.buckets):
-            problems.append(f"{where}: num_batched_tokens_buckets {buckets} are not the app's buckets "
-                            f"{list(app.buckets)}")
+        if not buckets or min(buckets) < VLLM_MIN_BUCKET:
+            problems.append(f"{where}: num_batched_tokens_buckets {buckets} go below {VLLM_MIN_BUCKET} tokens, vLLM "
+                            "Neuron's documented smallest")
+        elif max(buckets) < max(app.buckets):
+            problems.append(f"{where}: num_batched_tokens_buckets {buckets} do not hold the app's largest bucket "
+                            f"{max(app.buckets)}")
         elif int(flag(command, "--max-num-batched-tokens") or 0) != max(buckets):
             problems.append(f"{where}: --max-num-batched-tokens is not the largest bucket {max(buckets)}")
         if not seqs or max(seqs) != int(flag(command, "--max-num-seqs") or 0):
             problems.append(f"{where}: num_seqs_buckets {seqs} do not end at --max-num-seqs")
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        if env.get("VLLM_NEURON_BACKEND") != "neuron_native":
+            problems.append(f"{where}: VLLM_NEURON_BACKEND is not neuron_native: its precompile cache is off")
+        volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"].get("volumes", [])}
+        mounted = [m for m in c.get("volumeMounts", []) if env.get("VLLM_CACHE_ROOT")
+                   and (env["VLLM_CACHE_ROOT"] + "/").startswith(m["mountPath"].rstrip("/") + "/")]
+        if not mounted or "persistentVolumeClaim" not in volumes.get(mounted[-1]["name"], {}):
+            problems.append(f"{where}: VLLM_CACHE_ROOT {env.get('VLLM_CACHE_ROOT')} is not on a persistent claim: "
+                            "every start recompiles")
     return problems
 
 
@@ -418,7 +461,7 @@ def budget_problems(docs: list[dict]) -> list[str]:
         if deadline < needed:
             problems.append(f"{where}: progressDeadlineSeconds {deadline} < {needed:.0f} s (startup "
                             f"{startup_budget(c)} s + the app's first-run estimate {estimate:.0f} s, or one "
-                            f"task's --compile-timeout-min)")
+                            f"graph's --compile-timeout-min)")
         workers = workers_of(docs, settings)  # the page turns ready once a worker serves every size
         slowest = max((first_run_estimate(settings_of(w), neuroncores(w)) for w in workers), default=0.0)
         if workers and deadline < startup_budget(c) + slowest:
@@ -513,6 +556,29 @@ def test_the_ui_tier_image_is_cpu_only(tmp_path):
         "never uses"]
 
 
+def test_the_trainium_image_keeps_the_base_images_torch_out_of_its_venv(tmp_path):
+    assert neuron_image_problems() == []
+    broken = tmp_path / "Dockerfile"
+    text = (DEPLOY / "Dockerfile").read_text()
+    broken.write_text(text.replace("ENV PYTHONPATH= PYTHONNOUSERSITE=1\n", ""))
+    assert neuron_image_problems(broken) == ["Dockerfile: PYTHONPATH is not cleared before the venv is made",
+                                             "Dockerfile: user site-packages are not off (PYTHONNOUSERSITE=1)"]
+    # the build's check, run by this suite's venv python (the pinned torch, in this venv) from the app's folder
+    check = torch_check()
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run([sys.executable, "-c", check], cwd=DEPLOY.parent, env=clean, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    # another torch first on PYTHONPATH, as a base image's may be: the build stops and says so
+    leak = tmp_path / "leak"
+    (leak / "torch").mkdir(parents=True)
+    (leak / "torch" / "__init__.py").write_text("")
+    (leak / "torch-2.9.1.dist-info").mkdir()
+    (leak / "torch-2.9.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n")
+    ran = subprocess.run([sys.executable, "-c", check], cwd=DEPLOY.parent, env={**clean, "PYTHONPATH": str(leak)},
+                         capture_output=True, text=True)
+    assert ran.returncode == 1 and "torch 2.9.1" in ran.stderr and "is not the pinned torch==2.13.0" in ran.stderr
+
+
 def test_the_compile_cache_is_shared_and_its_locks_stay_local(docs, tmp_path):
     problems = cache_problems(docs, tmp_path)
     assert not problems, "\n".join(problems)
@@ -602,11 +668,18 @@ BREAKS = {
     "a worker on another port": (_set(f"{IMAGE}.template.spec.containers.0.args.6", "7861"), worker_link_problems,
                                  "does not reach the worker's --port"),
     "vLLM with another cache": (_set(f"{VLLM}.command.4", "8192"), vllm_shape_problems, "not the app's context"),
-    "vLLM with other buckets": (_set(f"{VLLM}.command.16", '{"neuron_config": {"num_batched_tokens_buckets": [128, '
-                                     '3072], "num_seqs_buckets": [1, 2, 4]}}'), vllm_shape_problems,
-                                "not the app's buckets [64, 256, 1024, 3072]"),
+    "vLLM with a bucket below its minimum": (_set(f"{VLLM}.command.16", '{"neuron_config": {"num_batched_tokens_'
+                                                 'buckets": [64, 256, 1024, 3072], "num_seqs_buckets": [1, 2, 4]}}'),
+                                             vllm_shape_problems, "go below 128 tokens"),
+    "vLLM's buckets short of the app's prompts": (
+        _set(f"{VLLM}.command.16", '{"neuron_config": {"num_batched_tokens_buckets": [128, 1024], "num_seqs_buckets":'
+                                   ' [1, 2, 4]}}'), vllm_shape_problems, "do not hold the app's largest bucket 3072"),
     "vLLM's token budget past its buckets": (_set(f"{VLLM}.command.14", "4096"), vllm_shape_problems,
                                              "not the largest bucket 3072"),
+    "vLLM on its default backend": (_set(f"{VLLM}.env.2.value", "neuron"), vllm_shape_problems,
+                                    "VLLM_NEURON_BACKEND is not neuron_native"),
+    "vLLM's cache on the pod's own disk": (_set(f"{VLLM}.volumeMounts.2.name", "models"), vllm_shape_problems,
+                                           "not on a persistent claim"),
     "a UI rollout deadline shorter than the workers' warm-up": (
         _set("page-ui.yaml|Deployment/showcase-page|spec.progressDeadlineSeconds", 3600), budget_problems,
         "the workers' first-run estimate 12000 s"),

@@ -242,7 +242,7 @@ def requirement(path: Path, name: str) -> str:
 def test_neuron_requirements_pin_the_torch_neuronx_family_of_the_tested_torch():
     torch_pin = requirement(ROOT / "requirements.txt", "torch").split("==")[1]  # 2.13.0
     family = ".".join(torch_pin.split(".")[:2])
-    assert requirement(ROOT / "requirements-neuron.txt", "torch-neuronx") == f"torch-neuronx=={family}.3.0.*"
+    assert requirement(ROOT / "requirements-neuron.txt", "torch-neuronx") == f"torch-neuronx=={family}.3.1.*"  # 2.34
     assert requirement(ROOT / "requirements-neuron.txt", "torch") == f"torch=={torch_pin}"
 
 
@@ -365,9 +365,10 @@ def test_no_core_visible_while_neuron_ls_lists_devices_fails_the_whole_doctor(ne
 
 def test_neuron_requirements_pin_one_release_family_and_the_docs_make_the_venv_with_python3():
     neuron = ROOT / "requirements-neuron.txt"
-    assert requirement(neuron, "neuronx-cc") == "neuronx-cc==2.28.7631.0"
-    assert requirement(neuron, "nki") == "nki==0.7.0"
-    assert "Ubuntu 26.04" in neuron.read_text()
+    # 2.34's compiler and NKI versions are not readable: left to pip, as the Neuron docs' install command does
+    assert requirement(neuron, "neuronx-cc") == "neuronx-cc==2.*"
+    assert requirement(neuron, "nki") == "nki"
+    assert "Ubuntu 26.04" in neuron.read_text() and "could not be read" in neuron.read_text()
     for page in ("README.md", "docs/trainium.md"):
         text = (ROOT / page).read_text()
         assert "python3 -m venv .venv" in text and not re.search(r"python3\.\d+ -m venv", text), page
@@ -416,8 +417,10 @@ def test_the_doctor_sets_each_engine_against_its_core_as_the_runtime_reports_it(
     assert chat.detail.startswith("needs ~1.7 GiB in bfloat16 (0.60 B parameters: weights 1.1 GiB + KV cache of 1 x "
                                   "4096 tokens 0.4 GiB") and free in chat.detail
     assert (image.status, image.name) == ("pass", "image memory (neuron:1)")
-    assert "needs ~24.4 GiB in bfloat16" in image.detail and free in image.detail
-    assert "decoding in bfloat16 instead of float32" in image.detail and "needs ~20.5 GiB" in image.detail
+    # the float32 decode and the edit slot's attention scores, were they materialised: loaded without the scores
+    assert "needs ~27.8 GiB in bfloat16" in image.detail and free in image.detail
+    assert "Loading anyway" in image.detail and "decoding 1024x1024 in bfloat16" in image.detail
+    assert "needs ~20.5 GiB" in image.detail
     per_core = {c.name: c.detail for c in doctor.check_counters_and_memory(placements)}
     assert per_core["memory neuron:1"] == "0.00 GiB allocated of 23.8 GiB"
     fake_neuron.install(monkeypatch, cores=1)  # one core visible: both engines on neuron:0
@@ -456,3 +459,20 @@ def test_with_image_workers_the_doctor_looks_at_each_instead_of_a_core(warm_app)
     assert down.status == doctor.FAIL and f"The image worker at {gone} cannot be reached (ConnectError" in down.detail
     local = [c.name for c in doctor.check_models(settings.replace(models="full"))]
     assert local == ["chat model files"]  # the image weights are the workers'
+
+
+def test_a_234_json_keyed_otherwise_falls_back_to_plain_neuron_ls_and_never_fails_the_host(neuron_ls):
+    neuron_ls("2.34-unread", devices=16)
+    check, listed = doctor.check_neuron_ls()
+    assert check.status == "pass", check.line()
+    assert "plain `neuron-ls` answered" in check.detail and "its JSON could not be read" in check.detail
+    assert "`neuron-ls --output-format json` printed no device list" in check.detail
+    assert "`neuron-ls -j` exit 1" in check.detail  # 2.34 refuses -j
+    assert listed == doctor.UNREAD_DEVICES and "--device-check" in check.fix
+    assert "could not be read" in doctor._seen(listed)  # what a later check says of the devices
+
+
+def test_the_driver_check_still_fails_when_plain_neuron_ls_fails_too(neuron_ls):
+    neuron_ls("broken")
+    check, _ = doctor.check_neuron_ls()
+    assert check.status == "fail" and f"`neuron-ls` exit 1: {fake_neuron_ls.DRIVER_ERROR}" in check.detail

@@ -79,12 +79,12 @@ def test_the_check_runs_end_to_end_on_cpu_and_reports_every_part(tmp_path):
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "tools.doctor", "--device-check", "--out", str(out), *SMALL,
                            "--cache-dir", str(tmp_path / "root")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=240, env={**env, "HF_HUB_OFFLINE": "1"})
+                          timeout=360, env={**env, "HF_HUB_OFFLINE": "1"})
     took = time.perf_counter() - started
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "report written to" in done.stdout
     r = json.loads(out.read_text())
-    assert took < 120 and 0 < r["wall_s"] < took
+    assert took < 180 and 0 < r["wall_s"] < took  # five processes: two phases, two saved-forwards phases, doctor
     assert r["format"] == 1 and r["command"].startswith("python -m tools.doctor --device-check --out")
     assert r["versions"]["torch"] == torch.__version__ and r["versions"]["torch-neuronx"] is None
     assert "transformers" in r["versions"] and "diffusers" in r["versions"] and "neuronx-cc" in r["versions"]
@@ -94,8 +94,18 @@ def test_the_check_runs_end_to_end_on_cpu_and_reports_every_part(tmp_path):
     chat, image = r["warm_up"]["chat"], r["warm_up"]["image"]
     assert (chat["shape"], chat["state"], image["shape"], image["state"]) == ("prefill-64", "ready", "64x64", "ready")
     assert chat["seconds"] > 0 and image["seconds"] > 0
-    assert [t["kind"] for t in r["cold"]["tasks"]].count("compile") == 2
+    assert [t["kind"] for t in r["cold"]["tasks"]].count("compile") == 3
+    edit = r["warm_up"]["image_edit"]  # one edit with one reference, at the size (1024x1024 at the full preset)
+    assert (edit["shape"], edit["state"]) == ("64x64+1ref", "ready") and edit["seconds"] > 0
     assert r["cold"]["saved_forwards"] == {"chat": None, "image": None}  # eager here: nothing compiled to save
+    assert r["core_memory"] == {"skipped": "no torch.neuron in this process: no NeuronCore to read"}
+    assert "skipped" in r["cold"]["dynamo_metrics"]  # no torch.neuron here
+    assert all("compiler_runs" in t for t in r["cold"]["tasks"]) and "compiler_runs" in chat
+    # the saved-forwards variant, a phase of its own twice over: eager on CPU, so nothing to save or load
+    aot = r["saved_forwards"]
+    assert aot["flags"] == "--chat-aot on --image-aot on"
+    assert aot["save"]["saved_forwards"] == aot["load"]["saved_forwards"] == {"chat": None, "image": None}
+    assert aot["save"]["warm_up"]["chat"]["state"] == aot["load"]["warm_up"]["image"]["state"] == "ready"
     # parity: CPU against CPU agrees, token for token and pixel for pixel
     p = r["parity"]
     assert [row["first_divergence"] for row in p["chat"]["prompts"]] == ["none"] * 3
@@ -105,8 +115,8 @@ def test_the_check_runs_end_to_end_on_cpu_and_reports_every_part(tmp_path):
     # the bundle: exported from the cold root, installed into the warm one, every shape usable
     b = r["bundle"]
     assert re.fullmatch(r"[0-9a-f]{64}", b["export"]["sha256"]) and b["export"]["bytes"] > 0
-    assert b["export"]["shapes"] == {"chat": ["prefill-64"], "image": ["64x64"]}
-    assert b["install"]["usable_graphs"] == b["install"]["total_graphs"] == 2 and b["install"]["mismatches"] == []
+    assert b["export"]["shapes"] == {"chat": ["prefill-64"], "image": ["64x64", "64x64+1ref"]}
+    assert b["install"]["usable_graphs"] == b["install"]["total_graphs"] == 3 and b["install"]["mismatches"] == []
     assert b["mode"].startswith("a fresh cache root at another path")
     assert b["warm"]["cache_root"] != r["cold"]["cache_root"]
     assert {"hits", "misses", "counter"} <= set(b["persistent_cache_after_warm_up"])
@@ -187,7 +197,9 @@ def test_a_phase_reports_each_engines_saved_forwards():
     from neuron_backend.errors import EngineUnavailableError
     from tools.device_check.phase import _saved_forwards
 
-    forwards = SimpleNamespace(saved=2, loaded=0, refused=1)  # an AotForward's counts, as a Neuron cold phase may
+    # an AotForward's counts, as a Neuron cold phase may have them: two keys whose save raised the same error
+    why = "TypeError: cannot pickle '_thread.lock' object"
+    forwards = SimpleNamespace(saved=2, loaded=0, refused=1, refused_saves=2, save_errors={"k1": why, "k2": why})
 
     def engine(name):
         if name == "image":
@@ -195,4 +207,28 @@ def test_a_phase_reports_each_engines_saved_forwards():
         return SimpleNamespace(aot=forwards)
 
     backend = SimpleNamespace(placements={"chat": None, "image": None}, engine=engine)
-    assert _saved_forwards(backend) == {"chat": {"saved": 2, "loaded": 0, "refused": 1}, "image": None}
+    assert _saved_forwards(backend) == {"chat": {"saved": 2, "loaded": 0, "refused": 1, "refused_saves": 2,
+                                                 "save_errors": [why]}, "image": None}
+
+
+def test_the_report_keeps_neuron_ls_json_output_whole_when_it_cannot_read_it(neuron_ls):
+    from tools import neuron_ls as tool
+
+    neuron_ls("2.34-unread", devices=2)
+    found = tool.output()
+    assert found["command"] == "neuron-ls" and found["json"] is None  # the plain table answered
+    raw = found["output_format_json"]
+    assert raw["exit"] == 0 and not raw["cut"]
+    assert json.loads(raw["stdout"])["hardware"]["1"]["nc_count"] == 8  # whole, for the keys to be learned
+    neuron_ls("2.34", devices=2)
+    found = tool.output()
+    assert found["command"] == "neuron-ls --output-format json" and found["output_format_json"]["stdout"]
+
+
+def test_a_phase_records_the_total_memory_torch_neuron_reports_per_core(monkeypatch):
+    from tools.device_check.phase import reported_core_memory
+
+    fake_neuron.install(monkeypatch, cores=2)
+    assert reported_core_memory() == {"neuron:0": fake_neuron.REPORTED_TOTAL, "neuron:1": fake_neuron.REPORTED_TOTAL}
+    monkeypatch.delattr(torch, "neuron")
+    assert "skipped" in reported_core_memory()

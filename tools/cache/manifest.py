@@ -37,6 +37,9 @@ FORMAT = 1
 COMPILER_ENV = {"platform_target": "NEURON_PLATFORM_TARGET_OVERRIDE", "opt_level": "NEURON_COMPILER_OPT_LEVEL",
                 "compiler_flags": "NEURON_CC_FLAGS"}
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
+# instance types' families that compile for another's target: TorchNeuron maps trn2n and trn2u (UltraServer)
+# hosts to trn2, so their NEFFs are trn2's
+SAME_TARGET = {"trn2n": "trn2", "trn2u": "trn2"}
 LNC_DEFAULT = {"trn2": "2"}  # the logical-core config the runtime uses when NEURON_LOGICAL_NC_CONFIG is unset
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")  # the EC2 instance type, e.g. "trn2.48xlarge"
 TRACED_PACKAGES = ("torch", "transformers", "diffusers")  # their source locations are in every traced program
@@ -74,7 +77,8 @@ def software() -> dict[str, str | None]:
 
 def instance_family(kind: str, env: Mapping[str, str], product_file: Path = DMI_PRODUCT) -> str | None:
     """The instance family the Neuron runtime compiles for ("trn2"): the platform-target override where
-    set, else the instance type's family; ``kind`` ("cpu", "cuda") off Neuron; None when unknown."""
+    set, else the instance type's family (trn2n and trn2u hosts read as trn2, ``SAME_TARGET``); ``kind``
+    ("cpu", "cuda") off Neuron; None when unknown."""
     if kind != "neuron":
         return kind
     if target := env.get(COMPILER_ENV["platform_target"]):
@@ -83,7 +87,8 @@ def instance_family(kind: str, env: Mapping[str, str], product_file: Path = DMI_
         product = Path(product_file).read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
-    return product.split(".")[0].lower() or None
+    family = product.split(".")[0].lower() or None
+    return SAME_TARGET.get(family, family) if family else None
 
 
 def device_keys(env: Mapping[str, str] | None = None, kind: str = "cpu",

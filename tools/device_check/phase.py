@@ -1,11 +1,13 @@
 """One phase of the first-device check, run in a process of its own: warm up, count, compare.
 
-``python -m tools.device_check.phase --role cold|warm --result OUT.json -- [app flags]``. The report
+``python -m tools.device_check.phase --role cold|warm|aot --result OUT.json -- [app flags]``. The report
 (``report.py``) starts it twice, each a fresh process on a fresh cache root: ``cold`` warms up one
 chat bucket and one image size from nothing, records the compile cache (the manifest a bundle
 needs) and runs the parity checks; ``warm`` installs the cold phase's bundle (``--cache-bundle``
 among the app flags) and warms up the same shapes, so the persistent-cache hits and misses say what
-the bundle brought. Each phase is a process of its own because the Neuron runtime holds the cores of
+the bundle brought. Then ``aot`` runs twice on a third root with ``--chat-aot on --image-aot on``: the
+first saves the compiled forwards (or says why not), the second loads them. Each phase is a process of
+its own because the Neuron runtime holds the cores of
 a process until it exits, and because a fresh process is the only honest test of an on-disk cache
 (dynamo and TorchNeuron also keep what they compiled in memory).
 
@@ -21,29 +23,33 @@ import sys
 import time
 from pathlib import Path
 
-ROLES = ("cold", "warm")
+ROLES = ("cold", "warm", "aot")  # aot: the saved-forwards variant (report.saved_forwards_phases)
 
 
 def _tasks(backend) -> list[dict]:
     return [{"name": str(t.name), "engine": t.engine, "kind": t.kind, "shape": t.shape, "state": t.state,
              "seconds": None if t.seconds is None else round(t.seconds, 3), "cache_hit": t.cache_hit,
-             "error": None if t.error is None else str(t.error), "detail": None if t.detail is None else str(t.detail)}
+             "error": None if t.error is None else str(t.error), "detail": None if t.detail is None else str(t.detail),
+             "compiler_runs": t.compiler_runs}
             for t in backend.runner.tasks]
 
 
-def _warm_up_seconds(tasks: list[dict], engine: str) -> dict | None:
-    """The compile task of ``engine`` (its one shape): shape, seconds, state; None when the engine is off."""
-    found = [t for t in tasks if t["engine"] == engine and t["kind"] == "compile"]
+def _warm_up_seconds(tasks: list[dict], engine: str, edit: bool = False) -> dict | None:
+    """The compile task of ``engine``'s one shape (``edit``: the image's edit slot): shape, seconds, state; None
+    when the engine is off."""
+    found = [t for t in tasks if t["engine"] == engine and t["kind"] == "compile"
+             and ("+" in (t["shape"] or "")) == edit]  # an edit slot's label: "1024x1024+1ref"
     if not found:
         return None
     t = found[0]
     return {"shape": t["shape"], "seconds": t["seconds"], "state": t["state"], "cache_hit": t["cache_hit"],
-            "error": t["error"]}
+            "error": t["error"], "compiler_runs": t["compiler_runs"]}
 
 
 def _saved_forwards(backend) -> dict:
-    """Per engine, its compiled forwards saved whole and loaded (``--chat-aot``/``--image-aot``), and the call keys
-    whose ahead-of-time compile was refused (they ran the plain compiled call); None where it is off."""
+    """Per engine, its compiled forwards saved whole and loaded (``--chat-aot``/``--image-aot``), the call keys
+    whose ahead-of-time compile was refused (they ran the plain compiled call), and those compiled whose save was
+    refused (they served compiled, unsaved) with the distinct errors; None where it is off."""
     out = {}
     for name in backend.placements:
         try:
@@ -51,8 +57,41 @@ def _saved_forwards(backend) -> dict:
         except Exception:  # noqa: BLE001 - an engine that did not load: its error is in the tasks
             forwards = None
         out[name] = None if forwards is None else {"saved": forwards.saved, "loaded": forwards.loaded,
-                                                   "refused": forwards.refused}
+                                                   "refused": forwards.refused,
+                                                   "refused_saves": forwards.refused_saves,
+                                                   "save_errors": sorted(set(forwards.save_errors.values()))}
     return out
+
+
+def reported_core_memory() -> dict:
+    """Per core this process sees, the total memory ``torch.neuron`` reports (``get_device_properties(i)
+    .total_memory``: the runtime's limit for that core, 0 where its query failed); skipped off Neuron."""
+    import torch
+
+    neuron = getattr(torch, "neuron", None)
+    if neuron is None:
+        return {"skipped": "no torch.neuron in this process: no NeuronCore to read"}
+    out: dict = {}
+    for index in range(neuron.device_count()):
+        try:
+            out[f"neuron:{index}"] = int(neuron.get_device_properties(index).total_memory)
+        except Exception as exc:  # noqa: BLE001 - what the runtime answered is the finding
+            out[f"neuron:{index}"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def dynamo_metrics() -> dict:
+    """What ``torch.neuron.get_dynamo_metrics()`` reports after the warm-up (per compiled graph, its compile
+    times, in TorchNeuron's source); skipped where it is missing. It synchronises: called once no request runs."""
+    import torch
+
+    read = getattr(getattr(torch, "neuron", None), "get_dynamo_metrics", None)
+    if read is None:
+        return {"skipped": "torch.neuron.get_dynamo_metrics is not there (not Neuron, or not this release)"}
+    try:
+        return {"metrics": json.loads(json.dumps(read(), default=str))}
+    except Exception as exc:  # noqa: BLE001 - what it raised is the finding
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def run_phase(settings, role: str, host=None) -> dict:
@@ -84,9 +123,11 @@ def run_phase(settings, role: str, host=None) -> dict:
                        for name, p in backend.placements.items()},
         "accelerator": backend.description["accelerator"], "warm_up_s": round(warm_up_s, 3), "tasks": tasks,
         "chat_warm_up": _warm_up_seconds(tasks, "chat"), "image_warm_up": _warm_up_seconds(tasks, "image"),
+        "image_edit_warm_up": _warm_up_seconds(tasks, "image", edit=True),
         "persistent_cache": {"hits": hits, "misses": misses, "counter": str(CompileCounter.source()),
                              "graphs_compiled": CompileCounter.graphs()},
         "saved_forwards": _saved_forwards(backend),
+        "dynamo_metrics": dynamo_metrics(),
     }
     if hook.report is not None:
         r = hook.report
@@ -96,6 +137,7 @@ def run_phase(settings, role: str, host=None) -> dict:
     if role == "cold":
         result["parity"] = parity.run(backend)
     result["memory"] = devices.device_counters(backend.placements)["memory"]
+    result["core_memory"] = reported_core_memory()
     return result
 
 

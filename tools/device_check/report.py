@@ -4,13 +4,16 @@
 tools.device_check``). In order:
 
 1. ``neuron-ls`` (its JSON form, else plain) and the installed versions, read without ``import torch``;
-2. the cold phase (``phase.py``, a fresh process on a fresh cache root): one chat bucket and one
-   image size warmed up from nothing, timed; greedy tokens and one image compared with CPU; memory
+2. the cold phase (``phase.py``, a fresh process on a fresh cache root): one chat bucket, one
+   image size and its edit slot with one reference (one edit, a 1024x1024 reference at the full preset)
+   warmed up from nothing, timed; greedy tokens and one image compared with CPU; memory
    per core;
 3. that cache exported as a bundle and installed, in a second fresh process, into another fresh
    cache root (at another path, same venv and app folder), which warms up the same shapes: its
    persistent-cache hits and misses say what the bundle brought;
-4. the doctor's checks, last, in a process of its own: its placement checks hold the NeuronCores
+4. the saved-forwards variant (``--chat-aot on --image-aot on``), twice on a third fresh root: whether
+   the ``neuron`` backend's compiled forwards save, and whether a second process loads them;
+5. the doctor's checks, last, in a process of its own: its placement checks hold the NeuronCores
    until its process exits, and the phases need them before.
 
 Each phase has a time limit (``--phase-timeout-min``); past it its whole process group is killed
@@ -90,9 +93,10 @@ def versions() -> dict:
 
 
 def phase_flags(settings, app_flags: list[str], root: Path) -> list[str]:
-    """The app flags of a phase: the user's, narrowed to one bucket and one size, batch 1, its own cache root."""
+    """The app flags of a phase: the user's, narrowed to one bucket and one size with its one-reference edit slot
+    (a 1024x1024 reference at the full preset's first size), batch 1, its own cache root."""
     return [*app_flags, "--models", settings.models, "--chat-buckets", str(settings.buckets[0]),
-            "--sizes", settings.sizes[0].label, "--references", "0", "--chat-batch", "1", "--cache-dir", str(root)]
+            "--sizes", settings.sizes[0].label, "--references", "0,1", "--chat-batch", "1", "--cache-dir", str(root)]
 
 
 def child_env() -> dict:
@@ -102,9 +106,11 @@ def child_env() -> dict:
     return env
 
 
-def run_phase(role: str, flags: list[str], work: Path, python: str, timeout_s: float) -> dict:
-    """Run one phase in a new process group; kill the whole group (compilers included) past ``timeout_s``."""
-    result, log = work / f"{role}.json", work / f"{role}.log"
+def run_phase(role: str, flags: list[str], work: Path, python: str, timeout_s: float,
+              name: str | None = None) -> dict:
+    """Run one phase in a new process group; kill the whole group (compilers included) past ``timeout_s``.
+    ``name``: of its result and log files (default the role)."""
+    result, log = work / f"{name or role}.json", work / f"{name or role}.log"
     command = [python, "-m", "tools.device_check.phase", "--role", role, "--result", str(result), "--", *flags]
     started = time.perf_counter()
     with open(log, "wb") as sink:
@@ -270,15 +276,19 @@ def main(argv: list[str] | None = None) -> int:
         report["cold"] = cold
         if "persistent_cache" in cold:
             cold["persistent_cache"] = cache_counts(cold)
-        report["warm_up"] = {"chat": cold.get("chat_warm_up"), "image": cold.get("image_warm_up")} \
+        report["warm_up"] = {"chat": cold.get("chat_warm_up"), "image": cold.get("image_warm_up"),
+                             "image_edit": cold.get("image_edit_warm_up")} \
             if "error" not in cold else {"skipped": "the cold phase did not finish"}
         report["memory"] = memory(cold)
+        report["core_memory"] = cold.pop("core_memory", None) or {"skipped": "the cold phase did not finish"}
         report["parity"] = cold.pop("parity", None) or {"skipped": "the cold phase did not finish"}
         write(args.out, report, begun)
         if "error" in cold:
             report["bundle"] = {"skipped": "the cold phase did not finish: there is no cache to bundle"}
         else:
             report["bundle"] = bundle_round_trip(settings, app_flags, work, args, timeout_s)
+        write(args.out, report, begun)
+        report["saved_forwards"] = saved_forwards_phases(settings, app_flags, work, timeout_s)
         write(args.out, report, begun)
         report["doctor"] = doctor_results(app_flags, work)
     finally:
@@ -290,6 +300,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device check: report written to {args.out} in {report['wall_s']:.0f} s"
           + (f"; {', '.join(failed)} failed (see the report)" if failed else ""))
     return 1 if failed else 0
+
+
+def saved_forwards_phases(settings, app_flags: list[str], work: Path, timeout_s: float) -> dict:
+    """The saved-forwards variant (``--chat-aot on --image-aot on``), twice on one fresh root: what the first
+    process saved (or why not), and what the second loaded."""
+    flags = [*phase_flags(settings, app_flags, work / "aot-root"), "--chat-aot", "on", "--image-aot", "on"]
+    out: dict = {"flags": "--chat-aot on --image-aot on"}
+    for name in ("save", "load"):
+        phase = run_phase("aot", flags, work, sys.executable, timeout_s, name=f"aot-{name}")
+        out[name] = phase if "error" in phase else {
+            "saved_forwards": phase["saved_forwards"], "process_s": phase["process_s"],
+            "warm_up": {"chat": phase.get("chat_warm_up"), "image": phase.get("image_warm_up")}}
+        if "error" in phase:
+            break
+    return out
 
 
 def bundle_round_trip(settings, app_flags: list[str], work: Path, args, timeout_s: float) -> dict:
@@ -310,4 +335,5 @@ def bundle_round_trip(settings, app_flags: list[str], work: Path, args, timeout_
         warm.pop("persistent_cache", None)
         out["warm_up"] = {"chat": warm.get("chat_warm_up"), "image": warm.get("image_warm_up")}
         warm.pop("memory", None)
+        warm.pop("core_memory", None)
     return out
