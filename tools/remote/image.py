@@ -39,7 +39,12 @@ from neuron_backend.errors import (
 from neuron_backend.image.engine import SEED_MAX, ImageRequest, ImageResult
 from neuron_backend.image.inputs import clean_prompt, guidance_value, whole_number
 from neuron_backend.image.png_info import OutputFolder
-from neuron_backend.image.references import check_reference_count
+from neuron_backend.image.references import (
+    ReferenceFile,
+    check_reference_count,
+    check_reference_pixels,
+    reference_pixel_limit,
+)
 from neuron_backend.messages import tr
 from neuron_backend.settings import Settings
 from neuron_backend.shapes import image_shape, parse_size
@@ -207,6 +212,8 @@ class RemoteImageEngine:
         count = whole_number(tr("Images per run"), request.count, 1, s.max_images_per_run)
         if request.references:
             check_reference_count(len(request.references), s.references)
+            for reference in request.references:  # the workers' own limit: the same sizes
+                check_reference_pixels(reference, reference_pixel_limit(s.sizes))
         return ImageRequest(clean_prompt(request.prompt, s.max_prompt_chars), size, steps, seed, guidance, count,
                             tuple(request.references))
 
@@ -285,7 +292,11 @@ class RemoteImageEngine:
 
         files = []
         for i, ref in enumerate(request.references):
-            ref.image.save(path := folder / f"{ref.name or f'reference-{i + 1}'}.png".replace("/", "_"))
+            stem = (ref.name or f"reference-{i + 1}").replace("/", "_")
+            if isinstance(ref, ReferenceFile):  # the file as sent, never decoded here
+                (path := folder / f"{stem}.{ref.format.lower()}").write_bytes(ref.data)
+            else:
+                ref.image.save(path := folder / f"{stem}.png")
             files.append(handle_file(str(path)))
         return worker.client.submit(prompt=request.prompt, references=files,
                                     fit=",".join(ref.fit for ref in request.references), **common,
