@@ -49,6 +49,8 @@ from neuron_backend.messages import tr
 from neuron_backend.settings import Settings
 from neuron_backend.shapes import image_shape, parse_size
 
+from .bounded import BodyTooLarge, get_json
+
 log = logging.getLogger("showcase.image")
 
 CONNECT_TIMEOUT_S = 5.0  # one /readyz look
@@ -139,10 +141,9 @@ class RemoteImageEngine:
         """The worker's image shapes from its /readyz (OSError: unreachable; EngineUnavailableError: no images)."""
         import httpx
 
-        try:
-            answer = httpx.get(worker.url + "/readyz", timeout=CONNECT_TIMEOUT_S)
-            body = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
+        try:  # at most MAX_BODY_BYTES read, no redirect followed (bounded.py)
+            _, body = get_json(worker.url + "/readyz", CONNECT_TIMEOUT_S)
+        except (httpx.HTTPError, BodyTooLarge) as exc:
             raise OSError(_short(exc)) from None
         shapes = (body.get("shapes") or {}).get("image") if isinstance(body, dict) else None
         if not shapes:
@@ -308,8 +309,8 @@ class RemoteImageEngine:
         import httpx
 
         try:
-            return httpx.get(worker.url + "/healthz", timeout=CONNECT_TIMEOUT_S).status_code == 200
-        except httpx.HTTPError:
+            return get_json(worker.url + "/healthz", CONNECT_TIMEOUT_S)[0] == 200
+        except (httpx.HTTPError, BodyTooLarge):
             return False
 
     def _outcome(self, worker: Worker, job):
