@@ -124,6 +124,41 @@ def test_a_stop_sequence_ends_the_reply_where_it_begins(served):
     assert streamed[-1].choices[0].finish_reason == "stop"
 
 
+def test_stop_sequences_keep_to_openais_limits_said_in_the_400(served):
+    """At most 4, each at most 256 characters: four of 40,000 (a 160 KB request) once cost a minute of scanning."""
+    _, client = served
+    with pytest.raises(openai.BadRequestError) as refused:
+        _chat(client, max_tokens=4, stop=["x" * 40_000] * 4)
+    said = refused.value.body
+    assert said["param"] == "stop" and said["type"] == "invalid_request_error"
+    assert said["message"] == ("stop must be a text or a list of up to 4 non-empty texts of at most 256 characters "
+                               "each; one has 40000 characters.")
+    with pytest.raises(openai.BadRequestError, match="up to 4 non-empty texts .*; got a list of 5"):
+        _chat(client, max_tokens=4, stop=["a", "b", "c", "d", "e"])
+    assert _chat(client, max_tokens=4, stop=["x" * 256] * 4).choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_stop_scan_finds_the_first_stop_to_complete_however_the_reply_streams():
+    """Against a plain search of the whole text, for texts, stops and update boundaries drawn at random."""
+    import random
+
+    from tools.openai_api.schema import StopScan
+
+    rng = random.Random(52)
+    for _ in range(400):
+        text = "".join(rng.choice("aab") for _ in range(rng.randrange(0, 60)))
+        stops = tuple("".join(rng.choice("ab") for _ in range(rng.randrange(1, 6))) for _ in range(rng.randrange(1, 5)))
+        ends = [(at + len(s), at) for s in stops if (at := text.find(s)) >= 0]
+        first = min(text.find(s) + len(s) for s in stops if s in text) if ends else None
+        expected = text if first is None else text[:min(at for end, at in ends if end == first)]
+        scan, sent, cuts = StopScan(stops), "", sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, 5)))
+        for cut in [*cuts, len(text)]:
+            sent += scan.feed(text[:cut])
+            assert expected.startswith(sent), (text, stops, sent)
+        sent += scan.feed(text, final=True)
+        assert sent == expected and scan.hit == (first is not None), (text, stops, sent, expected)
+
+
 def test_a_cancelled_stream_frees_the_engine(served):
     backend, client = served
     engine, url = backend.engine("chat"), str(client.base_url).removesuffix("v1/")

@@ -29,6 +29,7 @@ from neuron_backend.shapes import shape_keys
 from ui.api import SEED_MAX
 
 MAX_STOPS = 4  # stop sequences per request, as OpenAI allows
+MAX_STOP_CHARS = 256  # characters of one stop sequence (a stop is a few tokens; OpenAI's are short too)
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
 # OpenAI fields this server cannot honour, accepted only at their neutral values (None is always fine).
@@ -184,9 +185,13 @@ def _conversation(messages: object) -> tuple[str | None, list[dict], str]:
 
 def _stops(stop: object) -> tuple[str, ...]:
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+    allowed = f"a text or a list of up to {MAX_STOPS} non-empty texts of at most {MAX_STOP_CHARS} characters each"
     if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
-        raise ApiError(400, f"stop must be a text or a list of up to {MAX_STOPS} non-empty texts.", "stop",
-                       "invalid_value")
+        given = f"a list of {len(stops)}" if isinstance(stops, list) and len(stops) > MAX_STOPS else "not that"
+        raise ApiError(400, f"stop must be {allowed}; got {given}.", "stop", "invalid_value")
+    longest = max((len(s) for s in stops), default=0)
+    if longest > MAX_STOP_CHARS:
+        raise ApiError(400, f"stop must be {allowed}; one has {longest} characters.", "stop", "invalid_value")
     return tuple(stops)
 
 
@@ -230,30 +235,66 @@ def model_names(backend: Backend, engine: str) -> tuple[str, ...]:
 
 # ----- chat: the reply's text as OpenAI gives it ----------------------------------------------------
 class StopScan:
-    """The answer up to the first stop sequence, released as it streams: a tail that could begin a
-    stop sequence is held back until the next text decides."""
+    """The answer up to the first stop sequence to complete, released as it streams: a tail that could begin a
+    stop sequence is held back until the next text decides.
+
+    Each character of the answer is looked at once per stop sequence (a Knuth-Morris-Pratt matcher that keeps
+    its state between updates), so the work is linear in the reply whatever the stops are.
+    """
 
     def __init__(self, stops: tuple[str, ...]):
         self.stops, self.sent, self.hit = stops, 0, False
+        self._matchers = [_Matcher(stop) for stop in stops]
+        self._scanned = 0  # characters of the answer the matchers have seen
+        self._end: int | None = None  # where the answer stops (the first stop sequence's start), once found
 
     def feed(self, answer: str, final: bool = False) -> str:
         """The part of the cumulative ``answer`` that is new and safe to send (``final``: all of it)."""
         if self.hit or len(answer) < self.sent:
             return ""
-        found = [at for at in (answer.find(s, max(0, self.sent - len(s))) for s in self.stops) if at >= 0]
-        if found:
-            self.hit, end = True, min(found)
+        for at in range(self._scanned, len(answer)):
+            char = answer[at]
+            done = [len(matcher.pattern) for matcher in self._matchers if matcher.feed(char)]
+            if done:  # the stops completed by this character: the reply ends where the longest begins
+                self._end = at + 1 - max(done)
+                break
+        self._scanned = len(answer)
+        if self._end is not None:
+            self.hit, end = True, self._end
         elif final:
             end = len(answer)
         else:
-            end = len(answer) - max((_partial(answer, s) for s in self.stops), default=0)
+            end = len(answer) - max((matcher.matched for matcher in self._matchers), default=0)
         new, self.sent = answer[self.sent:end], max(self.sent, end)
         return new
 
 
-def _partial(text: str, stop: str) -> int:
-    """Length of the longest tail of ``text`` that is a proper prefix of ``stop``."""
-    return next((n for n in range(min(len(stop) - 1, len(text)), 0, -1) if stop.startswith(text[-n:])), 0)
+class _Matcher:
+    """Knuth-Morris-Pratt over a stream: ``matched`` is the longest tail of the text so far that begins ``pattern``."""
+
+    def __init__(self, pattern: str):
+        self.pattern, self.matched = pattern, 0
+        self._fallback = [0] * len(pattern)  # the longest proper prefix of pattern[:i + 1] that is also its suffix
+        k = 0
+        for i in range(1, len(pattern)):
+            while k and pattern[i] != pattern[k]:
+                k = self._fallback[k - 1]
+            if pattern[i] == pattern[k]:
+                k += 1
+            self._fallback[i] = k
+
+    def feed(self, char: str) -> bool:
+        """Take one more character; True when the pattern ends with it."""
+        k = self.matched
+        while k and char != self.pattern[k]:
+            k = self._fallback[k - 1]
+        if char == self.pattern[k]:
+            k += 1
+        if k == len(self.pattern):
+            self.matched = self._fallback[k - 1]
+            return True
+        self.matched = k
+        return False
 
 
 @dataclass
