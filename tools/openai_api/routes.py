@@ -45,7 +45,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from neuron_backend.chat.text import ChatRequest, ChatUpdate
-from neuron_backend.errors import ShowcaseError
+from neuron_backend.errors import ShowcaseError, StorageError, storage_reason
 from neuron_backend.image.png_info import png_metadata
 from neuron_backend.metrics import V1_ENDPOINTS
 from neuron_backend.runtime import Backend
@@ -58,7 +58,8 @@ log = logging.getLogger("showcase")
 
 MAX_BODY = 8 * 1024 * 1024  # bytes of one request's JSON
 WAIT_POLL_S = 0.25  # how often a waiting handler looks for a client that went away
-FILE_NAME = re.compile(r"^[\w.-]+\.png$")
+FILE_NAME = re.compile(r"^[\w.-]{1,200}\.png$")  # the names this API hands out; never a path
+ROUTE_ENGINES = {"chat": "chat", "images": "image", "edits": "image"}
 
 
 _END = object()
@@ -168,7 +169,8 @@ async def _json_body(request: Request) -> dict:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY:
-            raise ApiError(400, f"The request body is over {MAX_BODY} bytes.", code="body_too_large")
+            raise ApiError(413, f"The request body is over {MAX_BODY} bytes, the most /v1 reads.",
+                           code="request_too_large")
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks))
@@ -208,6 +210,12 @@ class OpenAIRoutes:
             try:
                 _authorized(request, self.backend.settings)
                 response = await handler(request)
+            except ShowcaseError as exc:  # a check of the backend's on the request (e.g. a message's content): 400
+                error = refusal(self.backend, ROUTE_ENGINES.get(route, "chat"), exc)
+                metrics.observe_v1(route, error.status, error.type)
+                self._refused(path, error)
+                metrics.observe_latency(path, time.monotonic() - arrived)
+                return _error_response(error)
             except ApiError as exc:
                 metrics.observe_v1(route, exc.status, exc.type)
                 self._refused(path, exc)
@@ -266,7 +274,16 @@ class OpenAIRoutes:
                        "model_not_found")
 
     # ----- chat -----------------------------------------------------------------------------------
+    def _served(self, engine: str) -> None:
+        """404 for an engine this server does not run (--no-chat, --no-image): not a wait, a wrong address."""
+        if engine not in self.backend.placements:
+            flag = "--no-chat" if engine == "chat" else "--no-image"
+            names = [model_names(self.backend, e)[0] for e in self.backend.placements]
+            raise ApiError(404, f"This server runs no {engine} model (it was started with {flag}); it serves: "
+                           f"{', '.join(names) or 'nothing'}.", "model", "model_not_found")
+
     async def chat(self, request: Request) -> Response:
+        self._served("chat")
         call = chat_call(await _json_body(request), self.backend)
         release = self.admission.enter("chat")
         try:
@@ -355,10 +372,12 @@ class OpenAIRoutes:
 
     # ----- images ---------------------------------------------------------------------------------
     async def images(self, request: Request) -> Response:
+        self._served("image")
         return await self._images(image_call(await _json_body(request), self.backend), request)
 
     async def edits(self, request: Request) -> Response:
         """/v1/images/edits: as /v1/images/generations, from the multipart form's image files (edits.py)."""
+        self._served("image")
         return await self._images(await edit_call(request, self.backend), request)
 
     async def _images(self, call: ImageCall, request: Request) -> Response:
@@ -386,7 +405,7 @@ class OpenAIRoutes:
             buffer = io.BytesIO()
             result.image.save(buffer, format="PNG", pnginfo=png_metadata(result.params))
             data = buffer.getvalue()
-            path = self.backend.exports.write(data, ".png", "image") if form == "url" else None
+            path = self._exported(data) if form == "url" else None
         else:
             data = path.read_bytes() if form == "b64_json" else b""
         item = {"revised_prompt": None, "parameters": result.params}
@@ -395,6 +414,17 @@ class OpenAIRoutes:
         else:
             item["url"] = f"{str(request.base_url).rstrip('/')}/v1/images/files/{path.name}"
         return item
+
+    def _exported(self, png: bytes) -> Path:
+        """``png`` written where /v1/images/files serves it; 507 when the disk refuses (base64 needs no disk)."""
+        try:
+            return self.backend.exports.write(png, ".png", "image")
+        except OSError as exc:
+            reason = exc if isinstance(exc, StorageError) else storage_reason(exc)
+            log.warning("/v1 could not keep an image for its URL: %s", exc)
+            raise ApiError(507, f"The image was made but cannot be kept for a URL: {reason}. Ask for "
+                           "response_format \"b64_json\", which needs no disk.", "response_format",
+                           "insufficient_storage") from None
 
     async def file(self, request: Request) -> Response:
         """A PNG this API handed out by URL, from the folders the page serves (outputs, exports)."""

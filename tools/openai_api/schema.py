@@ -31,7 +31,8 @@ from ui.api import SEED_MAX
 MAX_STOPS = 4  # stop sequences per request, as OpenAI allows
 MAX_STOP_CHARS = 256  # characters of one stop sequence (a stop is a few tokens; OpenAI's are short too)
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
+               413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "service_unavailable",
+               507: "server_error"}
 # OpenAI fields this server cannot honour, accepted only at their neutral values (None is always fine).
 CHAT_NEUTRAL = {"user": None, "metadata": None, "store": None, "service_tier": None, "parallel_tool_calls": None,
                 "frequency_penalty": (0,), "presence_penalty": (0,), "logprobs": (False,), "top_logprobs": (0,),
