@@ -321,15 +321,17 @@ def test_the_auth_rule_without_a_key():
 
     from tools.openai_api.routes import _authorized
     from tools.openai_api.schema import ApiError
+    from ui.guards import LoginThrottle
 
     def request(authorization=None):
         headers = [(b"authorization", authorization.encode())] if authorization else []
         return Request({"type": "http", "method": "GET", "path": "/v1/models", "headers": headers})
 
-    _authorized(request(), SimpleNamespace(api_key=None, auth=None))
+    throttle = LoginThrottle()
+    _authorized(request(), SimpleNamespace(api_key=None, auth=None), throttle)
     with pytest.raises(ApiError, match="--api-key") as info:
-        _authorized(request("Bearer anything"), SimpleNamespace(api_key=None, auth=("ada", "lovelace")))
+        _authorized(request("Bearer anything"), SimpleNamespace(api_key=None, auth=("ada", "lovelace")), throttle)
     assert info.value.status == 401
-    _authorized(request(f"Bearer {KEY}"), SimpleNamespace(api_key=KEY, auth=None))
+    _authorized(request(f"Bearer {KEY}"), SimpleNamespace(api_key=KEY, auth=None), throttle)
     with pytest.raises(ApiError):
-        _authorized(request(f"Basic {KEY}"), SimpleNamespace(api_key=KEY, auth=None))
+        _authorized(request(f"Basic {KEY}"), SimpleNamespace(api_key=KEY, auth=None), throttle)

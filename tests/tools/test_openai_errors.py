@@ -126,3 +126,27 @@ def test_a_full_disk_is_507_for_a_url_and_base64_still_works(served, monkeypatch
     image = client.images.generate(model="image", prompt="a lighthouse", size="64x64", response_format="b64_json",
                                    extra_body={"steps": 1, "seed": 5})
     assert base64.b64decode(image.data[0].b64_json).startswith(b"\x89PNG")
+
+
+def test_wrong_api_keys_back_off_like_failed_logins(tmp_path_factory):
+    """Five wrong keys are free; the sixth locks the address out for Retry-After seconds, the right key too."""
+    import time
+
+    key = "sk-right-0123456789"
+    demo, backend, url = start_app(tmp_path_factory.mktemp("v1-keys"), "--api-key", key, "--no-image")
+    try:
+        wrong = openai.OpenAI(base_url=url + "v1", api_key="sk-wrong", max_retries=0)
+        right = openai.OpenAI(base_url=url + "v1", api_key=key, max_retries=0)
+        for _ in range(6):
+            with pytest.raises(openai.AuthenticationError):
+                wrong.models.list()
+        with pytest.raises(openai.RateLimitError) as caught:
+            right.models.list()
+        error = _error(caught)
+        wait = int(caught.value.response.headers["retry-after"])
+        assert error["code"] == "too_many_wrong_keys" and 1 <= wait <= 2
+        assert error["message"] == f"Too many wrong API keys from this address: try again in {wait} s."
+        time.sleep(wait)  # the server's own Retry-After: then the right key works again
+        assert [m.id for m in right.models.list()] == [backend.settings.chat_model]
+    finally:
+        demo.close()

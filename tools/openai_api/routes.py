@@ -17,7 +17,9 @@ the allowed values), a shape still compiling 503 with ``Retry-After`` = its warm
 seconds (the SDK's retries then wait for the compile), more requests than the engine's slots plus
 ``--queue-size`` waiting 429. Auth: with a key configured (``--api-key``) every route needs
 ``Authorization: Bearer <key>``; with ``--auth`` and no key /v1 is closed; without either it is open,
-like the rest of an app that binds 127.0.0.1 by default.
+like the rest of an app that binds 127.0.0.1 by default. Wrong keys back off as failed logins do
+(``ui.guards.LoginThrottle`` per client address): past 5, the address waits (429 with ``Retry-After``),
+the right key included.
 
 Handlers run on the server's event loop; each chat reply is read on its own thread (``_ChatPump``)
 and a client that goes away sets the reply's stop event, which frees the engine within one token
@@ -32,6 +34,7 @@ import hmac
 import io
 import json
 import logging
+import math
 import re
 import secrets
 import threading
@@ -50,6 +53,7 @@ from neuron_backend.image.png_info import png_metadata
 from neuron_backend.metrics import V1_ENDPOINTS
 from neuron_backend.runtime import Backend
 from ui.api import ImageRun
+from ui.guards import LoginThrottle
 
 from .edits import edit_call, edit_counts
 from .schema import ApiError, ChatCall, ImageCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
@@ -151,17 +155,24 @@ class Admission:
 
 
 # ----- the routes -------------------------------------------------------------------------------------
-def _authorized(request: Request, settings) -> None:
-    """Raise 401 unless the request may use /v1 (see the module docstring)."""
+def _authorized(request: Request, settings, throttle: LoginThrottle) -> None:
+    """Raise 401 unless the request may use /v1, 429 while its address is backing off (see the module docstring)."""
     if settings.api_key is None:
         if settings.auth is None:
             return
         raise ApiError(401, "/v1 needs an API key on a server with --auth: start it with --api-key KEY (or "
                        "SHOWCASE_API_KEY) and send \"Authorization: Bearer KEY\".", code="invalid_api_key")
+    client = ((request.client.host if request.client else "unknown"), "/v1 api key")
+    wait = throttle.retry_after(client)
+    if wait > 0:
+        raise ApiError(429, f"Too many wrong API keys from this address: try again in {math.ceil(wait)} s.",
+                       code="too_many_wrong_keys", retry_after=math.ceil(wait))
     kind, _, token = request.headers.get("authorization", "").partition(" ")
     if kind.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.api_key.encode()):
+        throttle.failed(client)
         raise ApiError(401, "Missing or wrong API key: send \"Authorization: Bearer <the server's --api-key>\".",
                        code="invalid_api_key")
+    throttle.succeeded(client)
 
 
 async def _json_body(request: Request) -> dict:
@@ -187,6 +198,7 @@ class OpenAIRoutes:
 
     backend: Backend
     admission: Admission = field(init=False)
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)  # wrong API keys, per client address
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self):
@@ -208,7 +220,7 @@ class OpenAIRoutes:
         async def endpoint(request: Request) -> Response:
             arrived = time.monotonic()  # no web queue in front of /v1: the clock starts at the request
             try:
-                _authorized(request, self.backend.settings)
+                _authorized(request, self.backend.settings, self.throttle)
                 response = await handler(request)
             except ShowcaseError as exc:  # a check of the backend's on the request (e.g. a message's content): 400
                 error = refusal(self.backend, ROUTE_ENGINES.get(route, "chat"), exc)
@@ -440,7 +452,7 @@ class OpenAIRoutes:
 
 def _refusal_reason(error: ApiError) -> str | None:
     """The refusal label of a /v1 error answer (None: a server failure, which is no refusal)."""
-    if error.status == 401:
+    if error.status == 401 or error.code == "too_many_wrong_keys":
         return "auth"
     if error.status == 429:
         return "busy"
