@@ -150,3 +150,20 @@ def test_wrong_api_keys_back_off_like_failed_logins(tmp_path_factory):
         assert [m.id for m in right.models.list()] == [backend.settings.chat_model]
     finally:
         demo.close()
+
+
+def test_a_first_compile_answers_503_with_the_plans_estimate_as_retry_after(tmp_path_factory):
+    """Nothing learned yet (a first start): Retry-After comes from the compile plan's first-run estimate."""
+    demo, backend, url = start_app(tmp_path_factory.mktemp("v1-first-compile"), "--no-chat", "--sizes", "64x64",
+                                   warm=False)
+    try:
+        task = backend.runner._steps[-1].task  # the engine's only size, its first compile, left queued
+        assert task.kind == "compile" and task.shape == "64x64"
+        task.expected_s, task.estimate_s = None, 150.0  # a first start: no history, the plan's estimate
+        client = openai.OpenAI(base_url=url + "v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.images.generate(model="image", prompt="x", size="64x64")
+        assert caught.value.status_code == 503 and _error(caught)["code"] == "shape_not_ready"
+        assert caught.value.response.headers.get("retry-after") == "150"
+    finally:
+        demo.close()

@@ -70,10 +70,11 @@ def refusal(backend: Backend, engine: str, exc: ShowcaseError) -> ApiError:
     message = str(exc)
     if isinstance(exc, ShapeNotReadyError):
         return ApiError(503, message, code="shape_not_ready", retry_after=_whole_s(
-            backend.runner.eta_until(engine, exc.shape)))
+            backend.runner.eta_until(engine, exc.shape, planned=True)))
     if isinstance(exc, EngineUnavailableError):
         loading = backend.engine_states().get(engine) == "loading"
-        eta = backend.runner.eta_until(engine, shape_keys(backend.settings, engine)[0].label) if loading else None
+        first = shape_keys(backend.settings, engine)[0].label
+        eta = backend.runner.eta_until(engine, first, planned=True) if loading else None
         return ApiError(503, message, code="engine_loading" if loading else "engine_unavailable",
                         retry_after=_whole_s(eta))
     if isinstance(exc, ShapeFailedError):
