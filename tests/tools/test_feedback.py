@@ -155,3 +155,66 @@ def test_the_comment_row_goes_with_the_chat_of_its_mark(tmp_path):
     mark_id, marked, row = block.fn([], "an answer")  # the chat of the mark is gone
     assert mark_id is None and marked is None and row["visible"] is False
     assert all(x == {"__type__": "update"} for x in block.fn([], None))  # nothing marked: nothing to do
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_mark(tmp_path):
+    """A crash or a full disk mid-write leaves half a row; the next mark is still a row of its own."""
+    log = FeedbackLog(tmp_path)
+    log.record("up", "first prompt", "first reply")
+    with log.path.open("ab") as f:
+        f.write(b'{"id": "torn", "rating": "down", "prompt": "half a ro')  # what the crash left
+    mark = log.record("down", "after the crash", "a reply")
+    assert [m["prompt"] for m in log.marks()] == ["first prompt", "after the crash"]
+    assert [m["id"] for m in log.marks()][-1] == mark
+    assert [json.loads(line)["prompt"] for line in log.prompt_set.read_text().splitlines()] == [
+        "after the crash", "first prompt"]
+
+
+KILLED_MID_WRITE = """
+import io, os, signal, sys
+from pathlib import Path
+from tools.qa.feedback import FeedbackLog
+
+log = FeedbackLog(Path(sys.argv[1]))
+log.record("up", "before the crash", "a reply")
+real_open = io.open
+
+class HalfWriter:
+    # the file of the next mark: half its bytes reach the disk, then the process is killed (kill -9)
+    def __init__(self, f):
+        self.f = f
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def write(self, data):
+        self.f.write(data[: len(data) // 2])
+        self.f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def open_(file, mode="r", *args, **kwargs):
+    f = real_open(file, mode, *args, **kwargs)
+    return HalfWriter(f) if str(file).endswith("marks.jsonl") and "a" in mode else f
+
+io.open = open_
+log.record("down", "killed mid-write", "the reply the visitor never saw thanked")
+"""
+
+
+def test_a_process_killed_mid_write_loses_only_its_own_mark(tmp_path):
+    """kill -9 in the middle of writing a mark: every earlier mark and the next mark are kept."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(tmp_path)], cwd=root, timeout=120,
+                           capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    log = FeedbackLog(tmp_path)
+    assert not log.path.read_bytes().endswith(b"\n")  # the torn tail the kill left
+    log.record("up", "after the restart", "a reply")
+    assert [m["prompt"] for m in log.marks()] == ["before the crash", "after the restart"]

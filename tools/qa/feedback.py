@@ -21,6 +21,10 @@ limit named. The page also caps marks per Gradio session (``MAX_MARKS_PER_SESSIO
 Rows are read by ``\\n`` only (``str.splitlines`` would also split on U+2028, U+2029 and NEL inside a
 text), and written with those three characters escaped, so any line reader sees one row per line.
 
+A crash or a full disk mid-write leaves a torn last line: the next mark first ends that fragment with a
+newline (the fragment is then one damaged line, skipped by every reader), so the new mark is a row of its own.
+Each mark is flushed and fsynced before the visitor is thanked.
+
 Thread-safe: one lock around every read-modify-write (many visitors may mark replies at once).
 """
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -111,10 +116,18 @@ class FeedbackLog:
             current = self.path.stat().st_size if self.path.exists() else 0
             if current and current + size > self.max_bytes:
                 self._rotate()
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line)
+            self._append(line.encode())
             self._write_prompt_set()
         return row["id"]
+
+    def _append(self, data: bytes) -> None:
+        """``data`` (one row) at the end of marks.jsonl, on a line of its own even after a torn last line."""
+        with self.path.open("ab") as f:
+            if f.tell() and not _ends_a_line(self.path):
+                data = b"\n" + data  # the fragment a crash left becomes one damaged line
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
     def _rotate(self) -> None:
         """Shift marks.jsonl -> marks.1 -> ... -> marks.N; refuse when marks.N exists (nothing is dropped)."""
@@ -189,6 +202,13 @@ def _comment(text: str | None) -> str:
         raise InvalidRequestError(tr("The comment is {length} characters; at most {limit} are allowed.",
                                      length=len(text), limit=MAX_COMMENT_CHARS))
     return text
+
+
+def _ends_a_line(path: Path) -> bool:
+    """Whether the file's last byte is a newline (an empty file ends none)."""
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def _read(path: Path) -> list[dict]:
