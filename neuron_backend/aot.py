@@ -34,6 +34,13 @@ How a call finds its function:
   compile refuses to save (``aot_compile`` raising) runs through the plain ``torch.compile`` call instead,
   once logged: the same graph, traced again on each start.
 
+A saved forward is code (a pickle that ``load_compiled_function`` runs, and module names it imports): it is
+loaded only when this installation wrote it, or when the operator trusts the folder (``--aot-trust``). Each
+save writes ``<key hash>.sig`` beside it, an HMAC-SHA256 over the graph's and the aliases' bytes with this
+installation's key (``--aot-key-file``, kept outside the cache folder, made on first use); a load checks it and
+loads exactly the bytes it checked. A file without a valid signature (written by another host sharing the cache,
+carried by a bundle, or planted) is compiled again and saved over, with a log line that says why.
+
 On Neuron the forwards compile with the ``neuron`` backend, whose compiled artifact ``aot_compile`` is not
 known to save: ``--chat-aot``/``--image-aot auto`` are on where the backend is inductor, off on Neuron
 (``devices.aot``).
@@ -42,11 +49,15 @@ known to save: ``--chat-aot``/``--image-aot auto`` are on where the backend is i
 from __future__ import annotations
 
 import hashlib
+import hmac
 import importlib
 import importlib.metadata
+import io
 import json
 import logging
+import os
 import re
+import secrets
 import sys
 import threading
 from pathlib import Path
@@ -159,8 +170,9 @@ class AotForward:
     None)."""
 
     def __init__(self, model, folder: Path, compile_config: dict, variant: str = "", compiled=forward,
-                 output=_chat_output, plain=None):
+                 output=_chat_output, plain=None, key: bytes | None = None, trusted: bool = False):
         self.model, self.compiled, self.output = model, compiled, output
+        self.key, self.trusted = key, trusted  # the signing key (None: nothing loads unless trusted)
         self.folder = Path(folder) / namespace(model, compile_config, variant)
         # torch.compile takes a mode or options, not both; "default" is no mode
         self.options = {k: v for k, v in compile_config.items() if k not in ("options", "mode")}
@@ -207,10 +219,19 @@ class AotForward:
 
     def _load(self, path: Path):
         try:
-            aliases = json.loads(path.with_suffix(".modules.json").read_text())
+            graph, names = path.read_bytes(), path.with_suffix(".modules.json").read_bytes()
+        except OSError as error:
+            log.warning("could not read the saved compiled forward %s (%s); compiling it again", path.name, error)
+            return None
+        if not self.trusted and not self._signed(path, graph, names):
+            log.warning("the saved compiled forward %s was not written by this installation (no valid signature "
+                        "with --aot-key-file); compiling it again. Start with --aot-trust to load forwards you "
+                        "trust (a bundle).", path.name)
+            return None
+        try:  # exactly the bytes checked above
+            aliases = json.loads(names)
             scope = {**globals(), **{alias: importlib.import_module(name) for alias, name in aliases.items()}}
-            with open(path, "rb") as file:
-                function = torch.compiler.load_compiled_function(file, f_globals=scope)
+            function = torch.compiler.load_compiled_function(io.BytesIO(graph), f_globals=scope)
         except Exception as error:  # noqa: BLE001 - a torn or foreign file: this key compiles again, saved over
             log.warning("could not load the saved compiled forward %s (%s); compiling it again", path.name, error)
             return None
@@ -232,12 +253,54 @@ class AotForward:
             path.parent.mkdir(parents=True, exist_ok=True)
             temp = path.with_suffix(".tmp")
             function.save_compiled_function(str(temp))
-            path.with_suffix(".modules.json").write_text(json.dumps(_module_aliases(function)))
-            temp.replace(path)  # the graph last: a reader that finds it finds its aliases too
+            names = json.dumps(_module_aliases(function)).encode()
+            path.with_suffix(".modules.json").write_bytes(names)
+            if self.key is not None:
+                path.with_suffix(".sig").write_text(signature(self.key, temp.read_bytes(), names))
+            temp.replace(path)  # the graph last: a reader that finds it finds its aliases and signature too
             self.saved += 1
         except OSError as error:  # a full or read-only cache: this process still uses what it compiled
             log.warning("could not save the compiled forward in %s: %s", path.parent, error)
         return function
+
+
+    def _signed(self, path: Path, graph: bytes, names: bytes) -> bool:
+        try:
+            said = path.with_suffix(".sig").read_text().strip()
+        except OSError:
+            return False
+        return self.key is not None and hmac.compare_digest(said, signature(self.key, graph, names))
+
+
+def signature(key: bytes, graph: bytes, names: bytes) -> str:
+    """The HMAC-SHA256 of a saved forward: its graph's bytes and its aliases' bytes, each by its sha256."""
+    message = hashlib.sha256(graph).digest() + hashlib.sha256(names).digest()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def installation_key(path: Path) -> bytes:
+    """This installation's signing key at ``path``: read, or made once (32 random bytes, readable by its owner
+    only). Safe when several processes start at once: the first file linked into place wins."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+        descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(descriptor, secrets.token_bytes(32))
+        finally:
+            os.close(descriptor)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass
+        finally:
+            temp.unlink()
+    return path.read_bytes()
+
+
+def signing(settings) -> dict:
+    """``AotForward``'s ``key`` and ``trusted`` from the settings (the key file made on first use)."""
+    return {"key": installation_key(Path(settings.aot_key_file)), "trusted": settings.aot_trust}
 
 
 def folder(settings) -> Path:
@@ -247,18 +310,19 @@ def folder(settings) -> Path:
     return (compile_cache_folder() or Path(settings.cache_dir) / "compile-cache") / "aot"
 
 
-def attach(model, folder: Path, compile_config: dict, variant: str = "") -> AotForward:
-    """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder``."""
-    aot = AotForward(model, folder, compile_config, variant)
+def attach(model, folder: Path, compile_config: dict, variant: str = "", **signing) -> AotForward:
+    """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder`` (``signing()``'s key)."""
+    aot = AotForward(model, folder, compile_config, variant, **signing)
     model.get_compiled_call = lambda config: aot
     return aot
 
 
-def attach_module(module: torch.nn.Module, folder: Path, compile_config: dict, variant: str = "") -> AotForward:
+def attach_module(module: torch.nn.Module, folder: Path, compile_config: dict, variant: str = "",
+                  **signing) -> AotForward:
     """Make a module compiled whole (``Module.compile``) call an ``AotForward`` saving under ``folder``; its
     plain compiled call serves the keys that cannot be saved."""
     module.compile(**compile_config)
     aot = AotForward(module, folder, compile_config, variant, compiled=module_forward, output=_module_output,
-                     plain=module._compiled_call_impl)
+                     plain=module._compiled_call_impl, **signing)
     module._compiled_call_impl = aot
     return aot

@@ -61,6 +61,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
     ("image-aot", "tri", "auto|on|off: the same for the image transformer compiled whole (auto: not neuron)"),
+    ("aot-key-file", "str", "this installation's key that signs the compiled forwards it saves; outside --cache-dir "
+                            "(default ~/.config/trainium-showcase/aot.key)"),
+    ("aot-trust", "bool", "also load saved compiled forwards this installation did not sign (a bundle you trust)"),
     ("compile-timeout-min", "float", "minutes a warm-up compile may take, then its shape is refused (0: no limit)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
@@ -329,6 +332,8 @@ class Settings:
     compile_repeated_blocks: str = "auto"  # auto|on|off; devices.repeated_blocks resolves it per placement
     chat_compile_layers_once: bool = False
     chat_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
+    aot_key_file: Path = field(default_factory=lambda: Path.home() / ".config" / "trainium-showcase" / "aot.key")
+    aot_trust: bool = False  # load saved forwards this installation did not sign (aot.py)
     image_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
     compile_timeout_min: float = 60.0  # one warm-up compile task's time limit (0: none)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
@@ -432,6 +437,9 @@ def parse_settings(
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
         chat_aot=_tri("chat-aot", raw.get("chat_aot", "auto")),
         image_aot=_tri("image-aot", raw.get("image_aot", "auto")),
+        aot_key_file=Path(str(raw["aot_key_file"])).expanduser() if "aot_key_file" in raw
+        else Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "trainium-showcase" / "aot.key",
+        aot_trust=bool(raw.get("aot_trust", False)),
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",
@@ -511,6 +519,9 @@ def validate(s: Settings) -> Settings:
             raise ConfigError(flag, f"unknown device {value!r}", "auto, neuron, cuda, cpu, optionally with :N")
     # --references: 0 included, each count in range, every size's references kept unchanged by the pipeline
     s = dataclasses.replace(s, references=served_counts(s.references, s.sizes, s.references_set))
+    if s.aot_key_file.resolve().is_relative_to(Path(s.cache_dir).resolve()):  # whoever writes the cache forges then
+        raise ConfigError("--aot-key-file", "it is inside --cache-dir, which a bundle or another host may write",
+                          "a file outside the cache folder, e.g. ~/.config/trainium-showcase/aot.key")
     if s.context_length < 2:
         raise ConfigError("--context-length", f"{s.context_length} is too small", "a whole number of 2 or more")
     if s.buckets[0] < 1:

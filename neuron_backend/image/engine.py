@@ -175,7 +175,8 @@ class ImageEngine:
             if repeated_blocks(self.settings, self.placement):
                 pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
             elif devices.aot(self.settings, "image", self.placement):  # a warm start loads the graphs (aot.py)
-                self.aot = aot.attach_module(pipe.transformer, aot.folder(self.settings), options)
+                self.aot = aot.attach_module(pipe.transformer, aot.folder(self.settings), options,
+                                             **aot.signing(self.settings))
             else:
                 pipe.transformer.compile(**options)
         table = cached_or_fitted(folder, pipe.vae, self.settings.cache_dir) if self.settings.image_preview else None
