@@ -27,6 +27,7 @@ import hashlib
 import io
 import math
 import threading
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ REFERENCE_AREA_FACTOR = 16  # a reference may have this many times the pixels of
 RESIZE_REDUCING_GAP = 3.0  # box-reduce first when shrinking over 3x: LANCZOS's weights stay small (1xN images)
 MAX_REFERENCES = 4  # the most references --references may declare
 READ_FORMATS = ("PNG", "JPEG", "WEBP")
+MAX_NAME_CHARS = 200  # a reference's file name as recorded in the PNG parameters
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ def read_reference(source: bytes | str | Path, fit: str = DEFAULT_FIT, name: str
         except OSError:
             raise InvalidRequestError(tr("Reference {name} could not be read: send an image file.",
                                          name=shown_value(name))) from None
+    name = clean_name(name)
     label = shown_value(name) if name else tr("image")
     try:
         with Image.open(io.BytesIO(source)) as opened:  # the header only: no pixel is decoded until load()
@@ -184,6 +187,16 @@ def read_reference(source: bytes | str | Path, fit: str = DEFAULT_FIT, name: str
     reference = ReferenceFile(source, fit_mode(fit), hashlib.sha256(source).hexdigest(), size, kind, name)
     check_reference_pixels(reference, limit)
     return reference
+
+
+def clean_name(name: str | None) -> str | None:
+    """A sender's file name as the PNG parameters keep it: no control or format characters (NUL, bidi
+    overrides), no HTML's ``<>&"'``, at most MAX_NAME_CHARS; None when nothing is left."""
+    if not isinstance(name, str):
+        return None
+    kept = "".join("_" if ch in "<>&\"'" else ch for ch in name
+                   if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
+    return kept.strip()[:MAX_NAME_CHARS] or None
 
 
 _DECODING = threading.Lock()  # one reference decoded at a time in the process: its pixels are the big part

@@ -209,7 +209,7 @@ def test_bad_requests_are_400_with_the_allowed_values(served):
     with pytest.raises(openai.BadRequestError, match=r"allowed sizes: 64x64, 96x64") as info:
         client.images.generate(model="image", prompt="x", size="512x512")
     assert info.value.body["param"] == "size" and info.value.body["type"] == "invalid_request_error"
-    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+    with pytest.raises(openai.BadRequestError, match="n must be the whole number 1"):
         _chat(client, n=2)
     with pytest.raises(openai.BadRequestError, match="from 1 to 200"):
         _chat(client, max_tokens=999)

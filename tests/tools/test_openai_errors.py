@@ -167,3 +167,34 @@ def test_a_first_compile_answers_503_with_the_plans_estimate_as_retry_after(tmp_
         assert caught.value.response.headers.get("retry-after") == "150"
     finally:
         demo.close()
+
+
+@pytest.mark.parametrize("n", [1.0, True, "1"])
+def test_n_is_the_whole_number_1_not_a_float_or_a_bool(served, n):
+    _, client = served
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       extra_body={"n": n})
+    assert _error(caught)["param"] == "n" and "n must be the whole number 1" in _error(caught)["message"]
+
+
+def test_a_local_model_folder_is_named_by_its_folder_never_its_server_path(tmp_path):
+    from types import SimpleNamespace
+
+    from tools.openai_api.schema import model_names
+
+    backend = SimpleNamespace(settings=SimpleNamespace(chat_model="/srv/models/Qwen3-0.6B",
+                                                       image_model="Qwen/FLUX.2-klein-4B"))
+    assert model_names(backend, "chat") == ("Qwen3-0.6B", "chat")
+    assert model_names(backend, "image") == ("Qwen/FLUX.2-klein-4B", "image")  # a hub id stays as it is
+    backend.settings.chat_model = "./models/qwen-local/"
+    assert model_names(backend, "chat") == ("qwen-local", "chat")
+
+
+def test_reference_names_lose_control_bidi_and_html_characters():
+    from neuron_backend.image.references import clean_name
+
+    assert clean_name("cat\x00\u202egnp.exe<script>.png") == "catgnp.exe_script_.png"
+    assert clean_name("\u2066\u2069") is None and clean_name(None) is None
+    assert clean_name("a" * 500) == "a" * 200
+    assert clean_name("قطة.png") == "قطة.png"  # letters of any script stay

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from neuron_backend.chat.text import ChatRequest, ChatStats, ChatUpdate, message_text
 from neuron_backend.errors import (
@@ -140,9 +141,9 @@ def chat_call(body: Mapping, backend: Backend) -> ChatCall:
     settings = backend.settings
     _check_fields(body, CHAT_FIELDS, CHAT_NEUTRAL)
     model = _model(body, model_names(backend, "chat"))
-    if body.get("n") not in (None, 1):
-        raise ApiError(400, "n must be 1: one reply per request (send several requests for more).", "n",
-                       "invalid_value")
+    if body.get("n") is not None and (type(body["n"]) is not int or body["n"] != 1):  # not 1.0, not true
+        raise ApiError(400, f"n must be the whole number 1, got {json.dumps(body['n'])[:40]}: one reply per request "
+                       "(send several requests for more).", "n", "invalid_value")
     stream = body.get("stream") or False
     options = body.get("stream_options") or {}
     if not isinstance(stream, bool) or not isinstance(options, Mapping) or set(options) - {"include_usage"}:
@@ -230,9 +231,12 @@ def image_call(body: Mapping, backend: Backend, fields: tuple[str, ...] = IMAGE_
 
 
 def model_names(backend: Backend, engine: str) -> tuple[str, ...]:
-    """The names a request may give for an engine's model: its model id and the engine's name."""
+    """The names a request may give for an engine's model: its model id and the engine's name. A local model
+    folder is named by its folder's name: /v1/models never shows a server path."""
     s = backend.settings
-    return (s.chat_model if engine == "chat" else s.image_model, engine)
+    model = s.chat_model if engine == "chat" else s.image_model
+    local = model.startswith(("/", ".", "~")) or "\\" in model or Path(model).is_absolute()
+    return (Path(model).name or model if local else model, engine)
 
 
 # ----- chat: the reply's text as OpenAI gives it ----------------------------------------------------
