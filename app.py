@@ -102,6 +102,15 @@ def annex_routes(backend) -> list:
     return openai_routes(backend)
 
 
+def annex_middleware() -> list:
+    """The annex's outermost middleware: /v1's error answers in OpenAI's shape, whoever made them."""
+    from starlette.middleware import Middleware
+
+    from tools.openai_api.errors import OpenAIErrors
+
+    return [Middleware(OpenAIErrors)]
+
+
 def annex_page_hooks(settings) -> list:
     """The annex's page hooks: under ``--mcp``, the chat, image and status endpoints as MCP tools."""
     from tools.mcp import attach
@@ -112,7 +121,8 @@ def annex_page_hooks(settings) -> list:
 def annex_parts(backend) -> dict:
     """Everything the annex adds to the page, as ``ui.serve``'s keyword arguments."""
     return {"tabs": annex_tabs(), "details": annex_details(), "routes": annex_routes(backend),
-            "chat_extras": annex_chat_extras(), "page_hooks": annex_page_hooks(backend.settings)}
+            "chat_extras": annex_chat_extras(), "page_hooks": annex_page_hooks(backend.settings),
+            "middleware": annex_middleware()}
 
 
 def launch(backend, **kwargs):

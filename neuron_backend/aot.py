@@ -37,6 +37,13 @@ How a call finds its function:
   pickle: ``save_compiled_function`` serialises them then) is a refused save: counted in ``save_errors``,
   logged once, never retried in this process; the compiled function keeps serving the key.
 
+A saved forward is code (a pickle that ``load_compiled_function`` runs, and module names it imports): it is
+loaded only when this installation wrote it, or when the operator trusts the folder (``--aot-trust``). Each
+save writes ``<key hash>.sig`` beside it, an HMAC-SHA256 over the graph's and the aliases' bytes with this
+installation's key (``--aot-key-file``, kept outside the cache folder, made on first use); a load checks it and
+loads exactly the bytes it checked. A file without a valid signature (written by another host sharing the cache,
+carried by a bundle, or planted) is compiled again and saved over, with a log line that says why.
+
 On Neuron the forwards compile with the ``neuron`` backend, whose compiled artifact ``aot_compile`` is not
 known to save: ``--chat-aot``/``--image-aot auto`` are on where the backend is inductor, off on Neuron
 (``devices.aot``).
@@ -45,11 +52,15 @@ known to save: ``--chat-aot``/``--image-aot auto`` are on where the backend is i
 from __future__ import annotations
 
 import hashlib
+import hmac
 import importlib
 import importlib.metadata
+import io
 import json
 import logging
+import os
 import re
+import secrets
 import sys
 import threading
 from pathlib import Path
@@ -162,8 +173,9 @@ class AotForward:
     None)."""
 
     def __init__(self, model, folder: Path, compile_config: dict, variant: str = "", compiled=forward,
-                 output=_chat_output, plain=None):
+                 output=_chat_output, plain=None, key: bytes | None = None, trusted: bool = False):
         self.model, self.compiled, self.output = model, compiled, output
+        self.key, self.trusted = key, trusted  # the signing key (None: nothing loads unless trusted)
         self.folder = Path(folder) / namespace(model, compile_config, variant)
         # torch.compile takes a mode or options, not both; "default" is no mode
         self.options = {k: v for k, v in compile_config.items() if k not in ("options", "mode")}
@@ -216,10 +228,19 @@ class AotForward:
 
     def _load(self, path: Path):
         try:
-            aliases = json.loads(path.with_suffix(".modules.json").read_text())
+            graph, names = path.read_bytes(), path.with_suffix(".modules.json").read_bytes()
+        except OSError as error:
+            log.warning("could not read the saved compiled forward %s (%s); compiling it again", path.name, error)
+            return None
+        if not self.trusted and not self._signed(path, graph, names):
+            log.warning("the saved compiled forward %s was not written by this installation (no valid signature "
+                        "with --aot-key-file); compiling it again. Start with --aot-trust to load forwards you "
+                        "trust (a bundle).", path.name)
+            return None
+        try:  # exactly the bytes checked above
+            aliases = json.loads(names)
             scope = {**globals(), **{alias: importlib.import_module(name) for alias, name in aliases.items()}}
-            with open(path, "rb") as file:
-                function = torch.compiler.load_compiled_function(file, f_globals=scope)
+            function = torch.compiler.load_compiled_function(io.BytesIO(graph), f_globals=scope)
         except Exception as error:  # noqa: BLE001 - a torn or foreign file: this key compiles again, saved over
             log.warning("could not load the saved compiled forward %s (%s); compiling it again", path.name, error)
             return None
@@ -241,8 +262,11 @@ class AotForward:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             function.save_compiled_function(str(temp))
-            path.with_suffix(".modules.json").write_text(json.dumps(_module_aliases(function)))
-            temp.replace(path)  # the graph last: a reader that finds it finds its aliases too
+            names = json.dumps(_module_aliases(function)).encode()
+            path.with_suffix(".modules.json").write_bytes(names)
+            if self.key is not None:
+                path.with_suffix(".sig").write_text(signature(self.key, temp.read_bytes(), names))
+            temp.replace(path)  # the graph last: a reader that finds it finds its aliases and signature too
             self.saved += 1
         except Exception as error:  # noqa: BLE001 - a refused save: the compiled function still serves
             self._refuse_save(key, temp, error)
@@ -260,6 +284,45 @@ class AotForward:
                         self.save_errors[key])
 
 
+    def _signed(self, path: Path, graph: bytes, names: bytes) -> bool:
+        try:
+            said = path.with_suffix(".sig").read_text().strip()
+        except OSError:
+            return False
+        return self.key is not None and hmac.compare_digest(said, signature(self.key, graph, names))
+
+
+def signature(key: bytes, graph: bytes, names: bytes) -> str:
+    """The HMAC-SHA256 of a saved forward: its graph's bytes and its aliases' bytes, each by its sha256."""
+    message = hashlib.sha256(graph).digest() + hashlib.sha256(names).digest()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def installation_key(path: Path) -> bytes:
+    """This installation's signing key at ``path``: read, or made once (32 random bytes, readable by its owner
+    only). Safe when several processes start at once: the first file linked into place wins."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+        descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(descriptor, secrets.token_bytes(32))
+        finally:
+            os.close(descriptor)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass
+        finally:
+            temp.unlink()
+    return path.read_bytes()
+
+
+def signing(settings) -> dict:
+    """``AotForward``'s ``key`` and ``trusted`` from the settings (the key file made on first use)."""
+    return {"key": installation_key(Path(settings.aot_key_file)), "trusted": settings.aot_trust}
+
+
 def folder(settings) -> Path:
     """``<compile-cache>/aot``, which a bundle carries: the folder the app pointed the compile caches into (a
     temp one when the cache root is not writable), else the settings' cache root's. A ``TORCHINDUCTOR_CACHE_DIR``
@@ -267,18 +330,19 @@ def folder(settings) -> Path:
     return (compile_cache_folder() or Path(settings.cache_dir) / "compile-cache") / "aot"
 
 
-def attach(model, folder: Path, compile_config: dict, variant: str = "") -> AotForward:
-    """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder``."""
-    aot = AotForward(model, folder, compile_config, variant)
+def attach(model, folder: Path, compile_config: dict, variant: str = "", **signing) -> AotForward:
+    """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder`` (``signing()``'s key)."""
+    aot = AotForward(model, folder, compile_config, variant, **signing)
     model.get_compiled_call = lambda config: aot
     return aot
 
 
-def attach_module(module: torch.nn.Module, folder: Path, compile_config: dict, variant: str = "") -> AotForward:
+def attach_module(module: torch.nn.Module, folder: Path, compile_config: dict, variant: str = "",
+                  **signing) -> AotForward:
     """Make a module compiled whole (``Module.compile``) call an ``AotForward`` saving under ``folder``; its
     plain compiled call serves the keys that cannot be saved."""
     module.compile(**compile_config)
     aot = AotForward(module, folder, compile_config, variant, compiled=module_forward, output=_module_output,
-                     plain=module._compiled_call_impl)
+                     plain=module._compiled_call_impl, **signing)
     module._compiled_call_impl = aot
     return aot

@@ -4,9 +4,6 @@ Where a value comes from, highest first: command-line flag, environment variable
 (``SHOWCASE_<FLAG>``, e.g. ``SHOWCASE_MODELS=tiny``, so a Hugging Face Space can configure the
 app without flags), then the preset of the chosen model set (full or tiny). Nothing else in the
 backend reads ``os.environ``.
-
-Here: the flag table (name, type, help) and its argparse parser, the value parsers, the presets,
-the ``Settings`` dataclass and ``parse_settings``, which checks every value against the others.
 """
 
 from __future__ import annotations
@@ -33,10 +30,8 @@ MAX_INT_CHARS = 20  # the longest whole-number setting read (a signed 64-bit val
 # name, type, help; the env var is SHOWCASE_<NAME upper, dashes as underscores>.
 _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("models", "str", "auto|full|tiny: real models, offline demo models, or full where available"),
-    ("chat-model", "str", "chat model: hub id, hub id@revision (a branch, tag or commit sha; default main) "
-                          "or local folder"),
-    ("image-model", "str", "image model: hub id, hub id@revision (a branch, tag or commit sha; default main) "
-                           "or local folder"),
+    ("chat-model", "str", "chat model: hub id[@revision] (a branch, tag or commit sha; default main) or local folder"),
+    ("image-model", "str", "image model: hub id[@revision] (a branch, tag or commit; default main) or local folder"),
     ("device", "str", "auto|neuron|cuda|cpu (optionally :N) for both engines"),
     ("chat-device", "str", "device of the chat engine, e.g. neuron:0"),
     ("image-device", "str", "device of the image engine, e.g. neuron:1"),
@@ -50,9 +45,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                              "the whole cache); a step attends over the smallest window that holds the text so far"),
     ("max-new-tokens", "int", "most tokens one reply may generate"),
     ("chat-batch", "int", "chat replies generated together in one fixed batch of N slots (1: one at a time)"),
-    ("prefill-chunk", "str", "N|auto|0: with compile on, the prompt runs through the compiled forward in "
-                             "chunks of N tokens, which must divide every bucket (auto: the largest such N; "
-                             "0 or off: eager prefill)"),
+    ("prefill-chunk", "str", "N|auto|0: with compile on, the prompt runs compiled in chunks of N tokens, which must "
+                             "divide every bucket (auto: the largest such N; 0 or off: eager prefill)"),
     ("default-steps", "int", "default denoising steps"),
     ("max-steps", "int", "most denoising steps one request may ask for"),
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
@@ -61,6 +55,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
     ("image-aot", "tri", "auto|on|off: the same for the image transformer compiled whole (auto: not neuron)"),
+    ("aot-key-file", "str", "the key that signs saved compiled forwards, outside --cache-dir (docs/security.md)"),
+    ("aot-trust", "bool", "also load saved compiled forwards this installation did not sign (a bundle you trust)"),
     ("compile-timeout-min", "float", "minutes per graph; a neuronx-cc still making progress is never ended (0: none)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
@@ -72,8 +68,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                                    "on this host: 127.0.0.1); default none: every client is its own address"),
     ("api-key", "str", "bearer key the OpenAI-compatible /v1 routes ask for (with --auth, /v1 needs one)"),
     ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp"),
-    ("feedback-max-bytes", "int", "size of the feedback file (chat 👍/👎 marks) before it is rotated; "
-                           "4 rotations are kept, then marks are refused"),
+    ("feedback-max-bytes", "int", "bytes of the feedback file before it rotates (4 rotations, then marks are refused)"),
     ("chat-server", "str", "chat on an OpenAI-compatible server at this base URL, e.g. http://10.0.0.5:8000/v1"),
     ("chat-server-key", "str", "bearer key the --chat-server asks for (its --api-key); default none"),
     ("image-server", "str", "images from workers (this app with --no-chat) at these comma-separated base URLs"),
@@ -93,13 +88,11 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("hub-timeout", "float", "seconds to wait for the Hugging Face Hub when --models auto"),
     ("tp", "int", "shard one engine over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
     ("tp-engine", "str", "chat|image: the engine --tp shards (default chat; image: the FLUX.2 transformer)"),
-    ("doctor", "bool", "print a first-run checklist of this host (pass/fail/skipped, each with the fix) and exit; "
-                       "also python -m tools.doctor"),
+    ("doctor", "bool", "print a first-run checklist of this host, each check with its fix, and exit (tools.doctor)"),
     ("cache-bundle", "str", "compile-cache bundle to install at start: a .tar file, a folder holding one, or "
                             "hf://owner/repo[@revision] (see python -m tools.cache); a bundle is code: "
                             "needs --cache-bundle-sha256"),
-    ("cache-bundle-sha256", "str", "sha256 of the --cache-bundle archive, as python -m tools.cache export "
-                                   "printed it where the bundle was made; any other archive is refused"),
+    ("cache-bundle-sha256", "str", "sha256 of the --cache-bundle archive as tools.cache export printed it; no other"),
 )
 
 
@@ -329,6 +322,8 @@ class Settings:
     compile_repeated_blocks: str = "auto"  # auto|on|off; devices.repeated_blocks resolves it per placement
     chat_compile_layers_once: bool = False
     chat_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
+    aot_key_file: Path = field(default_factory=lambda: Path.home() / ".config" / "trainium-showcase" / "aot.key")
+    aot_trust: bool = False  # load saved forwards this installation did not sign (aot.py)
     image_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
     compile_timeout_min: float = 60.0  # one graph's compile time limit (0: none); warmup.py
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
@@ -430,6 +425,9 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
         chat_aot=_tri("chat-aot", raw.get("chat_aot", "auto")),
         image_aot=_tri("image-aot", raw.get("image_aot", "auto")),
+        aot_key_file=Path(str(raw["aot_key_file"])).expanduser() if "aot_key_file" in raw
+        else Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "trainium-showcase" / "aot.key",
+        aot_trust=bool(raw.get("aot_trust", False)),
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",
@@ -510,6 +508,8 @@ def validate(s: Settings) -> Settings:
             raise ConfigError(flag, f"unknown device {value!r}", "auto, neuron, cuda, cpu, optionally with :N")
     # --references: 0 included, each count in range, every size's references kept unchanged by the pipeline
     s = dataclasses.replace(s, references=served_counts(s.references, s.sizes, s.references_set))
+    if s.aot_key_file.resolve().is_relative_to(Path(s.cache_dir).resolve()):  # whoever writes the cache forges then
+        raise ConfigError("--aot-key-file", "it is inside --cache-dir, where a bundle or a host may write", "outside")
     if s.context_length < 2:
         raise ConfigError("--context-length", f"{s.context_length} is too small", "a whole number of 2 or more")
     if s.buckets[0] < 1:

@@ -366,9 +366,13 @@ class WarmupRunner:
             at_ready = self._graphs_at_ready
         return 0 if at_ready is None else CompileCounter.graphs() - at_ready
 
-    def eta_until(self, engine: str, shape: str) -> float | None:
-        """Seconds until the task of shape label ``shape`` is expected to end (None when unknown)."""
-        remaining = self._remaining_estimates()
+    def eta_until(self, engine: str, shape: str, planned: bool = False) -> float | None:
+        """Seconds until the task of shape label ``shape`` is expected to end (None when unknown).
+
+        ``planned``: where nothing is learned, a compile task counts its first-run estimate (compile_plan.py)
+        and any other task 0, as ``plan()`` does: a hint from the first moment (a client's Retry-After).
+        """
+        remaining = self._remaining_estimates(planned)
         total = 0.0
         for task, estimate in remaining:
             if estimate is None:
@@ -415,8 +419,8 @@ class WarmupRunner:
                 "learned": all(t["expected_s"] is not None for t in tasks),
                 "compile_timeout_s": self.compile_timeout_s}
 
-    def _remaining_estimates(self) -> list[tuple[Task, float | None]]:
-        """Each unfinished task with its expected remaining seconds."""
+    def _remaining_estimates(self, planned: bool = False) -> list[tuple[Task, float | None]]:
+        """Each unfinished task with its expected remaining seconds (``planned``: see ``eta_until``)."""
         now = time.time()
         with self._lock:
             tasks = [asdict(t) for t in self.tasks]
@@ -432,6 +436,8 @@ class WarmupRunner:
             expected = t["expected_s"] if t["expected_s"] is not None else known.get((t["engine"], t["kind"]))
             if t["name"] in self._cold_only and hit_ratio is not None:
                 expected = self._cold_only[t["name"]] * hit_ratio
+            if expected is None and planned:
+                expected = t["estimate_s"] or 0.0
             if expected is not None and t["state"] == RUNNING and t["started_at"]:
                 expected = max(0.0, expected - (now - t["started_at"]))
             out.append((Task(**t), expected))

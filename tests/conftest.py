@@ -65,7 +65,8 @@ def tiny_settings(tmp_path, session_root):
     from neuron_backend.settings import parse_settings
 
     # The engine tests' small shapes (the demo preset's are larger: a pasted paragraph must fit there)
-    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), *SMALL_SHAPES], env={})
+    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), *SMALL_SHAPES,
+                           "--aot-key-file", str(session_root / "keys" / "aot.key")], env={})
 
 
 @pytest.fixture

@@ -74,9 +74,10 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
 
 def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None,
                   cancels: EarlyCancels | None = None, routes: Sequence[BaseRoute] = (),
-                  lifespans: Sequence[Callable] = ()) -> dict:
+                  lifespans: Sequence[Callable] = (), middleware: Sequence[Middleware] = ()) -> dict:
     """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, upload and
-    body limits, the guards; ``lifespans`` are entered in order when the server starts."""
+    body limits, the guards; ``lifespans`` are entered in order when the server starts; ``middleware`` (the
+    annex's) wraps all the rest."""
     settings = backend.settings
 
     def auth_state():  # read per request: Gradio builds its app (and the token table) at launch
@@ -89,7 +90,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         # FastAPI routes from the server's first request
         "routes": probe_routes(backend) + list(routes),
         # QueueRefusals first (outermost): it counts the joins refused by the guards and by Gradio's queue
-        "middleware": [Middleware(QueueRefusals, metrics=backend.metrics),
+        "middleware": [*middleware, Middleware(QueueRefusals, metrics=backend.metrics),
                        Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
                                   max_upload_bytes=settings.max_file_size),
                        Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels,
@@ -170,10 +171,11 @@ def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
 
 def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (),
           details: Sequence[Callable[[Backend], object]] = (), routes: Sequence[BaseRoute] = (),
-          chat_extras: Sequence[ChatExtra] = (), page_hooks: Sequence[PageHook] = (), **kwargs):
+          chat_extras: Sequence[ChatExtra] = (), page_hooks: Sequence[PageHook] = (),
+          middleware: Sequence[Middleware] = (), **kwargs):
     """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them).
     ``routes``: HTTP routes served beside the probes (the annex's /v1); ``page_hooks``: called with the built
-    page (the annex's MCP tools)."""
+    page (the annex's MCP tools); ``middleware``: outermost ASGI middleware (the annex's /v1 error shape)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
     demo = create_demo(backend, cancels, tabs, details, chat_extras)
@@ -184,5 +186,6 @@ def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequenc
     # from this variable as the server starts (its own default: 127.0.0.1 and ::1, i.e. anyone on this host).
     os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     networking.url_ok = patient_url_ok
-    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes, lifespans), **kwargs})
+    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes, lifespans, middleware),
+                              **kwargs})
     return demo, launched

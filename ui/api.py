@@ -29,7 +29,13 @@ from neuron_backend.chat.text import ChatRequest, reply_notices  # not chat.engi
 from neuron_backend.errors import CancelledError, ShowcaseError, StorageError, storage_reason
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.image.png_info import png_bytes
-from neuron_backend.image.references import FIT_MODES, check_reference_count, read_reference, reference_fits
+from neuron_backend.image.references import (
+    FIT_MODES,
+    check_reference_count,
+    read_reference,
+    reference_fits,
+    reference_pixel_limit,
+)
 from neuron_backend.messages import tr
 from neuron_backend.runtime import Backend
 
@@ -424,7 +430,8 @@ def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCa
         files = [] if references in (None, "") else references if isinstance(references, list) else [references]
         check_reference_count(len(files), backend.settings.references)  # before any file is decoded
         fits = reference_fits(fit, len(files))
-        refs = tuple(read_reference(_file_path(f), mode) for f, mode in zip(files, fits, strict=True))
+        limit = reference_pixel_limit(backend.settings.sizes)  # each file's header checked; decoded in the engine
+        refs = tuple(read_reference(_file_path(f), mode, limit=limit) for f, mode in zip(files, fits, strict=True))
         count = 1 if images in (None, "") else images
         request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
                                guidance=guidance, count=count, references=refs)

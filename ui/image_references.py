@@ -20,10 +20,11 @@ from neuron_backend.image.paste_back import read_settings
 from neuron_backend.image.references import (
     DEFAULT_FIT,
     FIT_MODES,
-    ReferenceImage,
+    ReferenceFile,
     check_reference_count,
     fit_reference,
     read_reference,
+    reference_pixel_limit,
     reference_size,
 )
 from neuron_backend.settings import Settings
@@ -95,12 +96,13 @@ def file_paths(files) -> list[str]:
     return [str(f) for f in (files if isinstance(files, list) else [files])]
 
 
-def references_of(files, fit: str | None, served: tuple[int, ...]) -> tuple[ReferenceImage, ...]:
-    """The request's references: their count checked against ``served`` first, then each file read
-    (checked before decoding) with the one fit mode picked."""
+def references_of(files, fit: str | None, settings: Settings) -> tuple[ReferenceFile, ...]:
+    """The request's references: their count checked against the served counts first, then each file's
+    header read (its pixels within the limit; nothing decoded) with the one fit mode picked."""
     paths = file_paths(files)
-    check_reference_count(len(paths), served)
-    return tuple(read_reference(path, fit or DEFAULT_FIT) for path in paths)
+    check_reference_count(len(paths), settings.references)
+    limit = reference_pixel_limit(settings.sizes)
+    return tuple(read_reference(path, fit or DEFAULT_FIT, limit=limit) for path in paths)
 
 
 def fitted_view(settings: Settings, files, fit: str | None, size_label: str):
@@ -115,7 +117,9 @@ def fitted_view(settings: Settings, files, fit: str | None, size_label: str):
             "compiled ahead of time). Remove some.", count=len(paths), allowed=allowed)
     try:
         target = reference_size(parse_size(size_label))
-        fitted = [fit_reference(read_reference(path, fit or DEFAULT_FIT), target) for path in paths]
+        limit = reference_pixel_limit(settings.sizes)
+        fitted = [fit_reference(read_reference(path, fit or DEFAULT_FIT, limit=limit), target, limit)
+                  for path in paths]
     except ShowcaseError as exc:
         return gr.update(value=None, visible=False), localized(exc)
     items = [(ref.image, say("{index} · {original} → {fitted} · {fit}", index=i + 1,

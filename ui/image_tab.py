@@ -223,7 +223,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
         run = ImageRun(backend, ImageRequest(prompt=text, size=size_label, steps=int(n_steps), seed=chosen,
                                              guidance=None if backend.image_distilled() else guidance_value,
                                              count=int(n_images or 1),
-                                             references=references_of(reference_files, fit, settings.references)),
+                                             references=references_of(reference_files, fit, settings)),
                        preview=bool(want_preview) and settings.image_preview)
         def report(state) -> None:
             if state is None:

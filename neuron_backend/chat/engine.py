@@ -144,7 +144,8 @@ class ChatEngine:
                 static_cache.compile_layers_once(model)
             if devices.aot(self.settings, "chat", self.placement):  # a warm start loads the graphs (aot.py)
                 self.aot = aot.attach(model, aot.folder(self.settings), self._compile_config.to_dict(),
-                                      variant=repr((self.settings.chat_compile_layers_once, bool(self.prefill_chunk))))
+                                      variant=repr((self.settings.chat_compile_layers_once, bool(self.prefill_chunk))),
+                                      **aot.signing(self.settings))
         if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (static_cache.py)
             wanted = static_cache.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)

@@ -35,7 +35,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -55,9 +55,13 @@ from .preview import LatentRGB, cached_or_fitted
 from .references import (
     FIT_MODES,
     FittedReference,
+    ReferenceFile,
     ReferenceImage,
     check_reference_count,
+    check_reference_pixels,
+    fit_mode,
     fit_reference,
+    reference_pixel_limit,
     reference_size,
 )
 from .steps import MAX_SEQUENCE_LENGTH, PreviewFn, PreviewFrame, ProgressFn, Run, prompt_tokens, run_pipeline
@@ -79,8 +83,9 @@ class ImageRequest:
     """One image request. ``steps`` None: the default; ``seed`` None: random; ``guidance`` None: default.
 
     ``count`` images (1 to --max-images-per-run) are made with seeds seed, seed+1, ...
-    ``references``: images to edit from (``ReferenceImage``, each with its fit mode); their number
-    must be one of ``settings.references``. Validated, they are ``FittedReference``s.
+    ``references``: images to edit from (``ReferenceImage``, or a ``ReferenceFile`` not yet decoded, each
+    with its fit mode); their number must be one of ``settings.references``. Validated, images are
+    ``FittedReference``s and files stay undecoded (header checked) until the request holds the engine.
     """
 
     prompt: str
@@ -89,7 +94,7 @@ class ImageRequest:
     seed: int | None = None
     guidance: float | None = None
     count: int = 1
-    references: tuple[ReferenceImage | FittedReference, ...] = ()
+    references: tuple[ReferenceImage | ReferenceFile | FittedReference, ...] = ()
 
 
 @dataclass
@@ -170,7 +175,8 @@ class ImageEngine:
             if repeated_blocks(self.settings, self.placement):
                 pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
             elif devices.aot(self.settings, "image", self.placement):  # a warm start loads the graphs (aot.py)
-                self.aot = aot.attach_module(pipe.transformer, aot.folder(self.settings), options)
+                self.aot = aot.attach_module(pipe.transformer, aot.folder(self.settings), options,
+                                             **aot.signing(self.settings))
             else:
                 pipe.transformer.compile(**options)
         table = cached_or_fitted(folder, pipe.vae, self.settings.cache_dir) if self.settings.image_preview else None
@@ -252,14 +258,38 @@ class ImageEngine:
             guidance = None if self.distilled else DEFAULT_GUIDANCE if guidance is None else guidance
         return ImageRequest(prompt, size, steps, seed, guidance, count, references)
 
-    def _fitted_references(self, references: object, size: ImageSize) -> tuple[FittedReference, ...]:
-        """A request's references fitted to ``size``'s reference size; a count not served is refused."""
+    def _fitted_references(self, references: object, size: ImageSize) -> tuple[FittedReference | ReferenceFile, ...]:
+        """A request's references fitted to ``size``'s reference size; a count not served is refused.
+
+        Files are only checked here (header pixels, fit mode): ``_decoded_references`` fits them later.
+        """
         if not isinstance(references, (tuple, list)):
             raise InvalidRequestError(tr("References must be a list of images, not {kind}.",
                                          kind=type(references).__name__))
         check_reference_count(len(references), self.settings.references)
-        target = reference_size(size)
-        return tuple(fit_reference(reference, target) for reference in references)
+        target, limit = reference_size(size), self.reference_limit
+        fitted = []
+        for reference in references:
+            if isinstance(reference, ReferenceFile):
+                check_reference_pixels(reference, limit)
+                fit_mode(reference.fit)
+                fitted.append(reference)
+            else:
+                fitted.append(fit_reference(reference, target))
+        return tuple(fitted)
+
+    @property
+    def reference_limit(self) -> int:
+        """The most pixels a reference file may declare here (from the largest declared size)."""
+        return reference_pixel_limit(self.settings.sizes)
+
+    def _decoded_references(self, request: ImageRequest) -> ImageRequest:
+        """``request`` with its reference files decoded and fitted, one at a time; the caller holds the job."""
+        if not any(isinstance(reference, ReferenceFile) for reference in request.references):
+            return request
+        target = reference_size(request.size)
+        fitted = tuple(fit_reference(reference, target, self.reference_limit) for reference in request.references)
+        return replace(request, references=fitted)
 
     def shape_of(self, request: ImageRequest) -> ImageSize | EditSlot:
         """The shape key a validated request runs at: its size, or its size with its reference count."""
@@ -298,6 +328,7 @@ class ImageEngine:
             if cancelled.is_set():  # stopped while it waited for the engine
                 raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
             self.shapes.require(self.shape_of(normal))  # its state may have changed while this request waited
+            normal = self._decoded_references(normal)  # decoded only now that the request holds the engine
             tokens = prompt_tokens(pipe, normal.prompt)  # inside the job: tokenizers are not thread-safe
             for index, seed in enumerate(seeds):
                 if index and cancelled.is_set():

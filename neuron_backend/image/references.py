@@ -12,8 +12,13 @@ Two fit modes, chosen per reference:
 - ``letterbox``: the whole image, scaled to fit inside and centred on a fixed ``LETTERBOX_FILL``;
 - ``crop``: the image scaled to cover and centre-cropped.
 
-Everything here is deterministic: same file, same mode, same output size, same pixels. Reading a
-file never decodes more than ``MAX_REFERENCE_PIXELS`` (the header's size is checked first).
+Everything here is deterministic: same file, same mode, same output size, same pixels.
+
+Memory: reading a file (``read_reference``) reads only its header and keeps the compressed bytes; its
+pixels are checked against ``reference_pixel_limit(sizes)`` (derived from the largest declared size)
+before anything is decoded. Decoding happens in ``fit_reference``, which the engine calls once the
+request holds the engine, and one reference at a time in the whole process (``_DECODING``), so a
+reference's decoded pixels exist only while it is being fitted.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import threading
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +42,13 @@ DEFAULT_FIT = "letterbox"
 LETTERBOX_FILL = (0, 0, 0)  # the padding of a letterboxed reference (and under a transparent one)
 PIPELINE_MAX_AREA = 1024 * 1024  # the pipeline resizes a reference over this area (pipeline_flux2_klein.py)
 PIPELINE_MIN_SIDE = 64  # Flux2ImageProcessor.check_image_input refuses a side under this
-MAX_REFERENCE_PIXELS = 64 * 2**20  # a reference file's pixels, checked before decoding (8192x8192)
+MAX_REFERENCE_PIXELS = 64 * 2**20  # the ceiling of a reference file's pixels, whatever the sizes (8192x8192)
+MIN_REFERENCE_PIXELS = 4 * 2**20  # the limit is never under this (2048x2048), however small the sizes
+REFERENCE_AREA_FACTOR = 16  # a reference may have this many times the pixels of the largest declared size
+RESIZE_REDUCING_GAP = 3.0  # box-reduce first when shrinking over 3x: LANCZOS's weights stay small (1xN images)
 MAX_REFERENCES = 4  # the most references --references may declare
 READ_FORMATS = ("PNG", "JPEG", "WEBP")
+MAX_NAME_CHARS = 200  # a reference's file name as recorded in the PNG parameters
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,25 @@ class ReferenceImage:
     fit: str = DEFAULT_FIT
     sha256: str | None = None
     name: str | None = None
+
+
+@dataclass(frozen=True)
+class ReferenceFile:
+    """A reference file read but not decoded: its bytes, and its header's format and size.
+
+    ``sha256``: of ``data``; ``size``: (width, height) as the header declares it (before EXIF orientation).
+    """
+
+    data: bytes
+    fit: str
+    sha256: str
+    size: tuple[int, int]
+    format: str
+    name: str | None = None
+
+    @property
+    def pixels(self) -> int:
+        return self.size[0] * self.size[1]
 
 
 @dataclass(frozen=True)
@@ -72,6 +102,19 @@ class FittedReference:
         if self.name:
             entry["name"] = self.name
         return entry
+
+
+def reference_pixel_limit(sizes) -> int:
+    """The most pixels a reference file may declare where ``sizes`` are served: REFERENCE_AREA_FACTOR times
+    the largest size's pixels, within MIN_REFERENCE_PIXELS..MAX_REFERENCE_PIXELS."""
+    largest = max((width * height for width, height in sizes), default=0)
+    return min(MAX_REFERENCE_PIXELS, max(MIN_REFERENCE_PIXELS, REFERENCE_AREA_FACTOR * largest))
+
+
+def check_reference_pixels(reference: object, limit: int) -> None:
+    """Refuse a reference file whose header declares more than ``limit`` pixels (nothing is decoded)."""
+    if isinstance(reference, ReferenceFile) and reference.pixels > limit:
+        raise _too_large(shown_value(reference.name) if reference.name else tr("image"), reference.size, limit)
 
 
 def reference_size(output: ImageSize) -> ImageSize:
@@ -116,9 +159,12 @@ def check_reference_count(count: int, served: tuple[int, ...]) -> None:
                                      allowed=", ".join(str(n) for n in served)))
 
 
-def read_reference(source: bytes | str | Path, fit: str = DEFAULT_FIT, name: str | None = None) -> ReferenceImage:
-    """A reference from a file's bytes or path: PNG, JPEG or WebP, its size checked before any pixel
-    is decoded, EXIF orientation applied; refused with what is allowed."""
+def read_reference(source: bytes | str | Path, fit: str = DEFAULT_FIT, name: str | None = None,
+                   limit: int | None = None) -> ReferenceFile:
+    """A reference from a file's bytes or path, read from its header only: PNG, JPEG or WebP, at most
+    ``limit`` pixels (``reference_pixel_limit``; None: MAX_REFERENCE_PIXELS); refused with what is allowed.
+    Nothing is decoded here."""
+    limit = MAX_REFERENCE_PIXELS if limit is None else limit
     if isinstance(source, (str, Path)):
         name = name or Path(source).name
         try:
@@ -126,30 +172,66 @@ def read_reference(source: bytes | str | Path, fit: str = DEFAULT_FIT, name: str
         except OSError:
             raise InvalidRequestError(tr("Reference {name} could not be read: send an image file.",
                                          name=shown_value(name))) from None
+    name = clean_name(name)
     label = shown_value(name) if name else tr("image")
     try:
-        with Image.open(io.BytesIO(source)) as opened:
-            kind, (width, height) = opened.format, opened.size
-            if kind not in READ_FORMATS:
-                raise InvalidRequestError(tr("Reference {name} is a {kind} file; send {allowed}.", name=label,
-                                             kind=kind or "?", allowed=", ".join(READ_FORMATS)))
-            if width * height > MAX_REFERENCE_PIXELS:
-                raise _too_large(label)
-            image = ImageOps.exif_transpose(opened)  # a copy, decoded
-            image.load()
+        with Image.open(io.BytesIO(source)) as opened:  # the header only: no pixel is decoded until load()
+            kind, size = opened.format, tuple(opened.size)
+    except Image.DecompressionBombError:  # PIL's own limit, from the header too: far over ours
+        raise _too_large(label, None, limit) from None
+    except Exception:  # noqa: BLE001 - no header we can read: not an image we can read
+        raise _unreadable(label) from None
+    if kind not in READ_FORMATS:
+        raise InvalidRequestError(tr("Reference {name} is a {kind} file; send {allowed}.", name=label,
+                                     kind=kind or "?", allowed=", ".join(READ_FORMATS)))
+    reference = ReferenceFile(source, fit_mode(fit), hashlib.sha256(source).hexdigest(), size, kind, name)
+    check_reference_pixels(reference, limit)
+    return reference
+
+
+def clean_name(name: str | None) -> str | None:
+    """A sender's file name as the PNG parameters keep it: no control or format characters (NUL, bidi
+    overrides), no HTML's ``<>&"'``, at most MAX_NAME_CHARS; None when nothing is left."""
+    if not isinstance(name, str):
+        return None
+    kept = "".join("_" if ch in "<>&\"'" else ch for ch in name
+                   if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
+    return kept.strip()[:MAX_NAME_CHARS] or None
+
+
+_DECODING = threading.Lock()  # one reference decoded at a time in the process: its pixels are the big part
+
+
+def _decoded(reference: ReferenceFile) -> Image.Image:
+    """The file's pixels, EXIF orientation applied; the caller holds ``_DECODING``."""
+    label = shown_value(reference.name) if reference.name else tr("image")
+    try:
+        with Image.open(io.BytesIO(reference.data)) as opened:
+            if tuple(opened.size) != reference.size or opened.format != reference.format:
+                raise _unreadable(label)
+            opened.load()
+            image = ImageOps.exif_transpose(opened)  # a copy; the decoded file is closed with ``opened``
     except InvalidRequestError:
         raise
-    except Image.DecompressionBombError:  # PIL's own limit, from the header too: far over ours
-        raise _too_large(label) from None
     except Exception:  # noqa: BLE001 - any decoding failure: not an image we can read
-        raise InvalidRequestError(tr("Reference {name} is not an image that can be read; send {allowed}.",
-                                     name=label, allowed=", ".join(READ_FORMATS))) from None
-    return ReferenceImage(image, fit_mode(fit), hashlib.sha256(source).hexdigest(), name)
+        raise _unreadable(label) from None
+    return image
 
 
-def _too_large(label) -> InvalidRequestError:
-    return InvalidRequestError(tr("Reference {name} has more than {limit} megapixels; send a smaller image.",
-                                  name=label, limit=MAX_REFERENCE_PIXELS // 2**20))
+def _unreadable(label) -> InvalidRequestError:
+    return InvalidRequestError(tr("Reference {name} is not an image that can be read; send {allowed}.",
+                                  name=label, allowed=", ".join(READ_FORMATS)))
+
+
+def _too_large(label, size: tuple[int, int] | None, limit: int) -> InvalidRequestError:
+    megapixels = round(limit / 2**20, 1)
+    if size is None:  # PIL refused the header itself: far over any limit of ours
+        return InvalidRequestError(tr("Reference {name} has far too many pixels; this server takes references of at "
+                                      "most {limit} pixels ({megapixels} megapixels). Send a smaller image.",
+                                      name=label, limit=limit, megapixels=megapixels))
+    return InvalidRequestError(tr("Reference {name} is {size} pixels; this server takes references of at most {limit} "
+                                  "pixels ({megapixels} megapixels). Send a smaller image.", name=label,
+                                  size=f"{size[0]}x{size[1]}", limit=limit, megapixels=megapixels))
 
 
 def pixel_sha256(image: Image.Image) -> str:
@@ -158,22 +240,38 @@ def pixel_sha256(image: Image.Image) -> str:
     return hashlib.sha256(f"{rgb.width}x{rgb.height}:".encode() + rgb.tobytes()).hexdigest()
 
 
-def fit_reference(reference: ReferenceImage | FittedReference, target: ImageSize) -> FittedReference:
-    """``reference`` fitted to exactly ``target`` pixels by its fit mode (a fitted one at ``target`` is kept)."""
+def fit_reference(reference: ReferenceImage | ReferenceFile | FittedReference, target: ImageSize,
+                  limit: int | None = None) -> FittedReference:
+    """``reference`` fitted to exactly ``target`` pixels by its fit mode (a fitted one at ``target`` is kept).
+
+    A ``ReferenceFile`` is checked against ``limit`` from its header, then decoded, fitted and its decoded
+    pixels dropped, one at a time in the process (safe to call from any thread).
+    """
     if isinstance(reference, FittedReference):
         if reference.fitted == target and reference.image.size == tuple(target) and reference.image.mode == "RGB":
             return reference
         raise InvalidRequestError(tr("A reference fitted to {fitted} cannot serve a request whose references are "
                                      "{target}.", fitted=reference.fitted.label, target=target.label))
+    if isinstance(reference, ReferenceFile):
+        check_reference_pixels(reference, MAX_REFERENCE_PIXELS if limit is None else limit)
+        mode = fit_mode(reference.fit)
+        with _DECODING:
+            source = _decoded(reference)
+            fitted = _fitted(source, mode, target)
+        return FittedReference(fitted, mode, reference.sha256, tuple(source.size), ImageSize(*target),
+                               reference.name)
     if not isinstance(reference, ReferenceImage) or not isinstance(reference.image, Image.Image):
         raise InvalidRequestError(tr("A reference must be an image, not {kind}.",
                                      kind=type(getattr(reference, "image", reference)).__name__))
     mode = fit_mode(reference.fit)
     source = reference.image
+    return FittedReference(_fitted(source, mode, target), mode, reference.sha256 or pixel_sha256(source),
+                           tuple(source.size), ImageSize(*target), reference.name)
+
+
+def _fitted(source: Image.Image, mode: str, target: ImageSize) -> Image.Image:
     rgb = _flattened(source)
-    fitted = _letterbox(rgb, target) if mode == "letterbox" else _crop(rgb, target)
-    return FittedReference(fitted, mode, reference.sha256 or pixel_sha256(source), tuple(source.size),
-                           ImageSize(*target), reference.name)
+    return _letterbox(rgb, target) if mode == "letterbox" else _crop(rgb, target)
 
 
 def _flattened(image: Image.Image) -> Image.Image:
@@ -191,7 +289,8 @@ def _letterbox(image: Image.Image, target: ImageSize) -> Image.Image:
     inner = (min(target.width, max(1, round(image.width * scale))),
              min(target.height, max(1, round(image.height * scale))))
     canvas = Image.new("RGB", tuple(target), LETTERBOX_FILL)
-    scaled = image if image.size == inner else image.resize(inner, Image.Resampling.LANCZOS)
+    scaled = image if image.size == inner else image.resize(inner, Image.Resampling.LANCZOS,
+                                                             reducing_gap=RESIZE_REDUCING_GAP)
     canvas.paste(scaled, ((target.width - inner[0]) // 2, (target.height - inner[1]) // 2))
     return canvas
 
@@ -200,7 +299,8 @@ def _crop(image: Image.Image, target: ImageSize) -> Image.Image:
     """The image scaled to cover ``target`` and centre-cropped to it."""
     scale = max(target.width / image.width, target.height / image.height)
     cover = (max(target.width, round(image.width * scale)), max(target.height, round(image.height * scale)))
-    scaled = image if image.size == cover else image.resize(cover, Image.Resampling.LANCZOS)
+    scaled = image if image.size == cover else image.resize(cover, Image.Resampling.LANCZOS,
+                                                             reducing_gap=RESIZE_REDUCING_GAP)
     left, top = (cover[0] - target.width) // 2, (cover[1] - target.height) // 2
     return scaled.crop((left, top, left + target.width, top + target.height))
 

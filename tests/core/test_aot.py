@@ -194,3 +194,54 @@ def test_a_save_that_raises_a_pickling_error_is_refused_once_and_the_compiled_gr
     assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.rglob("*.aot"))
     for got in logits:
         torch.testing.assert_close(got, expected)
+
+
+PLANTED = """
+import os
+os.system("touch " + {marker!r})
+"""
+
+
+def _planted_forward(path, marker):
+    """A saved forward as an attacker writes it into a shared cache: a pickle that runs a command when loaded."""
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (exec, (PLANTED.format(marker=str(marker)),))
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(Payload()))
+    path.with_suffix(".modules.json").write_text("{}")
+
+
+def test_a_saved_forward_this_installation_did_not_sign_is_never_loaded(demo_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(demo_models.chat, dtype=torch.float32)
+    key = aot.installation_key(tmp_path / "keys" / "aot.key")
+    assert len(key) == 32 and aot.installation_key(tmp_path / "keys" / "aot.key") == key  # made once
+    assert (tmp_path / "keys" / "aot.key").stat().st_mode & 0o077 == 0  # the owner's only
+    forward = aot.AotForward(model, tmp_path / "cache", {"backend": "inductor", "fullgraph": True, "dynamic": False},
+                             key=key)
+    planted, marker = forward.folder / "planted.aot", tmp_path / "ran"
+    _planted_forward(planted, marker)
+    assert forward._load(planted) is None and not marker.exists()  # no signature: not loaded, nothing ran
+    planted.with_suffix(".sig").write_text(aot.signature(b"another installation's key" * 2, planted.read_bytes(),
+                                                         b"{}"))
+    assert forward._load(planted) is None and not marker.exists()  # another key's signature: the same
+    trusting = aot.AotForward(model, tmp_path / "cache", {"backend": "inductor", "fullgraph": True,
+                                                          "dynamic": False}, key=key, trusted=True)
+    trusting._load(planted)  # --aot-trust: the operator said the folder is theirs, so it is loaded
+    assert marker.exists()
+
+
+def test_the_key_file_may_not_live_in_the_cache(tmp_path):
+    from neuron_backend.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--aot-key-file: it is inside --cache-dir"):
+        parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
+                        "--aot-key-file", str(tmp_path / "compile-cache" / "aot.key")], env={})
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path / "cache")],
+                              env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert settings.aot_key_file == tmp_path / "config" / "trainium-showcase" / "aot.key" and not settings.aot_trust

@@ -15,10 +15,13 @@ from neuron_backend.errors import ConfigError, InvalidRequestError, ShapeNotRead
 from neuron_backend.image.engine import ImageEngine, ImageRequest
 from neuron_backend.image.references import (
     LETTERBOX_FILL,
+    MAX_REFERENCE_PIXELS,
+    MIN_REFERENCE_PIXELS,
     FittedReference,
     ReferenceImage,
     fit_reference,
     read_reference,
+    reference_pixel_limit,
     reference_size,
 )
 from neuron_backend.runtime import Backend
@@ -146,11 +149,11 @@ def test_fitting_is_deterministic_and_flattens_transparency():
 def test_read_reference_checks_the_file_before_decoding():
     data = png_bytes(photo(80, 60))
     reference = read_reference(data, "crop", "cat.png")
-    assert reference.image.size == (80, 60) and reference.fit == "crop" and reference.name == "cat.png"
+    assert reference.size == (80, 60) and reference.fit == "crop" and reference.name == "cat.png"
     import hashlib
 
-    assert reference.sha256 == hashlib.sha256(data).hexdigest()
-    assert read_reference(png_bytes(photo(80, 60), "JPEG")).image.size == (80, 60)
+    assert reference.sha256 == hashlib.sha256(data).hexdigest() and reference.data == data
+    assert read_reference(png_bytes(photo(80, 60), "JPEG")).size == (80, 60)
     with pytest.raises(InvalidRequestError, match="is a GIF file; send PNG, JPEG, WEBP"):
         read_reference(png_bytes(photo(8, 8), "GIF"), name="a.gif")
     with pytest.raises(InvalidRequestError, match="is not an image that can be read"):
@@ -158,11 +161,77 @@ def test_read_reference_checks_the_file_before_decoding():
     with pytest.raises(InvalidRequestError, match="Fit mode 'stretch' is not known: use letterbox, crop"):
         read_reference(data, "stretch")
     # Pixel bombs: many pixels in a few KB; refused from the header, before any pixel is decoded.
-    for side in (9000, 20000):  # over our limit; over PIL's own too
-        bomb = io.BytesIO()
-        Image.new("1", (side, side)).save(bomb, "PNG")
-        with pytest.raises(InvalidRequestError, match="'bomb.png' has more than 64 megapixels; send a smaller"):
-            read_reference(bomb.getvalue(), name="bomb.png")
+    bomb = io.BytesIO()
+    Image.new("1", (9000, 9000)).save(bomb, "PNG")
+    with pytest.raises(InvalidRequestError, match="'bomb.png' is 9000x9000 pixels; this server takes references "
+                                                  r"of at most 67108864 pixels \(64.0 megapixels\)"):
+        read_reference(bomb.getvalue(), name="bomb.png")
+    Image.new("1", (20000, 20000)).save(bomb := io.BytesIO(), "PNG")  # over PIL's own limit too
+    with pytest.raises(InvalidRequestError, match="'bomb.png' has far too many pixels; .* at most 67108864 pixels"):
+        read_reference(bomb.getvalue(), name="bomb.png")
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` RGB pixels and whose data holds none (a few bytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+
+
+def test_the_reference_pixel_limit_comes_from_the_largest_declared_size():
+    assert reference_pixel_limit([ImageSize(64, 64)]) == MIN_REFERENCE_PIXELS == 4 * 2**20
+    assert reference_pixel_limit([ImageSize(512, 512), ImageSize(1024, 1024)]) == 16 * 1024 * 1024
+    assert reference_pixel_limit([ImageSize(4096, 4096)]) == MAX_REFERENCE_PIXELS
+    # 1 x 67,108,864 pixels in 70 bytes: under the old fixed 64-megapixel ceiling, far over 16 for 1024x1024.
+    line = png_header(1, 67_108_864)
+    assert len(line) < 100
+    with pytest.raises(InvalidRequestError, match=r"'line.png' is 1x67108864 pixels; this server takes references "
+                                                  r"of at most 16777216 pixels \(16.0 megapixels\)\. Send a smaller"):
+        read_reference(line, name="line.png", limit=reference_pixel_limit([ImageSize(1024, 1024)]))
+
+
+def test_references_are_decoded_only_inside_the_engine_one_at_a_time(edit_engine, monkeypatch):
+    """Reading keeps the file's bytes; validate() decodes nothing; decoding happens while the request holds the
+    engine, never two at once."""
+    from PIL import ImageFile
+
+    decodes, lock = [], __import__("threading").Lock()
+    active = [0]
+    real_load = ImageFile.ImageFile.load
+
+    def counted_load(image):
+        if image.size == (150, 90) and image.tile:  # a reference file of this test, not decoded yet
+            with lock:
+                active[0] += 1
+                decodes.append((edit_engine.busy, active[0]))
+            try:
+                return real_load(image)
+            finally:
+                with lock:
+                    active[0] -= 1
+        return real_load(image)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", counted_load)
+    files = tuple(read_reference(png_bytes(photo(150, 90, seed)), "letterbox", f"{seed}.png") for seed in (1, 2))
+    assert decodes == []  # read from the header only
+    normal = edit_engine.validate(ImageRequest("fox", "96x64", references=files))
+    assert decodes == [] and normal.references == files  # checked, still undecoded
+    too_big = ImageRequest("fox", "64x64", references=(read_reference(png_header(2049, 2048), name="big.png"),))
+    with pytest.raises(InvalidRequestError, match="at most 4194304 pixels"):  # 64x64 and 96x64: the 4 MP floor
+        edit_engine.validate(too_big)
+    from concurrent.futures import ThreadPoolExecutor
+
+    request = ImageRequest("fox", "96x64", steps=1, seed=3, references=files)
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: edit_engine.generate(request), range(3)))
+    assert len(decodes) == 6 and all(busy and active == 1 for busy, active in decodes), decodes
+    assert results[0].params["references"][0]["original_size"] == "150x90"
+    assert all(np.array_equal(np.asarray(r.image), np.asarray(results[0].image)) for r in results)
 
 
 # -- the engine -----------------------------------------------------------------------------------

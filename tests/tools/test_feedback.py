@@ -16,7 +16,13 @@ from app import annex_chat_extras
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
-from tools.qa.feedback import MAX_CHARS_PER_TOKEN, MAX_MARKS_PER_SESSION, FeedbackLog
+from tools.qa.feedback import (
+    MAX_CHARS_PER_TOKEN,
+    MAX_MARKS_PER_CLIENT,
+    MAX_MARKS_PER_SESSION,
+    MAX_QA_PROMPTS,
+    FeedbackLog,
+)
 
 
 @pytest.fixture
@@ -125,7 +131,6 @@ def test_a_mark_with_a_line_separator_survives_later_comments_and_marks(tmp_path
 def test_rows_written_with_a_raw_separator_are_still_read(tmp_path):
     """A row holding a raw U+2028 (as json.dumps(ensure_ascii=False) writes it) reads back whole."""
     log = FeedbackLog(tmp_path)
-    tmp_path.mkdir(exist_ok=True)
     row = {"id": "abc", "rating": "up", "comment": "", "prompt": "a\u2028b", "reply": "r", "settings": {}}
     log.path.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
     assert [m["prompt"] for m in log.marks()] == ["a\u2028b"]
@@ -155,3 +160,108 @@ def test_the_comment_row_goes_with_the_chat_of_its_mark(tmp_path):
     mark_id, marked, row = block.fn([], "an answer")  # the chat of the mark is gone
     assert mark_id is None and marked is None and row["visible"] is False
     assert all(x == {"__type__": "update"} for x in block.fn([], None))  # nothing marked: nothing to do
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_mark(tmp_path):
+    """A crash or a full disk mid-write leaves half a row; the next mark is still a row of its own."""
+    log = FeedbackLog(tmp_path)
+    log.record("up", "first prompt", "first reply")
+    with log.path.open("ab") as f:
+        f.write(b'{"id": "torn", "rating": "down", "prompt": "half a ro')  # what the crash left
+    mark = log.record("down", "after the crash", "a reply")
+    assert [m["prompt"] for m in log.marks()] == ["first prompt", "after the crash"]
+    assert [m["id"] for m in log.marks()][-1] == mark
+    assert [json.loads(line)["prompt"] for line in log.prompt_set.read_text().splitlines()] == [
+        "after the crash", "first prompt"]
+
+
+KILLED_MID_WRITE = """
+import io, os, signal, sys
+from pathlib import Path
+from tools.qa.feedback import FeedbackLog
+
+log = FeedbackLog(Path(sys.argv[1]))
+log.record("up", "before the crash", "a reply")
+real_open = io.open
+
+class HalfWriter:
+    # the file of the next mark: half its bytes reach the disk, then the process is killed (kill -9)
+    def __init__(self, f):
+        self.f = f
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def write(self, data):
+        self.f.write(data[: len(data) // 2])
+        self.f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def open_(file, mode="r", *args, **kwargs):
+    f = real_open(file, mode, *args, **kwargs)
+    return HalfWriter(f) if str(file).endswith("marks.jsonl") and "a" in mode else f
+
+io.open = open_
+log.record("down", "killed mid-write", "the reply the visitor never saw thanked")
+"""
+
+
+def test_a_process_killed_mid_write_loses_only_its_own_mark(tmp_path):
+    """kill -9 in the middle of writing a mark: every earlier mark and the next mark are kept."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(tmp_path)], cwd=root, timeout=120,
+                           capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    log = FeedbackLog(tmp_path)
+    assert not log.path.read_bytes().endswith(b"\n")  # the torn tail the kill left
+    log.record("up", "after the restart", "a reply")
+    assert [m["prompt"] for m in log.marks()] == ["before the crash", "after the restart"]
+
+
+@pytest.mark.slow
+def test_fresh_sessions_do_not_reset_an_addresss_budget(served):
+    """Marks are budgeted per client address too: new Gradio sessions from one address stop at its budget."""
+    url, index, log = served
+    codes = [_mark(url, index, f"fresh-{n}", f"q{n}", "a").status_code for n in range(MAX_MARKS_PER_CLIENT)]
+    assert codes == [200] * MAX_MARKS_PER_CLIENT  # one session each: the session cap never bites
+    refused = _mark(url, index, "yet-another", "one more", "a")
+    assert refused.status_code == 500
+    assert refused.json()["error"] == (f"Your address has stored {MAX_MARKS_PER_CLIENT} marks in the last hour, the "
+                                       "most one visitor may store; this one was not stored.")
+    assert len(log.marks()) == MAX_MARKS_PER_CLIENT
+
+
+def test_a_global_rate_bounds_marks_from_all_clients_and_a_client_budget_each(tmp_path):
+    now = [1000.0]
+    log = FeedbackLog(tmp_path, per_client=3, per_minute=5, clock=lambda: now[0])
+    for n in range(5):
+        log.record("up", f"prompt {n}", "a", client=f"10.0.0.{n}")
+    with pytest.raises(InvalidRequestError, match="at most 5 marks a minute from all visitors together"):
+        log.record("up", "the sixth in a minute", "a", client="10.0.0.9")
+    now[0] += 61
+    for n in range(2):
+        log.record("down", f"later {n}", "a", client="10.0.0.0")
+    with pytest.raises(InvalidRequestError, match="Your address has stored 3 marks in the last hour"):
+        log.record("down", "a fourth this hour", "a", client="10.0.0.0")
+    log.record("down", "another address", "a", client="10.0.0.1")
+    now[0] += 3601
+    log.record("down", "an hour later", "a", client="10.0.0.0")
+    assert len(log.marks()) == 9
+
+
+def test_anonymous_marks_never_push_reviewed_prompts_out_of_the_prompt_set(tmp_path):
+    log = FeedbackLog(tmp_path, per_minute=10_000)
+    reviewed = [{"prompt": "What is a NEFF?"}, {"prompt": "Explain the KV cache.", "greedy": True}]
+    log.reviewed.write_text("".join(json.dumps(r) + "\n" for r in reviewed), encoding="utf-8")
+    for n in range(MAX_QA_PROMPTS + 20):
+        log.record("down", f"attacker prompt {n}", "a", client=f"10.1.{n // 256}.{n % 256}")
+    rows = [json.loads(line) for line in log.prompt_set.read_text().split("\n") if line]
+    assert len(rows) == MAX_QA_PROMPTS and rows[:2] == reviewed
+    assert rows[2]["prompt"] == f"attacker prompt {MAX_QA_PROMPTS + 19}"  # the newest marks fill the rest

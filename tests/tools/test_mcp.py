@@ -274,6 +274,13 @@ def mcp_edit_app(tmp_path_factory):
     demo.close()
 
 
+def _over_limit_png() -> bytes:
+    """A few KB of PNG declaring 2049x2048 pixels: over the 4 MP reference limit of sizes this small."""
+    buffer = io.BytesIO()
+    Image.new("1", (2049, 2048)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 @pytest.mark.slow
 def test_edit_image_takes_base64_references_and_records_them(mcp_edit_app):
     backend, url = mcp_edit_app
@@ -283,6 +290,8 @@ def test_edit_image_takes_base64_references_and_records_them(mcp_edit_app):
                ({"prompt": "x", "references": refs[:1], "fit": "stretch"}, "use letterbox, crop"),
                ({"prompt": "x", "references": ["%%%"]}, "not a file as base64"),
                ({"prompt": "x", "references": [base64.b64encode(b"plain text").decode()]}, "send PNG, JPEG, WEBP"),
+               ({"prompt": "x", "references": [base64.b64encode(_over_limit_png()).decode()]},
+                "is 2049x2048 pixels; this server takes references of at most 4194304 pixels (4.0 megapixels)"),
                ({"prompt": "x"}, "needs the argument references")]
 
     async def calls(session):

@@ -124,6 +124,41 @@ def test_a_stop_sequence_ends_the_reply_where_it_begins(served):
     assert streamed[-1].choices[0].finish_reason == "stop"
 
 
+def test_stop_sequences_keep_to_openais_limits_said_in_the_400(served):
+    """At most 4, each at most 256 characters: four of 40,000 (a 160 KB request) once cost a minute of scanning."""
+    _, client = served
+    with pytest.raises(openai.BadRequestError) as refused:
+        _chat(client, max_tokens=4, stop=["x" * 40_000] * 4)
+    said = refused.value.body
+    assert said["param"] == "stop" and said["type"] == "invalid_request_error"
+    assert said["message"] == ("stop must be a text or a list of up to 4 non-empty texts of at most 256 characters "
+                               "each; one has 40000 characters.")
+    with pytest.raises(openai.BadRequestError, match="up to 4 non-empty texts .*; got a list of 5"):
+        _chat(client, max_tokens=4, stop=["a", "b", "c", "d", "e"])
+    assert _chat(client, max_tokens=4, stop=["x" * 256] * 4).choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_stop_scan_finds_the_first_stop_to_complete_however_the_reply_streams():
+    """Against a plain search of the whole text, for texts, stops and update boundaries drawn at random."""
+    import random
+
+    from tools.openai_api.schema import StopScan
+
+    rng = random.Random(52)
+    for _ in range(400):
+        text = "".join(rng.choice("aab") for _ in range(rng.randrange(0, 60)))
+        stops = tuple("".join(rng.choice("ab") for _ in range(rng.randrange(1, 6))) for _ in range(rng.randrange(1, 5)))
+        ends = [(at + len(s), at) for s in stops if (at := text.find(s)) >= 0]
+        first = min(text.find(s) + len(s) for s in stops if s in text) if ends else None
+        expected = text if first is None else text[:min(at for end, at in ends if end == first)]
+        scan, sent, cuts = StopScan(stops), "", sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, 5)))
+        for cut in [*cuts, len(text)]:
+            sent += scan.feed(text[:cut])
+            assert expected.startswith(sent), (text, stops, sent)
+        sent += scan.feed(text, final=True)
+        assert sent == expected and scan.hit == (first is not None), (text, stops, sent, expected)
+
+
 def test_a_cancelled_stream_frees_the_engine(served):
     backend, client = served
     engine, url = backend.engine("chat"), str(client.base_url).removesuffix("v1/")
@@ -174,7 +209,7 @@ def test_bad_requests_are_400_with_the_allowed_values(served):
     with pytest.raises(openai.BadRequestError, match=r"allowed sizes: 64x64, 96x64") as info:
         client.images.generate(model="image", prompt="x", size="512x512")
     assert info.value.body["param"] == "size" and info.value.body["type"] == "invalid_request_error"
-    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+    with pytest.raises(openai.BadRequestError, match="n must be the whole number 1"):
         _chat(client, n=2)
     with pytest.raises(openai.BadRequestError, match="from 1 to 200"):
         _chat(client, max_tokens=999)
@@ -286,15 +321,17 @@ def test_the_auth_rule_without_a_key():
 
     from tools.openai_api.routes import _authorized
     from tools.openai_api.schema import ApiError
+    from ui.guards import LoginThrottle
 
     def request(authorization=None):
         headers = [(b"authorization", authorization.encode())] if authorization else []
         return Request({"type": "http", "method": "GET", "path": "/v1/models", "headers": headers})
 
-    _authorized(request(), SimpleNamespace(api_key=None, auth=None))
+    throttle = LoginThrottle()
+    _authorized(request(), SimpleNamespace(api_key=None, auth=None), throttle)
     with pytest.raises(ApiError, match="--api-key") as info:
-        _authorized(request("Bearer anything"), SimpleNamespace(api_key=None, auth=("ada", "lovelace")))
+        _authorized(request("Bearer anything"), SimpleNamespace(api_key=None, auth=("ada", "lovelace")), throttle)
     assert info.value.status == 401
-    _authorized(request(f"Bearer {KEY}"), SimpleNamespace(api_key=KEY, auth=None))
+    _authorized(request(f"Bearer {KEY}"), SimpleNamespace(api_key=KEY, auth=None), throttle)
     with pytest.raises(ApiError):
-        _authorized(request(f"Basic {KEY}"), SimpleNamespace(api_key=KEY, auth=None))
+        _authorized(request(f"Basic {KEY}"), SimpleNamespace(api_key=KEY, auth=None), throttle)

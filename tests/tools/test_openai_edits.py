@@ -44,6 +44,13 @@ def _metric(text: str, name: str, **labels) -> float:
     return float(match.group(1)) if match else 0.0
 
 
+def _line_png() -> bytes:
+    """A real PNG one pixel wide and one pixel over the 4-megapixel limit of sizes this small (a few KB)."""
+    buffer = io.BytesIO()
+    Image.new("1", (1, 4 * 2**20 + 1)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def _huge_png() -> bytes:
     """A small file of more than 64 megapixels (one bit each, all black)."""
     buffer = io.BytesIO()
@@ -104,7 +111,10 @@ def test_one_image_as_image_with_n_and_by_url(editing):
      "Reference 'notes.txt' is not an image that can be read; send PNG, JPEG, WEBP."),
     ({"image": [("old.gif", _png((8, 8), 2, "GIF"))]}, "image", "Reference 'old.gif' is a GIF file; send PNG, JPEG"),
     ({"image": [CAT, ("huge.png", _huge_png())]}, "image",
-     "Reference 'huge.png' has more than 64 megapixels; send a smaller image."),
+     "Reference 'huge.png' is 8200x8200 pixels; this server takes references of at most 4194304 pixels "
+     "(4.0 megapixels). Send a smaller image."),
+    ({"image": [("line.png", _line_png())]}, "image",  # under the old fixed 64 MP: the limit comes from the sizes
+     "Reference 'line.png' is 1x4194305 pixels; this server takes references of at most 4194304 pixels"),
     ({"image": [CAT], "extra_body": {"fit": "stretch"}}, "fit",
      "Fit mode 'stretch' is not known: use letterbox, crop."),
     ({"image": [CAT], "size": "512x512"}, "size", "allowed sizes: 64x64, 96x64"),

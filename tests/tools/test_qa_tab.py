@@ -377,8 +377,8 @@ UPLOAD_REFUSALS = {  # what is uploaded -> the toast's words
                              "images": ("cat.png", "dog.png", "cow.png")},
                             r"^set.jsonl line 1: 3 reference images are not served here .*Allowed counts: 0, 1, 2\.$"),
     "a reference too large": ({"rows": [{"prompt": "x", "references": ["cat.png"]}]},
-                              r"^set.jsonl line 1: Reference .*cat.png.* has more than 0 megapixels; send a smaller "
-                              r"image"),
+                              r"^set.jsonl line 1: Reference .*cat.png.* is \d+x\d+ pixels; this server takes "
+                              r"references of at most 100 pixels"),
 }
 
 

@@ -36,6 +36,7 @@ def files(tmp_path_factory):
         Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(path)
         paths.append(path)
     (folder / "notes.txt").write_text("not an image")
+    Image.new("1", (2049, 2048)).save(folder / "big.png")  # a few KB, over the 4 MP limit of sizes this small
     return folder, paths
 
 
@@ -75,13 +76,17 @@ def test_edit_records_each_reference_and_pastes_back(editing, files):
     ({"references": 1, "fit": "stretch"}, "Fit mode 'stretch' is not known: use letterbox, crop."),
     ({"references": 2, "fit": "crop,crop,crop"}, "3 fit modes for 2 references"),
     ({"references": "text"}, "'notes.txt' is not an image that can be read; send PNG, JPEG, WEBP."),
+    ({"references": "big"}, "'big.png' is 2049x2048 pixels; this server takes references of at most 4194304 pixels "
+                            "(4.0 megapixels). Send a smaller image."),
     ({"references": 1, "size": "512x512"}, "not served here"),
 ])
 def test_refusals_name_what_is_allowed_and_the_app_keeps_working(editing, files, kwargs, fragment):
     _, client = editing
     folder, paths = files
     count = kwargs.pop("references")
-    refs = [handle_file(str(folder / "notes.txt"))] if count == "text" else [handle_file(str(p)) for p in paths[:count]]
+    named = {"text": "notes.txt", "big": "big.png"}
+    refs = ([handle_file(str(folder / named[count]))] if count in named
+            else [handle_file(str(p)) for p in paths[:count]])
     with pytest.raises(Exception) as caught:
         client.predict(prompt="x", references=refs, steps=1, seed=1, **{"size": "64x64", **kwargs},
                        api_name="/edit_image")

@@ -57,9 +57,22 @@ def test_a_count_not_served_is_said_before_anything_is_sent(settings, files):
     _, refused = fitted_view(settings, [str(text)], "letterbox", "64x64")
     assert refused == "Reference 'notes.txt' is not an image that can be read; send PNG, JPEG, WEBP."
     with pytest.raises(InvalidRequestError, match="3 reference images are not served"):  # the count before the files
-        references_of([str(text)] * 3, "crop", settings.references)
-    assert [r.fit for r in references_of([str(wide), str(tall)], "crop", settings.references)] == ["crop", "crop"]
-    assert references_of(None, None, settings.references) == ()
+        references_of([str(text)] * 3, "crop", settings)
+    assert [r.fit for r in references_of([str(wide), str(tall)], "crop", settings)] == ["crop", "crop"]
+    assert references_of(None, None, settings) == ()
+
+
+def test_a_reference_over_the_pixel_limit_is_refused_from_its_header_on_the_page(settings, tmp_path):
+    big = tmp_path / "big.png"
+    Image.new("1", (2049, 2048)).save(big)  # 4 MP and a column: over the limit of sizes this small
+    said = ("Reference 'big.png' is 2049x2048 pixels; this server takes references of at most 4194304 pixels "
+            "(4.0 megapixels). Send a smaller image.")
+    assert fitted_view(settings, [str(big)], "letterbox", "64x64")[1] == said
+    with pytest.raises(InvalidRequestError) as refused:
+        references_of([str(big)], "crop", settings)
+    assert str(refused.value) == said
+    with i18n.speaking("ar"):
+        assert has_arabic(fitted_view(settings, [str(big)], "letterbox", "64x64")[1])
 
 
 @pytest.mark.slow
@@ -100,8 +113,8 @@ def test_the_chosen_reference_moves_and_is_removed_and_the_order_is_what_is_sent
         assert moved(paths, nothing_chosen, 1) == ({"__type__": "update"},) * 2
         assert removed(paths, nothing_chosen) == ({"__type__": "update"},) * 2
     reordered, _ = moved(paths[:2], 1, -1)
-    assert [r.sha256 for r in references_of(reordered, "crop", settings.references)] == [
-        r.sha256 for r in reversed(references_of(paths[:2], "crop", settings.references))]  # the order sent
+    assert [r.sha256 for r in references_of(reordered, "crop", settings)] == [
+        r.sha256 for r in reversed(references_of(paths[:2], "crop", settings))]  # the order sent
 
 
 def test_the_result_shown_becomes_the_last_reference(settings, files, tmp_path):

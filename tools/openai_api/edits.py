@@ -23,10 +23,11 @@ from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.references import (
     MAX_REFERENCES,
     READ_FORMATS,
-    ReferenceImage,
+    ReferenceFile,
     check_reference_count,
     read_reference,
     reference_fits,
+    reference_pixel_limit,
 )
 from neuron_backend.runtime import Backend
 
@@ -65,7 +66,7 @@ async def edit_call(request: Request, backend: Backend) -> ImageCall:
                                "edit).", name, "invalid_value")
         fit = fields.pop("fit", None)
         call = image_call(_typed_fields(fields), backend, EDIT_FIELDS)
-        references = await _references(files, fit, counts)
+        references = await _references(files, fit, counts, reference_pixel_limit(backend.settings.sizes))
     finally:
         await form.close()
     return replace(call, request=replace(call.request, references=references))
@@ -112,8 +113,9 @@ def _typed_fields(fields: dict[str, str]) -> dict[str, object]:
     return typed
 
 
-async def _references(files: list, fit: object, counts: tuple[int, ...]) -> tuple[ReferenceImage, ...]:
-    """The image files as references, their count checked before any is decoded (decoding runs on a thread)."""
+async def _references(files: list, fit: object, counts: tuple[int, ...], limit: int) -> tuple[ReferenceFile, ...]:
+    """The image files as references: their count, then each header's pixels against ``limit``; none is decoded
+    here (the engine decodes them once the request holds it)."""
     allowed = ", ".join(str(n) for n in counts)
     if not files:
         raise ApiError(400, f"image is required: send the image(s) to edit as image (one file) or image[] "
@@ -129,7 +131,7 @@ async def _references(files: list, fit: object, counts: tuple[int, ...]) -> tupl
     with _param("image"):
         for upload, mode in zip(files, fits, strict=True):
             name = PurePosixPath((upload.filename or "").replace("\\", "/")).name or None  # no client folder
-            references.append(await asyncio.to_thread(read_reference, await upload.read(), mode, name))
+            references.append(await asyncio.to_thread(read_reference, await upload.read(), mode, name, limit))
     return tuple(references)
 
 

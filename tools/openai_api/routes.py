@@ -17,7 +17,9 @@ the allowed values), a shape still compiling 503 with ``Retry-After`` = its warm
 seconds (the SDK's retries then wait for the compile), more requests than the engine's slots plus
 ``--queue-size`` waiting 429. Auth: with a key configured (``--api-key``) every route needs
 ``Authorization: Bearer <key>``; with ``--auth`` and no key /v1 is closed; without either it is open,
-like the rest of an app that binds 127.0.0.1 by default.
+like the rest of an app that binds 127.0.0.1 by default. Wrong keys back off as failed logins do
+(``ui.guards.LoginThrottle`` per client address): past 5, the address waits (429 with ``Retry-After``),
+the right key included.
 
 Handlers run on the server's event loop; each chat reply is read on its own thread (``_ChatPump``)
 and a client that goes away sets the reply's stop event, which frees the engine within one token
@@ -32,6 +34,7 @@ import hmac
 import io
 import json
 import logging
+import math
 import re
 import secrets
 import threading
@@ -45,11 +48,12 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from neuron_backend.chat.text import ChatRequest, ChatUpdate
-from neuron_backend.errors import ShowcaseError
+from neuron_backend.errors import ShowcaseError, StorageError, storage_reason
 from neuron_backend.image.png_info import png_metadata
 from neuron_backend.metrics import V1_ENDPOINTS
 from neuron_backend.runtime import Backend
 from ui.api import ImageRun
+from ui.guards import LoginThrottle
 
 from .edits import edit_call, edit_counts
 from .schema import ApiError, ChatCall, ImageCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
@@ -58,7 +62,8 @@ log = logging.getLogger("showcase")
 
 MAX_BODY = 8 * 1024 * 1024  # bytes of one request's JSON
 WAIT_POLL_S = 0.25  # how often a waiting handler looks for a client that went away
-FILE_NAME = re.compile(r"^[\w.-]+\.png$")
+FILE_NAME = re.compile(r"^[\w.-]{1,200}\.png$")  # the names this API hands out; never a path
+ROUTE_ENGINES = {"chat": "chat", "images": "image", "edits": "image"}
 
 
 _END = object()
@@ -150,17 +155,24 @@ class Admission:
 
 
 # ----- the routes -------------------------------------------------------------------------------------
-def _authorized(request: Request, settings) -> None:
-    """Raise 401 unless the request may use /v1 (see the module docstring)."""
+def _authorized(request: Request, settings, throttle: LoginThrottle) -> None:
+    """Raise 401 unless the request may use /v1, 429 while its address is backing off (see the module docstring)."""
     if settings.api_key is None:
         if settings.auth is None:
             return
         raise ApiError(401, "/v1 needs an API key on a server with --auth: start it with --api-key KEY (or "
                        "SHOWCASE_API_KEY) and send \"Authorization: Bearer KEY\".", code="invalid_api_key")
+    client = ((request.client.host if request.client else "unknown"), "/v1 api key")
+    wait = throttle.retry_after(client)
+    if wait > 0:
+        raise ApiError(429, f"Too many wrong API keys from this address: try again in {math.ceil(wait)} s.",
+                       code="too_many_wrong_keys", retry_after=math.ceil(wait))
     kind, _, token = request.headers.get("authorization", "").partition(" ")
     if kind.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.api_key.encode()):
+        throttle.failed(client)
         raise ApiError(401, "Missing or wrong API key: send \"Authorization: Bearer <the server's --api-key>\".",
                        code="invalid_api_key")
+    throttle.succeeded(client)
 
 
 async def _json_body(request: Request) -> dict:
@@ -168,7 +180,8 @@ async def _json_body(request: Request) -> dict:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY:
-            raise ApiError(400, f"The request body is over {MAX_BODY} bytes.", code="body_too_large")
+            raise ApiError(413, f"The request body is over {MAX_BODY} bytes, the most /v1 reads.",
+                           code="request_too_large")
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks))
@@ -185,6 +198,7 @@ class OpenAIRoutes:
 
     backend: Backend
     admission: Admission = field(init=False)
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)  # wrong API keys, per client address
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self):
@@ -206,8 +220,14 @@ class OpenAIRoutes:
         async def endpoint(request: Request) -> Response:
             arrived = time.monotonic()  # no web queue in front of /v1: the clock starts at the request
             try:
-                _authorized(request, self.backend.settings)
+                _authorized(request, self.backend.settings, self.throttle)
                 response = await handler(request)
+            except ShowcaseError as exc:  # a check of the backend's on the request (e.g. a message's content): 400
+                error = refusal(self.backend, ROUTE_ENGINES.get(route, "chat"), exc)
+                metrics.observe_v1(route, error.status, error.type)
+                self._refused(path, error)
+                metrics.observe_latency(path, time.monotonic() - arrived)
+                return _error_response(error)
             except ApiError as exc:
                 metrics.observe_v1(route, exc.status, exc.type)
                 self._refused(path, exc)
@@ -266,7 +286,16 @@ class OpenAIRoutes:
                        "model_not_found")
 
     # ----- chat -----------------------------------------------------------------------------------
+    def _served(self, engine: str) -> None:
+        """404 for an engine this server does not run (--no-chat, --no-image): not a wait, a wrong address."""
+        if engine not in self.backend.placements:
+            flag = "--no-chat" if engine == "chat" else "--no-image"
+            names = [model_names(self.backend, e)[0] for e in self.backend.placements]
+            raise ApiError(404, f"This server runs no {engine} model (it was started with {flag}); it serves: "
+                           f"{', '.join(names) or 'nothing'}.", "model", "model_not_found")
+
     async def chat(self, request: Request) -> Response:
+        self._served("chat")
         call = chat_call(await _json_body(request), self.backend)
         release = self.admission.enter("chat")
         try:
@@ -355,10 +384,12 @@ class OpenAIRoutes:
 
     # ----- images ---------------------------------------------------------------------------------
     async def images(self, request: Request) -> Response:
+        self._served("image")
         return await self._images(image_call(await _json_body(request), self.backend), request)
 
     async def edits(self, request: Request) -> Response:
         """/v1/images/edits: as /v1/images/generations, from the multipart form's image files (edits.py)."""
+        self._served("image")
         return await self._images(await edit_call(request, self.backend), request)
 
     async def _images(self, call: ImageCall, request: Request) -> Response:
@@ -386,7 +417,7 @@ class OpenAIRoutes:
             buffer = io.BytesIO()
             result.image.save(buffer, format="PNG", pnginfo=png_metadata(result.params))
             data = buffer.getvalue()
-            path = self.backend.exports.write(data, ".png", "image") if form == "url" else None
+            path = self._exported(data) if form == "url" else None
         else:
             data = path.read_bytes() if form == "b64_json" else b""
         item = {"revised_prompt": None, "parameters": result.params}
@@ -395,6 +426,17 @@ class OpenAIRoutes:
         else:
             item["url"] = f"{str(request.base_url).rstrip('/')}/v1/images/files/{path.name}"
         return item
+
+    def _exported(self, png: bytes) -> Path:
+        """``png`` written where /v1/images/files serves it; 507 when the disk refuses (base64 needs no disk)."""
+        try:
+            return self.backend.exports.write(png, ".png", "image")
+        except OSError as exc:
+            reason = exc if isinstance(exc, StorageError) else storage_reason(exc)
+            log.warning("/v1 could not keep an image for its URL: %s", exc)
+            raise ApiError(507, f"The image was made but cannot be kept for a URL: {reason}. Ask for "
+                           "response_format \"b64_json\", which needs no disk.", "response_format",
+                           "insufficient_storage") from None
 
     async def file(self, request: Request) -> Response:
         """A PNG this API handed out by URL, from the folders the page serves (outputs, exports)."""
@@ -410,7 +452,7 @@ class OpenAIRoutes:
 
 def _refusal_reason(error: ApiError) -> str | None:
     """The refusal label of a /v1 error answer (None: a server failure, which is no refusal)."""
-    if error.status == 401:
+    if error.status == 401 or error.code == "too_many_wrong_keys":
         return "auth"
     if error.status == 429:
         return "busy"

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from neuron_backend.chat.text import ChatRequest, ChatStats, ChatUpdate, message_text
 from neuron_backend.errors import (
@@ -29,8 +30,10 @@ from neuron_backend.shapes import shape_keys
 from ui.api import SEED_MAX
 
 MAX_STOPS = 4  # stop sequences per request, as OpenAI allows
+MAX_STOP_CHARS = 256  # characters of one stop sequence (a stop is a few tokens; OpenAI's are short too)
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
+               413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "service_unavailable",
+               507: "server_error"}
 # OpenAI fields this server cannot honour, accepted only at their neutral values (None is always fine).
 CHAT_NEUTRAL = {"user": None, "metadata": None, "store": None, "service_tier": None, "parallel_tool_calls": None,
                 "frequency_penalty": (0,), "presence_penalty": (0,), "logprobs": (False,), "top_logprobs": (0,),
@@ -68,10 +71,11 @@ def refusal(backend: Backend, engine: str, exc: ShowcaseError) -> ApiError:
     message = str(exc)
     if isinstance(exc, ShapeNotReadyError):
         return ApiError(503, message, code="shape_not_ready", retry_after=_whole_s(
-            backend.runner.eta_until(engine, exc.shape)))
+            backend.runner.eta_until(engine, exc.shape, planned=True)))
     if isinstance(exc, EngineUnavailableError):
         loading = backend.engine_states().get(engine) == "loading"
-        eta = backend.runner.eta_until(engine, shape_keys(backend.settings, engine)[0].label) if loading else None
+        first = shape_keys(backend.settings, engine)[0].label
+        eta = backend.runner.eta_until(engine, first, planned=True) if loading else None
         return ApiError(503, message, code="engine_loading" if loading else "engine_unavailable",
                         retry_after=_whole_s(eta))
     if isinstance(exc, ShapeFailedError):
@@ -137,9 +141,9 @@ def chat_call(body: Mapping, backend: Backend) -> ChatCall:
     settings = backend.settings
     _check_fields(body, CHAT_FIELDS, CHAT_NEUTRAL)
     model = _model(body, model_names(backend, "chat"))
-    if body.get("n") not in (None, 1):
-        raise ApiError(400, "n must be 1: one reply per request (send several requests for more).", "n",
-                       "invalid_value")
+    if body.get("n") is not None and (type(body["n"]) is not int or body["n"] != 1):  # not 1.0, not true
+        raise ApiError(400, f"n must be the whole number 1, got {json.dumps(body['n'])[:40]}: one reply per request "
+                       "(send several requests for more).", "n", "invalid_value")
     stream = body.get("stream") or False
     options = body.get("stream_options") or {}
     if not isinstance(stream, bool) or not isinstance(options, Mapping) or set(options) - {"include_usage"}:
@@ -184,9 +188,13 @@ def _conversation(messages: object) -> tuple[str | None, list[dict], str]:
 
 def _stops(stop: object) -> tuple[str, ...]:
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+    allowed = f"a text or a list of up to {MAX_STOPS} non-empty texts of at most {MAX_STOP_CHARS} characters each"
     if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
-        raise ApiError(400, f"stop must be a text or a list of up to {MAX_STOPS} non-empty texts.", "stop",
-                       "invalid_value")
+        given = f"a list of {len(stops)}" if isinstance(stops, list) and len(stops) > MAX_STOPS else "not that"
+        raise ApiError(400, f"stop must be {allowed}; got {given}.", "stop", "invalid_value")
+    longest = max((len(s) for s in stops), default=0)
+    if longest > MAX_STOP_CHARS:
+        raise ApiError(400, f"stop must be {allowed}; one has {longest} characters.", "stop", "invalid_value")
     return tuple(stops)
 
 
@@ -223,37 +231,76 @@ def image_call(body: Mapping, backend: Backend, fields: tuple[str, ...] = IMAGE_
 
 
 def model_names(backend: Backend, engine: str) -> tuple[str, ...]:
-    """The names a request may give for an engine's model: its model id and the engine's name."""
+    """The names a request may give for an engine's model: its model id and the engine's name. A local model
+    folder is named by its folder's name: /v1/models never shows a server path."""
     s = backend.settings
-    return (s.chat_model if engine == "chat" else s.image_model, engine)
+    model = s.chat_model if engine == "chat" else s.image_model
+    local = model.startswith(("/", ".", "~")) or "\\" in model or Path(model).is_absolute()
+    return (Path(model).name or model if local else model, engine)
 
 
 # ----- chat: the reply's text as OpenAI gives it ----------------------------------------------------
 class StopScan:
-    """The answer up to the first stop sequence, released as it streams: a tail that could begin a
-    stop sequence is held back until the next text decides."""
+    """The answer up to the first stop sequence to complete, released as it streams: a tail that could begin a
+    stop sequence is held back until the next text decides.
+
+    Each character of the answer is looked at once per stop sequence (a Knuth-Morris-Pratt matcher that keeps
+    its state between updates), so the work is linear in the reply whatever the stops are.
+    """
 
     def __init__(self, stops: tuple[str, ...]):
         self.stops, self.sent, self.hit = stops, 0, False
+        self._matchers = [_Matcher(stop) for stop in stops]
+        self._scanned = 0  # characters of the answer the matchers have seen
+        self._end: int | None = None  # where the answer stops (the first stop sequence's start), once found
 
     def feed(self, answer: str, final: bool = False) -> str:
         """The part of the cumulative ``answer`` that is new and safe to send (``final``: all of it)."""
         if self.hit or len(answer) < self.sent:
             return ""
-        found = [at for at in (answer.find(s, max(0, self.sent - len(s))) for s in self.stops) if at >= 0]
-        if found:
-            self.hit, end = True, min(found)
+        for at in range(self._scanned, len(answer)):
+            char = answer[at]
+            done = [len(matcher.pattern) for matcher in self._matchers if matcher.feed(char)]
+            if done:  # the stops completed by this character: the reply ends where the longest begins
+                self._end = at + 1 - max(done)
+                break
+        self._scanned = len(answer)
+        if self._end is not None:
+            self.hit, end = True, self._end
         elif final:
             end = len(answer)
         else:
-            end = len(answer) - max((_partial(answer, s) for s in self.stops), default=0)
+            end = len(answer) - max((matcher.matched for matcher in self._matchers), default=0)
         new, self.sent = answer[self.sent:end], max(self.sent, end)
         return new
 
 
-def _partial(text: str, stop: str) -> int:
-    """Length of the longest tail of ``text`` that is a proper prefix of ``stop``."""
-    return next((n for n in range(min(len(stop) - 1, len(text)), 0, -1) if stop.startswith(text[-n:])), 0)
+class _Matcher:
+    """Knuth-Morris-Pratt over a stream: ``matched`` is the longest tail of the text so far that begins ``pattern``."""
+
+    def __init__(self, pattern: str):
+        self.pattern, self.matched = pattern, 0
+        self._fallback = [0] * len(pattern)  # the longest proper prefix of pattern[:i + 1] that is also its suffix
+        k = 0
+        for i in range(1, len(pattern)):
+            while k and pattern[i] != pattern[k]:
+                k = self._fallback[k - 1]
+            if pattern[i] == pattern[k]:
+                k += 1
+            self._fallback[i] = k
+
+    def feed(self, char: str) -> bool:
+        """Take one more character; True when the pattern ends with it."""
+        k = self.matched
+        while k and char != self.pattern[k]:
+            k = self._fallback[k - 1]
+        if char == self.pattern[k]:
+            k += 1
+        if k == len(self.pattern):
+            self.matched = self._fallback[k - 1]
+            return True
+        self.matched = k
+        return False
 
 
 @dataclass

@@ -63,7 +63,7 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
                              max_length=2000)
         save = gr.Button(t("Save comment"), size="sm", scale=1, elem_id="feedback-save")
 
-    def mark_reply(history, remembered, count, evt: gr.LikeData):
+    def mark_reply(history, remembered, count, evt: gr.LikeData, request: gr.Request):
         rating = {True: "up", "Like": "up", False: "down", "Dislike": "down"}.get(evt.liked)
         if rating is None:  # an unmark or another flag: nothing to store
             return None, gr.update(visible=False), "", gr.skip(), None
@@ -71,7 +71,9 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
             session_budget_left(count or 0)
             prompt, reply, turn = marked_reply(history, evt.index)
             record = produced_reply(remembered, reply)  # {} unless this server produced the reply here
-            new_id = log.record(rating, prompt, reply, record.get("settings"), record.get("stats"), turn=turn)
+            client = request.client.host if request is not None and request.client else None
+            new_id = log.record(rating, prompt, reply, record.get("settings"), record.get("stats"), turn=turn,
+                                client=client)
         except ShowcaseError as exc:
             raise gr.Error(shown(exc)) from None
         backend.metrics.feedback.labels(rating).inc()

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.references import (
     MAX_REFERENCES,
-    ReferenceImage,
+    ReferenceFile,
     check_reference_count,
     fit_mode,
     read_reference,
@@ -153,7 +153,7 @@ def _checked_file(where: str, name: str, fit: str, folder: Path | None,
     return RowReference(pure.as_posix(), hashlib.sha256(data).hexdigest(), fit, str(path))
 
 
-def request_references(references: list[RowReference]) -> tuple[ReferenceImage, ...]:
+def request_references(references: list[RowReference]) -> tuple[ReferenceFile, ...]:
     """A cell's references for the engine, each file read again and refused if its bytes changed."""
     return tuple(read_reference(current_bytes(ref), ref.fit, file_name(ref.name)) for ref in references)
 

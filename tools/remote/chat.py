@@ -10,6 +10,10 @@ away. The server's thinking arrives either as ``reasoning_content`` (this app; v
 
 What the server decides, the server says: its buckets and compiled shapes, its queue (a full one answers 429:
 ``BusyError``), its token counts (``usage``). ``ChatStats.bucket`` is 0 here: the bucket is the server's.
+
+What the server sends is bounded here, whatever it does (bounded.py): a reply ends with an error that says why once
+it passes its own ``max_new_tokens`` (counted as streamed pieces) or its bytes; no body is read past its cap; a
+redirect is refused, never followed (it would send the conversation elsewhere).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from neuron_backend.chat.text import ChatRequest, ChatStats, ChatUpdate, History
 from neuron_backend.errors import BusyError, EngineUnavailableError, InvalidRequestError
 from neuron_backend.messages import tr
 from neuron_backend.settings import Settings
+
+from .bounded import BodyTooLarge, openai_http_client
 
 CONNECT_TIMEOUT_S = 5.0  # opening a connection to the server
 READ_TIMEOUT_S = 120.0  # between two chunks of a reply (a queued request waits on the server, in its queue)
@@ -42,7 +48,8 @@ class RemoteChatEngine:
         # The SDK's own Timeout: it is the HTTP library the SDK is built on (httpx2 since openai 3.x), and the
         # client refuses any other library's Timeout.
         self._client = openai.OpenAI(base_url=self.url, api_key=settings.chat_server_key or "none", max_retries=0,
-                                     timeout=openai.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+                                     timeout=openai.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+                                     http_client=openai_http_client(openai))
         self.model: str | None = None  # the server's name of the chat model, found by connect()
         self.context_length = settings.context_length  # the server's, where it says (connect)
         self.demo = False  # the server runs a random-weight demo model (this app's /v1/models says so)
@@ -60,10 +67,10 @@ class RemoteChatEngine:
         while True:
             try:
                 warming = self.look()
-            except self._openai.APIStatusError as exc:
+            except (self._openai.APIStatusError, BodyTooLarge) as exc:
                 raise self.refusal(exc) from None
             except self._openai.APIError as exc:  # no connection, or no answer in time
-                if time.monotonic() > deadline:
+                if isinstance(exc.__cause__, BodyTooLarge) or time.monotonic() > deadline:
                     raise self.refusal(exc) from None
                 progress(tr("waiting for the chat server at {url}: {error}", url=self.url, error=_short(exc)))
             else:
@@ -112,7 +119,7 @@ class RemoteChatEngine:
         started = time.perf_counter()
         try:
             response = self._client.chat.completions.create(**self._body(request))
-        except self._openai.APIError as exc:
+        except (self._openai.APIError, BodyTooLarge) as exc:
             raise self.refusal(exc) from None
         return self._read(request, response, stop or threading.Event(), started)
 
@@ -160,10 +167,16 @@ class RemoteChatEngine:
                     thought += reasoning
                     if delta:
                         first, pieces = first or time.perf_counter(), pieces + 1
+                        if pieces > request.max_new_tokens:  # each streamed piece holds one token or more
+                            raise self._overlong(request.max_new_tokens)
                         yield ChatUpdate(thought + splitter.reasoning, splitter.answer, delta, False, None, 0)
                 if stop.is_set():
                     break
+        except EngineUnavailableError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a closed stream after a stop is the stop; else the server failed
+            if isinstance(exc, BodyTooLarge) or isinstance(exc.__cause__, BodyTooLarge):
+                raise self._overlong(request.max_new_tokens) from None
             if not stop.is_set():
                 raise self.refusal(exc) from None
         finally:
@@ -186,9 +199,24 @@ class RemoteChatEngine:
         delta = splitter.finish()
         yield ChatUpdate(thought + splitter.reasoning, splitter.answer, delta, True, stats, 0)
 
+    def _overlong(self, max_tokens: int) -> EngineUnavailableError:
+        return EngineUnavailableError(tr("The chat server at {url} kept sending past the {tokens} tokens this reply "
+                                         "may have (it ignores max_tokens), so the reply was cut there. Ask for a "
+                                         "shorter reply, or fix the server.", url=self.url, tokens=max_tokens))
+
     def refusal(self, exc: Exception) -> Exception:
         """The typed error of a failed call: the server's refusal in its own words, or what to check here."""
         openai = self._openai
+        cause = exc if isinstance(exc, BodyTooLarge) else exc.__cause__
+        if isinstance(cause, BodyTooLarge):
+            return EngineUnavailableError(tr("The chat server at {url} sent an answer of more than {limit} bytes, "
+                                             "which this app does not read; check the server.", url=self.url,
+                                             limit=cause.limit))
+        if isinstance(exc, openai.APIStatusError) and 300 <= exc.status_code < 400:
+            return EngineUnavailableError(tr("The chat server at {url} answered {status}, a redirect to {location}; "
+                                             "this app does not follow redirects: give --chat-server the address "
+                                             "that serves, if you trust it.", url=self.url, status=exc.status_code,
+                                             location=exc.response.headers.get("location", "?")[:200]))
         if isinstance(exc, openai.APIStatusError):
             said = _server_message(exc)
             if exc.status_code == 400:

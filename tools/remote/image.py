@@ -39,10 +39,17 @@ from neuron_backend.errors import (
 from neuron_backend.image.engine import SEED_MAX, ImageRequest, ImageResult
 from neuron_backend.image.inputs import clean_prompt, guidance_value, whole_number
 from neuron_backend.image.png_info import OutputFolder
-from neuron_backend.image.references import check_reference_count
+from neuron_backend.image.references import (
+    ReferenceFile,
+    check_reference_count,
+    check_reference_pixels,
+    reference_pixel_limit,
+)
 from neuron_backend.messages import tr
 from neuron_backend.settings import Settings
 from neuron_backend.shapes import image_shape, parse_size
+
+from .bounded import BodyTooLarge, get_json
 
 log = logging.getLogger("showcase.image")
 
@@ -134,10 +141,9 @@ class RemoteImageEngine:
         """The worker's image shapes from its /readyz (OSError: unreachable; EngineUnavailableError: no images)."""
         import httpx
 
-        try:
-            answer = httpx.get(worker.url + "/readyz", timeout=CONNECT_TIMEOUT_S)
-            body = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
+        try:  # at most MAX_BODY_BYTES read, no redirect followed (bounded.py)
+            _, body = get_json(worker.url + "/readyz", CONNECT_TIMEOUT_S)
+        except (httpx.HTTPError, BodyTooLarge) as exc:
             raise OSError(_short(exc)) from None
         shapes = (body.get("shapes") or {}).get("image") if isinstance(body, dict) else None
         if not shapes:
@@ -207,6 +213,8 @@ class RemoteImageEngine:
         count = whole_number(tr("Images per run"), request.count, 1, s.max_images_per_run)
         if request.references:
             check_reference_count(len(request.references), s.references)
+            for reference in request.references:  # the workers' own limit: the same sizes
+                check_reference_pixels(reference, reference_pixel_limit(s.sizes))
         return ImageRequest(clean_prompt(request.prompt, s.max_prompt_chars), size, steps, seed, guidance, count,
                             tuple(request.references))
 
@@ -285,7 +293,11 @@ class RemoteImageEngine:
 
         files = []
         for i, ref in enumerate(request.references):
-            ref.image.save(path := folder / f"{ref.name or f'reference-{i + 1}'}.png".replace("/", "_"))
+            stem = (ref.name or f"reference-{i + 1}").replace("/", "_")
+            if isinstance(ref, ReferenceFile):  # the file as sent, never decoded here
+                (path := folder / f"{stem}.{ref.format.lower()}").write_bytes(ref.data)
+            else:
+                ref.image.save(path := folder / f"{stem}.png")
             files.append(handle_file(str(path)))
         return worker.client.submit(prompt=request.prompt, references=files,
                                     fit=",".join(ref.fit for ref in request.references), **common,
@@ -297,8 +309,8 @@ class RemoteImageEngine:
         import httpx
 
         try:
-            return httpx.get(worker.url + "/healthz", timeout=CONNECT_TIMEOUT_S).status_code == 200
-        except httpx.HTTPError:
+            return get_json(worker.url + "/healthz", CONNECT_TIMEOUT_S)[0] == 200
+        except (httpx.HTTPError, BodyTooLarge):
             return False
 
     def _outcome(self, worker: Worker, job):
