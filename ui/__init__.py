@@ -19,8 +19,8 @@ from starlette.routing import BaseRoute
 from neuron_backend.runtime import Backend
 
 from .accessibility import CSS as A11Y_CSS
+from .accessibility import FONT_PRELOAD, THEME
 from .accessibility import HEAD as A11Y_HEAD
-from .accessibility import THEME
 from .api import add_public_api
 from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
 from .guards import BodyLimit, EarlyCancels, Guards, LoginThrottle, session_jobs
@@ -115,7 +115,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         "mcp_server": settings.mcp,  # Gradio's MCP server; the annex's page hook (tools/mcp) sets its tools
         # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text
         "i18n": I18N,
-        "head": HEAD + A11Y_HEAD,
+        "head": FONT_PRELOAD + HEAD + A11Y_HEAD,
         "theme": THEME,  # colours at WCAG AA contrast (ui/accessibility.py)
         "css": CSS + CHAT_CSS + IMAGE_CSS + A11Y_CSS + STATUS_CSS,
     }

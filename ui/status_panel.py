@@ -52,7 +52,7 @@ STATUS_CSS = """
   .warmup-state { flex: 1 1 0; min-height: 2lh; display: flex; align-items: center; }
 }
 @media (min-width: 641px) {  /* the bar keeps its length whatever the line beside it says */
-  .warmup-row > progress { flex: 0 0 40% !important; }
+  .warmup-row > progress { flex: 0 0 55% !important; }  /* the main thing in the row: over half of it */
   .warmup-state { flex: 1 1 0; min-width: 0; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 }
 footer img { width: 12px; height: 12px; }
@@ -86,7 +86,8 @@ def status_bar_html(status: dict) -> str:
         running = localized(task["name"]) if task else say("starting")
         state = say("Warming up: {task} · {done}/{total} tasks",
                     task=html.escape(running), done=status["done"], total=status["total"]) + (
-            say(" · about {eta} left", eta=fmt_seconds(eta)) if eta is not None else
+            say(" · about {eta} left", eta=fmt_seconds(eta)) if eta is not None and eta >= 1.0 else
+            say(" · almost done") if eta is not None else  # learned times under a second: not "0.0 s left"
             # an eager first start has nothing to estimate (loads are not): no "0.0 s left" with tasks to go
             say(" · about {eta} left by the first-run estimate", eta=fmt_seconds(plan["eta_s"]))
             if plan and plan["eta_s"] else

@@ -115,8 +115,10 @@ def test_no_english_aria_labels_on_the_arabic_page(browser, app_url):
         seen = []
         # Each tab's empty boxes ("Empty value"): a component's script loads when its tab first shows, so they
         # mount after the click; the labels are read once they are there and the page has put them in Arabic.
-        empty_boxes = {"المحادثة": (), "الصورة": ("#image-out",),
-                       "منصة ضمان الجودة": ("#qa-gallery", "#qa-export-file", "#qa-diff-gallery")}
+        # The Image tab's four: the picture, and in the opened PNG fold the file, its parameters and the code.
+        # The QA bench shows its result boxes only once a run has something for them: none before a run.
+        empty_boxes = {"المحادثة": (), "الصورة": ("#image-out", "#png-file", "#image-params", "#python-snippet"),
+                       "منصة ضمان الجودة": ()}
         for tab, boxes in empty_boxes.items():
             page.locator("button[role=tab]", has_text=tab).click()
             if tab == "الصورة":
@@ -127,7 +129,7 @@ def test_no_english_aria_labels_on_the_arabic_page(browser, app_url):
                                    ".includes(l))")
             seen += page.evaluate(ARIA_LABELS_JS)
         assert seen and not [label for label in seen if _english(label)], seen
-        assert "اختر المثال 1: Explain what a NeuronCore is in two sentences." in seen  # the example stays as sent
+        assert "اختر المثال 1: اشرح في جملتين ما هي نواة NeuronCore." in seen  # the chips speak the page's language
         assert "منزلق نطاق لـ الخطوات" in seen and "لا قيمة" in seen, seen
     finally:
         context.close()

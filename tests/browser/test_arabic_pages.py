@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from support.browser import (
     READY_TIMEOUT_MS,
     RECORD_PROGRESS_JS,
@@ -386,6 +387,15 @@ def _table_fits(page) -> None:
 
 
 # ----- the page in Arabic (headless Chromium) ----------------------------------------------------------------------
+QA_MARK_STATE_JS = """() => ({
+  toasts: [...document.querySelectorAll('.toast-body')].map((e) => e.innerText),
+  cell: document.querySelector('#qa-cell input').value,
+  mark: (document.querySelector('#qa-mark input:checked') || {}).value,
+  status: document.querySelector('#qa-status textarea').value,
+  cells: [...document.querySelectorAll('#qa-grid td')].map((e) => e.textContent.trim().slice(0, 60)),
+})"""
+
+
 @pytest.mark.browser
 def test_the_qa_bench_in_arabic(browser, app_url):
 
@@ -439,8 +449,11 @@ def test_the_qa_bench_in_arabic(browser, app_url):
         page.locator("#qa-cell input").fill("1")
         page.locator("#qa-mark").get_by_text("نجح", exact=True).click()
         page.locator("#qa-save-mark").click()
-        page.wait_for_function("() => [...document.querySelectorAll('#qa-grid td')]"
-                               ".some((td) => td.textContent.includes('✅ نجح'))", timeout=REPLY_TIMEOUT_MS)
+        try:
+            page.wait_for_function("() => [...document.querySelectorAll('#qa-grid td')]"
+                                   ".some((td) => td.textContent.includes('✅ نجح'))", timeout=REPLY_TIMEOUT_MS)
+        except PlaywrightTimeout:  # what the page showed instead: a refusal, another mark, another cell
+            pytest.fail(f"no mark in the grid: {page.evaluate(QA_MARK_STATE_JS)}")
         page.wait_for_function("() => document.querySelector('#qa-status textarea').value.includes('نجحت 1')")
         _arabic_qa(page.locator("#qa-status textarea").input_value())
         _shot(page, "i18n-qa-ar")

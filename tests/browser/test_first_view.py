@@ -172,6 +172,22 @@ def test_the_page_holds_still_while_it_loads(browser, app_url, size, lang):
         context.close()
 
 
+def test_the_first_views_fonts_come_with_the_page(browser, app_url):
+    """The bold and mono faces are preloaded (a <link>), found: asked for only when text first drew in them,
+    they came after the first layout on a loaded machine and re-wrapped the title and the demo notice. (The
+    regular face is asked for by the first text Gradio draws, before it adds the page's head.)"""
+    context, page = _open(browser, app_url, "phone")
+    try:
+        page.wait_for_function("() => document.fonts.status === 'loaded'")
+        fonts = page.evaluate("() => performance.getEntriesByType('resource').filter((e) => e.name.endsWith('.woff2'))"
+                              ".map((e) => [e.name.split('/').pop(), e.initiatorType, e.responseStatus])")
+        preloaded = {name for name, initiator, status in fonts if initiator == "link" and status == 200}
+        assert {"SourceSansPro-Bold.woff2", "IBMPlexMono-Regular.woff2"} <= preloaded, fonts
+        assert all(status == 200 for _, _, status in fonts), fonts
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_a_replys_stats_come_under_it_in_view_and_move_nothing(browser, app_url, size):
     context, page = _open(browser, app_url, size)

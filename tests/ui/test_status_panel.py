@@ -129,6 +129,16 @@ def test_the_first_paint_holds_each_language_and_the_bar_keeps_its_lines(warm):
     assert "by estimate" in status_bar_html(eager)  # a graph to compile: its estimate
 
 
+def test_a_learned_time_under_a_second_reads_almost_done_not_zero_seconds(warm):
+    """A restart learns each task's time; the demo's last tasks take milliseconds: "about 0.0 s left" with a
+    task still to go read as a stall."""
+    nearly = _warming(warm.status()) | {"eta_s": 0.04}
+    assert "almost done" in status_bar_html(nearly) and "0.0 s" not in status_bar_html(nearly)
+    assert "about 5.0 s left" in status_bar_html(_warming(warm.status()))
+    with i18n.speaking("ar"):
+        assert "أوشك على الانتهاء" in status_bar_html(nearly)
+
+
 def test_task_table_details_and_counters_in_arabic(warm):
     status = warm.status()
     english = task_rows(status)
