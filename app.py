@@ -19,9 +19,20 @@ from importlib import metadata
 from neuron_backend.compile_cache import configure_compile_cache  # imports no torch
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.neuron_install import interpreter_bin_first, load_failure  # imports no torch
+from neuron_backend.plugins import Parts, plug_all
 from neuron_backend.settings import parse_settings
+from tools import doctor
+from tools.cache import plugin as cache_bundles
+from tools.mcp import plugin as mcp
+from tools.openai_api import plugin as openai_api
+from tools.qa import plugin as qa_bench
+from tools.remote import plugin as remote_engines
 
 log = logging.getLogger("showcase.app")
+
+# Everything that is not the two models, each a module with add_flags(parser) and plug(settings) -> Parts
+# (neuron_backend/plugins.py); --help lists each one's flags under its title. None of them imports torch.
+PLUGINS = (remote_engines, cache_bundles, openai_api, mcp, qa_bench, doctor)
 
 LOAD_FAILURE = """\
 error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}
@@ -60,72 +71,7 @@ def _import_runtime():
     return parallel, resolve_placements, Backend, model_folder, run_follower
 
 
-def annex_tabs() -> list:
-    """The tabs of the annex (``tools/``), handed to the page as plain values: the QA bench."""
-    from tools.qa.tab import TAB as QA_TAB
-
-    return [QA_TAB]
-
-
-def annex_chat_extras() -> list:
-    """What the annex adds under the chatbot: the 👍/👎 feedback row (marks the QA bench reads)."""
-    from tools.qa.feedback_row import wire_feedback
-
-    return [wire_feedback]
-
-
-def annex_details() -> list:
-    """What the annex adds to the warm-up details: the operator's compile-cache Export."""
-    from tools.cache.panel import build_export
-
-    return [build_export]
-
-
-def annex_hooks() -> list:
-    """The annex's warm-up hooks, handed to Backend: compile-cache bundles (install, record)."""
-    from tools.cache.warm_start import WarmStart
-
-    return [WarmStart]
-
-
-def annex_remote():
-    """The annex's remote engines, handed to Backend: what --chat-server and --image-server connect to."""
-    from tools.remote import RemoteEngines
-
-    return RemoteEngines
-
-
-def annex_routes(backend) -> list:
-    """The annex's HTTP routes, served beside the probes: the OpenAI-compatible /v1 API."""
-    from tools.openai_api.routes import openai_routes
-
-    return openai_routes(backend)
-
-
-def annex_middleware() -> list:
-    """The annex's outermost middleware: /v1's error answers in OpenAI's shape, whoever made them."""
-    from starlette.middleware import Middleware
-
-    from tools.openai_api.errors import OpenAIErrors
-
-    return [Middleware(OpenAIErrors)]
-
-
-def annex_page_hooks(settings) -> list:
-    """The annex's page hooks: under ``--mcp``, the chat, image and status endpoints as MCP tools."""
-    from tools.mcp import attach
-
-    return [attach] if settings.mcp else []
-
-
-def annex_parts(backend) -> dict:
-    """Everything the annex adds to the page, as ``ui.serve``'s keyword arguments."""
-    return {"tabs": annex_tabs(), "details": annex_details(), "routes": annex_routes(backend),
-            "chat_extras": annex_chat_extras(), "page_hooks": annex_page_hooks(backend.settings),
-            "middleware": annex_middleware()}
-
-
-def launch(backend, **kwargs):
+def launch(backend, parts: Parts = Parts(), **kwargs):
     """Serve the UI, then start warm-up in the background, then block (unless ``prevent_thread_lock``).
 
     In this order because ``launch()`` checks once that the server answers (a ``HEAD /`` with a 3 s
@@ -133,7 +79,7 @@ def launch(backend, **kwargs):
     can starve that check on a busy host."""
     import ui  # Gradio: imported here so the torchrun followers never load it
 
-    demo, launched = ui.serve(backend, **annex_parts(backend), **{**kwargs, "prevent_thread_lock": True})
+    demo, launched = ui.serve(backend, parts, **{**kwargs, "prevent_thread_lock": True})
     backend.start()
     if not kwargs.get("prevent_thread_lock"):
         demo.block_thread()
@@ -143,15 +89,14 @@ def launch(backend, **kwargs):
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = parse_settings(argv)
+        settings = parse_settings(argv, plugins=PLUGINS)
+        parts = plug_all(PLUGINS, settings)
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     interpreter_bin_first()  # before import torch: TorchNeuron runs the neuronx-cc it finds on PATH
-    if settings.doctor:
-        from tools import doctor
-
-        raise SystemExit(doctor.run(settings))
+    if parts.command is not None:  # e.g. --doctor: a plug-in's command instead of the app
+        raise SystemExit(parts.command(settings, parts))
     configure_compile_cache(settings.cache_dir)  # before import torch (autoload) and before parallel.init
     try:
         parallel, resolve_placements, Backend, model_folder, run_follower = _import_runtime()  # noqa: N806
@@ -170,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
                 run_follower(settings, placement, folder)
                 parallel.end_process()
-        backend = Backend(settings, hooks=annex_hooks(), remote=annex_remote())
+        backend = Backend(settings, parts=parts)
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -179,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         import ui
 
         ui.own_gradio_folder(settings.port)
-        launch(backend)
+        launch(backend, parts)
     finally:
         parallel.shutdown()
     if settings.tp > 1:

@@ -35,7 +35,7 @@ import functools
 import logging
 import os
 import platform
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +44,7 @@ from .compile_cache import CacheSetup, configure_compile_cache  # noqa: F401 - p
 from .compile_counters import CompileCounter, device_counters, use_neuron_counters  # noqa: F401 - this API
 from .errors import ConfigError, DeviceMemoryError, DeviceUnavailableError
 from .messages import tr
+from .plugins import Elsewhere
 from .settings import Settings
 from .shapes import ShapeKey
 
@@ -79,7 +80,7 @@ class Placement:
     tp: int = 1  # tensor-parallel degree: >1 means this process holds one shard (torchrun)
     core: int | None = None  # the device index the engine's threads select (neuron core, cuda ordinal); cpu: None
     first_core: int = 0  # the first index this process holds: under torchrun on Neuron, the local rank
-    remote_api: str = ""  # remote: "openai" (a chat server) or "gradio" (image workers)
+    served_by: str = ""  # remote: what serves it there ("OpenAI-compatible server", "image workers")
 
     @property
     def runtime_core(self) -> int | None:
@@ -112,7 +113,7 @@ class Placement:
 
     def label(self) -> str:
         if self.kind == "remote":
-            return f"{self.device} · {'image workers' if self.remote_api == 'gradio' else 'OpenAI-compatible server'}"
+            return f"{self.device} · {self.served_by}"
         mode = f"compiled ({self.compile_backend})" if self.compile else "eager"
         shards = f" · tensor parallel ×{self.tp}" if self.tp > 1 else ""
         return f"{self.device} · {self.dtype_name} · {mode}{shards}"
@@ -174,20 +175,19 @@ def _allowed(host: HostDevices) -> str:
     return ", ".join(options)
 
 
-def resolve_placements(settings: Settings, host: HostDevices | None = None) -> dict[str, Placement]:
-    """Placement of each enabled engine. With several cores, chat and image get different ones."""
+def resolve_placements(settings: Settings, host: HostDevices | None = None,
+                       elsewhere: Mapping[str, Elsewhere] | None = None) -> dict[str, Placement]:
+    """Placement of each enabled engine. With several cores, chat and image get different ones; an engine a
+    plug-in runs ``elsewhere`` (on other servers) gets no device here."""
     host = detect() if host is None else host
     placements = {}
     for index, engine in enumerate(("chat", "image")):
         if not getattr(settings, engine):
             continue
-        if engine == "chat" and settings.chat_server:  # no device here: the chat runs there (the annex's tools/remote/)
-            placements[engine] = Placement("remote", settings.chat_server, torch.float32, False, "none", True,
-                                           remote_api="openai")
-            continue
-        if engine == "image" and settings.image_servers:  # the images come from workers (the annex's tools/remote/)
-            placements[engine] = Placement("remote", ",".join(settings.image_servers), torch.float32, False, "none",
-                                           True, remote_api="gradio")
+        if engine in (elsewhere or {}):
+            there = elsewhere[engine]
+            placements[engine] = Placement("remote", ",".join(there.servers), torch.float32, False, "none", True,
+                                           served_by=there.served_by)
             continue
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)

@@ -4,7 +4,7 @@ A message the page may show is built as ``tr("Model folder {path} has no config.
 ``str`` whose text is the English one (what logs, API clients and the CLI read), carrying its template
 and parameters so the UI can show it in the visitor's language (``Message.text(lang)``). The Arabic
 lives in ``neuron_backend/arabic.json`` (data: one ``"English": "Arabic"`` pair a line), keyed by the
-English template (gettext's convention); a part outside the core (the annex) registers its own file with
+English template (gettext's convention); a plug-in registers its own file with
 ``register(read_catalog(path))``. Parameters are user input, numbers, flags and allowed values; they
 are inserted as they are in either language (a parameter that is itself a ``Message`` is translated too).
 In Arabic, left-to-right runs keep their order inside the right-to-left sentence (``bidi_isolated``): each
@@ -39,7 +39,7 @@ CATALOG: dict[str, str] = read_catalog(Path(__file__).with_name("arabic.json"))
 
 
 def register(catalog: dict[str, str]) -> None:
-    """Add a part's Arabic (the annex registers its file on import); a template's Arabic may not change."""
+    """Add a part's Arabic (a plug-in registers its file on import); a template's Arabic may not change."""
     for template, arabic in catalog.items():
         if CATALOG.setdefault(template, arabic) != arabic:
             raise KeyError(f"{template!r} is registered twice with different Arabic")

@@ -10,7 +10,7 @@ included. So ``app.py`` puts the interpreter's own folder first on ``PATH`` befo
 wrong (``load_failure``): the Neuron runtime library is missing (``libnrt.so.1``), the host's glibc is
 older than the one the wheels were built against (``GLIBC_2.xx not found``; the Neuron 2.33 standalone
 wheels are for Ubuntu 26.04), or torch and torch-neuronx come from different families. The doctor
-(``tools/doctor.py``) gives the same fixes.
+(``--doctor``) gives the same fixes.
 
 Imports no torch.
 """

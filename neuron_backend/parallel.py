@@ -207,6 +207,7 @@ def follow(engine) -> int:
     ("Connection closed by peer") and the run ended with two tracebacks and exit code 1. Main thread only.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    engine.agree_stop = stop_flag  # each token (or step) every rank stops at rank 0's
     served = 0
     while True:
         box = [None]

@@ -9,16 +9,17 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import compile_plan, devices
 from .chat import static_cache
-from .errors import ConfigError, EngineUnavailableError, ShapeNotReadyError
+from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .image import loading
 from .messages import tr
 from .metrics import Metrics, app_version, readiness, shape_readiness
+from .plugins import Parts
 from .settings import Settings
 from .shapes import ShapeKey, engine_name, shape_keys
 from .warmup import (
@@ -88,12 +89,8 @@ def run_follower(settings: Settings, placement: devices.Placement, folder: Path)
 class Backend:
     """Owns the engines and their warm-up. Safe to call from many request threads."""
 
-    def __init__(self, settings: Settings, host: devices.HostDevices | None = None,
-                 hooks: Sequence[Callable[[Backend], WarmupHook]] = (),
-                 remote: Callable[[Settings], object] | None = None):
-        """``hooks``: factories of warm-up hooks (app.py hands in the annex's compile-cache bundles). ``remote``:
-        what connects the engines of ``--chat-server``/``--image-server`` (app.py hands in the annex's
-        ``RemoteEngines``): ``connect(engine, url, task)`` returns the engine, ``shape_states()`` the workers'."""
+    def __init__(self, settings: Settings, host: devices.HostDevices | None = None, parts: Parts = Parts()):
+        """``parts``: what the plug-ins add here (plugins.py): warm-up hooks, engines run elsewhere."""
         self.settings = settings
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
@@ -102,22 +99,19 @@ class Backend:
             log.info(note)
         log.info("compile caches: %s", ", ".join(f"{name}={path}" for name, path in self.cache.paths))
         self.host = devices.detect() if host is None else host
-        self.placements = devices.resolve_placements(settings, self.host)
+        self.placements = devices.resolve_placements(settings, self.host, parts.elsewhere)
         devices.refuse_idle_compile_flags(settings, self.placements)  # --compile-repeated-blocks without compile
         self.description = devices.describe(self.placements, self.host)
-        servers = [f"--{name}-server" for name, p in self.placements.items() if p.kind == "remote"]
-        if servers and remote is None:
-            raise ConfigError(" and ".join(servers), tr("needs the remote engines, which app.py hands to Backend "
-                                                         "(remote=tools.remote.RemoteEngines); start the app with "
-                                                         "python app.py"))
-        self._remote = remote(settings) if servers else None
+        if parts.elsewhere and parts.remote is None:
+            raise ValueError(f"parts place {sorted(parts.elsewhere)} elsewhere but give no remote to connect them")
+        self._remote = parts.remote(settings) if parts.elsewhere else None
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
         self.fallbacks: dict[str, str] = {}  # engine -> why its real model gave way to the demo (--models auto)
         self._lock = threading.Lock()
         history = TimingHistory(settings.cache_dir / "warmup-history.json")
-        self.hooks: list[WarmupHook] = [make(self) for make in hooks]
+        self.hooks: list[WarmupHook] = [make(self) for make in parts.hooks]
         steps = self._plan()
         for hook in self.hooks:
             steps = hook.plan(steps)
@@ -153,7 +147,7 @@ class Backend:
 
     def image_slots(self) -> int:
         """How many image requests run at once: one per --image-server worker, else one (the engine's own line)."""
-        return len(self.settings.image_servers) or 1
+        return len(self.placements["image"].device.split(",")) if self.remote("image") else 1
 
     def runs_demo(self, engine: str) -> bool:
         """Whether ``engine`` runs a demo model by choice: here (--models tiny), or on its servers, as they say."""
@@ -291,9 +285,9 @@ class Backend:
         placement = self.placements[name]
         engine = create_engine(self.settings, name, placement, self.model_id(name))
         if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generation
-            from .parallel import announcer
+            from .parallel import announcer, stop_flag
 
-            engine.on_generate = announcer(name)
+            engine.on_generate, engine.agree_stop = announcer(name), stop_flag
         engine.shapes.gated = True  # from now on only warmed-up shapes serve requests
         return engine
 

@@ -13,7 +13,6 @@ import dataclasses
 import math
 import os
 import re
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,12 +65,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("login-max-age", "float", "hours a login lasts; an older login token is forgotten and its browser logs in again"),
     ("forwarded-allow-ips", "str", "comma-separated proxy addresses whose X-Forwarded-For the server trusts (a proxy "
                                    "on this host: 127.0.0.1); default none: every client is its own address"),
-    ("api-key", "str", "bearer key the OpenAI-compatible /v1 routes ask for (with --auth, /v1 needs one)"),
-    ("mcp", "bool", "also serve the chat, image and warm-up status tools over MCP at /gradio_api/mcp"),
-    ("feedback-max-bytes", "int", "bytes of the feedback file before it rotates (4 rotations, then marks are refused)"),
-    ("chat-server", "str", "chat on an OpenAI-compatible server at this base URL, e.g. http://10.0.0.5:8000/v1"),
-    ("chat-server-key", "str", "bearer key the --chat-server asks for (its --api-key); default none"),
-    ("image-server", "str", "images from workers (this app with --no-chat) at these comma-separated base URLs"),
     ("no-chat", "bool", "disable the chat engine"),
     ("no-image", "bool", "disable the image engine"),
     ("warmup-order", "str", "comma-separated engine order for warm-up, e.g. image,chat"),
@@ -88,11 +81,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("hub-timeout", "float", "seconds to wait for the Hugging Face Hub when --models auto"),
     ("tp", "int", "shard one engine over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
     ("tp-engine", "str", "chat|image: the engine --tp shards (default chat; image: the FLUX.2 transformer)"),
-    ("doctor", "bool", "print a first-run checklist of this host, each check with its fix, and exit (tools.doctor)"),
-    ("cache-bundle", "str", "compile-cache bundle to install at start: a .tar file, a folder holding one, or "
-                            "hf://owner/repo[@revision] (see python -m tools.cache); a bundle is code: "
-                            "needs --cache-bundle-sha256"),
-    ("cache-bundle-sha256", "str", "sha256 of the --cache-bundle archive as tools.cache export printed it; no other"),
 )
 
 
@@ -101,29 +89,40 @@ def env_name(flag: str) -> str:
     return ENV_PREFIX + flag.upper().replace("-", "_")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser for every flag (defaults are None: presets fill them later)."""
+def add_flag(parser, name: str, kind: str, help_text: str) -> None:
+    """``--name`` on ``parser`` (or an argument group): kind str, int, float, bool or tri (auto|on|off; given
+    alone it means on, like a bool). Its default is None: presets and plug-ins fill it later."""
+    extra = {"bool": {"action": "store_const", "const": True}, "tri": {"nargs": "?", "const": "on"}}.get(kind, {})
+    parser.add_argument(f"--{name}", default=None, help=f"{help_text} [env {env_name(name)}]", **extra)
+
+
+def build_parser(plugins: Sequence = ()) -> argparse.ArgumentParser:
+    """The argparse parser: the core's flags, then each plug-in's (``plugin.add_flags``) in a group of its own."""
     parser = argparse.ArgumentParser(prog="app.py", description="Hugging Face models on AWS Trainium: chat and image.",
         epilog=f"Any flag can be set as an environment variable {ENV_PREFIX}<FLAG>, e.g. {env_name('models')}=tiny.")
-    for name, kind, help_text in _FLAGS:  # a "tri" flag (auto|on|off) given alone means on, like a "bool" one
-        extra = {"bool": {"action": "store_const", "const": True}, "tri": {"nargs": "?", "const": "on"}}.get(kind, {})
-        parser.add_argument(f"--{name}", default=None, help=f"{help_text} [env {env_name(name)}]", **extra)
+    for name, kind, help_text in _FLAGS:
+        add_flag(parser, name, kind, help_text)
+    for plugin in plugins:
+        plugin.add_flags(parser)
     return parser
 
 
-def _raw_values(argv: Sequence[str] | None, env: Mapping[str, str]) -> dict[str, object]:
+def _raw_values(argv: Sequence[str] | None, env: Mapping[str, str], plugins: Sequence) -> dict[str, object]:
     """Flag values by field name, flags first, then SHOWCASE_* environment variables."""
-    args = vars(build_parser().parse_args(argv))
+    parser = build_parser(plugins)
+    args = vars(parser.parse_args(argv))
     raw: dict[str, object] = {}
-    for name, kind, _ in _FLAGS:
-        key = name.replace("-", "_")
-        value = args.get(key)
+    for action in parser._actions:  # every flag, plug-ins' too: argparse lists no other way
+        name = next((o[2:] for o in action.option_strings if o.startswith("--")), None)
+        if name is None or action.dest == "help":
+            continue
+        value = args.get(action.dest)
         if value is None and env.get(env_name(name), "") != "":
             value = env[env_name(name)]
-            if kind == "bool":
+            if action.const is True:  # a bool flag
                 value = _parse_bool(name, str(value))
         if value is not None:
-            raw[key] = value
+            raw[action.dest] = value
     return raw
 
 
@@ -139,7 +138,7 @@ def _parse_bool(flag: str, text: str) -> bool:
     raise ConfigError(env_name(flag), f"{text!r} is not a boolean", "1/0, true/false, yes/no, on/off")
 
 
-def _as_int(flag: str, value: object) -> int:
+def as_int(flag: str, value: object) -> int:
     text = str(value).strip()
     if len(text) > MAX_INT_CHARS:  # int() of over 4300 digits raises its own ValueError; no setting is that big
         raise ConfigError(f"--{flag}", f"{shown_value(text)} ({len(text)} characters) is too long",
@@ -176,7 +175,7 @@ def _parse_sizes(value: object) -> tuple[ImageSize, ...]:
 
 
 def _parse_references(value: object) -> tuple[int, ...]:
-    counts = sorted({_as_int("references", p) for p in str(value).split(",") if p.strip()})
+    counts = sorted({as_int("references", p) for p in str(value).split(",") if p.strip()})
     if not counts:
         raise ConfigError("--references", "no count given", f"comma-separated counts from 0 to {MAX_REFERENCES}, "
                           "e.g. 0,1,2")
@@ -186,17 +185,17 @@ def _parse_references(value: object) -> tuple[int, ...]:
 def _parse_windows(value: object) -> tuple[int, ...]:
     if str(value).strip().lower() in ("", "none"):
         return ()
-    return tuple(sorted({_as_int("cache-windows", p) for p in str(value).split(",") if p.strip()}))
+    return tuple(sorted({as_int("cache-windows", p) for p in str(value).split(",") if p.strip()}))
 
 
 def _parse_prefill_chunk(value: object) -> int | None:
     """None: auto (the largest chunk that divides every bucket); 0: eager prefill."""
     text = str(value).strip().lower()
-    return None if text == "auto" else 0 if text == "off" else _as_int("prefill-chunk", text)
+    return None if text == "auto" else 0 if text == "off" else as_int("prefill-chunk", text)
 
 
 def _parse_buckets(value: object) -> tuple[int, ...]:
-    buckets = sorted({_as_int("chat-buckets", p) for p in str(value).split(",") if p.strip()})
+    buckets = sorted({as_int("chat-buckets", p) for p in str(value).split(",") if p.strip()})
     if not buckets:
         raise ConfigError("--chat-buckets", "no bucket given", "comma-separated token counts, e.g. 256,1024")
     return tuple(buckets)
@@ -207,14 +206,6 @@ def _parse_auth(value: object) -> tuple[str, str]:
     if not sep or not user or not password:
         raise ConfigError("--auth", "expected user:password", "a non-empty user and password separated by ':'")
     return user, password
-
-
-def _parse_api_key(value: object) -> str:
-    key = str(value)
-    if not key or any(c.isspace() for c in key) or not key.isprintable() or not key.isascii():
-        raise ConfigError("--api-key", "expected one word of printable ASCII", "e.g. the output of: "
-                          "python -c 'import secrets; print(secrets.token_urlsafe())'")
-    return key
 
 
 def _exists(path: str) -> bool:
@@ -248,7 +239,6 @@ def _optional_lower(value: object) -> str | None:
 DEFAULT_CHAT_MODEL = "Qwen/Qwen3-0.6B"
 DEFAULT_IMAGE_MODEL = "black-forest-labs/FLUX.2-klein-4B"
 _DEVICE_RE = re.compile(r"^(auto|neuron|cuda|cpu)(?::(\d+))?$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")  # a branch, tag or commit sha; no second @
 
 
@@ -333,12 +323,6 @@ class Settings:
     auth: tuple[str, str] | None = None
     login_max_age_h: float = 24.0  # a login token older than this is forgotten (ui/guards.py)
     forwarded_allow_ips: str = ""  # uvicorn's FORWARDED_ALLOW_IPS: peers whose X-Forwarded-For is trusted
-    api_key: str | None = field(default=None, repr=False)  # /v1 bearer key; with auth and none, /v1 is closed
-    mcp: bool = False  # serve the public endpoints as MCP tools too
-    feedback_max_bytes: int = 2_000_000  # feedback marks file size before rotation
-    chat_server: str | None = None  # OpenAI base URL the chat engine calls instead of a local model
-    chat_server_key: str | None = field(default=None, repr=False)
-    image_servers: tuple[str, ...] = ()  # workers' base URLs the image engine calls instead of a local model
     chat: bool = True
     image: bool = True
     warmup_order: tuple[str, ...] = ("chat", "image")
@@ -355,9 +339,7 @@ class Settings:
     hub_timeout: float = 5.0
     tp: int = 1  # tensor-parallel degree of the engine named by tp_engine (under torchrun)
     tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
-    doctor: bool = False  # --doctor: print the first-run checklist (tools/doctor.py) and exit
-    cache_bundle: str | None = None  # compile-cache bundle installed before warm-up (tools/cache)
-    cache_bundle_sha256: str | None = None  # the archive's sha256: a bundle is code, installed only when it matches
+    options: Mapping[str, object] = field(default_factory=dict, repr=False)  # plug-ins' flags as given, by name
     rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
     local_rank: int = 0
     world_size: int = 1
@@ -378,14 +360,16 @@ class Settings:
 
 
 def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                   weights_available: Callable[[str, float], tuple[bool, str]] | None = None) -> Settings:
-    """Build and validate the Settings from flags and environment.
+                   weights_available: Callable[[str, float], tuple[bool, str]] | None = None,
+                   plugins: Sequence = ()) -> Settings:
+    """Build and validate the Settings from flags and environment; ``plugins``' flags land in ``options``.
 
     ``weights_available(model, timeout)`` decides ``--models auto`` (default: look in the
     local Hugging Face cache, then ask the Hub with a bounded timeout).
     """
     env = os.environ if env is None else env
-    raw = _raw_values(argv, env)
+    raw = _raw_values(argv, env, plugins)
+    core = {name.replace("-", "_") for name, _, _ in _FLAGS}
     requested = _choice("models", raw.pop("models", "auto"), ("auto", "full", "tiny"))
     chat_model, chat_revision = _parse_model("chat-model", raw.pop("chat_model", DEFAULT_CHAT_MODEL))
     image_model, image_revision = _parse_model("image-model", raw.pop("image_model", DEFAULT_IMAGE_MODEL))
@@ -410,16 +394,16 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         references=_parse_references(raw["references"]) if "references" in raw else preset.references,
         references_set="references" in raw,
         buckets=_parse_buckets(raw["chat_buckets"]) if "chat_buckets" in raw else preset.buckets,
-        context_length=_as_int("context-length", raw.get("context_length", preset.context_length)),
+        context_length=as_int("context-length", raw.get("context_length", preset.context_length)),
         cache_windows=_parse_windows(raw["cache_windows"]) if "cache_windows" in raw else tuple(
             w for w in preset.cache_windows  # the preset's, within the context length actually chosen
-            if w < _as_int("context-length", raw.get("context_length", preset.context_length))),
-        max_new_tokens=_as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
-        chat_batch=_as_int("chat-batch", raw.get("chat_batch", 1)),
+            if w < as_int("context-length", raw.get("context_length", preset.context_length))),
+        max_new_tokens=as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
+        chat_batch=as_int("chat-batch", raw.get("chat_batch", 1)),
         prefill_chunk=_parse_prefill_chunk(raw["prefill_chunk"]) if "prefill_chunk" in raw else None,
-        default_steps=_as_int("default-steps", raw.get("default_steps", preset.default_steps)),
+        default_steps=as_int("default-steps", raw.get("default_steps", preset.default_steps)),
         default_steps_set="default_steps" in raw,
-        max_steps=_as_int("max-steps", raw.get("max_steps", 50)),
+        max_steps=as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
         compile_repeated_blocks=_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
@@ -431,52 +415,33 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",
-        host=str(raw.get("host", host_default)), port=_as_int("port", raw.get("port", port_default)),
+        host=str(raw.get("host", host_default)), port=as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
         login_max_age_h=_as_float("login-max-age", raw.get("login_max_age", 24.0)),
         forwarded_allow_ips=str(raw.get("forwarded_allow_ips", "")).strip(),
-        api_key=_parse_api_key(raw["api_key"]) if "api_key" in raw else None,
-        mcp=bool(raw.get("mcp", False)),
-        feedback_max_bytes=_as_int("feedback-max-bytes", raw.get("feedback_max_bytes", 2_000_000)),
-        chat_server=_parse_server(raw["chat_server"]) if "chat_server" in raw else None,
-        image_servers=tuple(_parse_server(u, "--image-server") for u in str(raw.get("image_server", "")).split(",")
-                            if u.strip()),
-        chat_server_key=str(raw["chat_server_key"]).strip() or None if "chat_server_key" in raw else None,
         chat=not raw.get("no_chat", False), image=not raw.get("no_image", False),
         warmup_order=tuple(p.strip().lower() for p in str(raw.get("warmup_order", "chat,image")).split(",")
                            if p.strip()),
-        queue_size=_as_int("queue-size", raw.get("queue_size", 16)),
-        max_session_jobs=_as_int("max-session-jobs", raw.get("max_session_jobs", 2)),
-        max_file_size=_as_int("max-file-size", raw.get("max_file_size", 64 * 2**20)),
-        max_request_bytes=_as_int("max-request-bytes", raw.get("max_request_bytes", 8 * 2**20)),
-        max_prompt_chars=_as_int("max-prompt-chars", raw.get("max_prompt_chars", 20_000)),
-        max_history_messages=_as_int("max-history-messages", raw.get("max_history_messages", 200)),
-        max_history_chars=_as_int("max-history-chars", raw.get("max_history_chars", 100_000)),
-        max_saved_images=_as_int("max-saved-images", raw.get("max_saved_images", 200)),
+        queue_size=as_int("queue-size", raw.get("queue_size", 16)),
+        max_session_jobs=as_int("max-session-jobs", raw.get("max_session_jobs", 2)),
+        max_file_size=as_int("max-file-size", raw.get("max_file_size", 64 * 2**20)),
+        max_request_bytes=as_int("max-request-bytes", raw.get("max_request_bytes", 8 * 2**20)),
+        max_prompt_chars=as_int("max-prompt-chars", raw.get("max_prompt_chars", 20_000)),
+        max_history_messages=as_int("max-history-messages", raw.get("max_history_messages", 200)),
+        max_history_chars=as_int("max-history-chars", raw.get("max_history_chars", 100_000)),
+        max_saved_images=as_int("max-saved-images", raw.get("max_saved_images", 200)),
         image_preview=not raw.get("no_image_preview", False),
-        max_images_per_run=_as_int("max-images-per-run", raw.get("max_images_per_run", 4)),
+        max_images_per_run=as_int("max-images-per-run", raw.get("max_images_per_run", 4)),
         hub_timeout=_as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
-        tp=_as_int("tp", raw.get("tp", 1)),
+        tp=as_int("tp", raw.get("tp", 1)),
         tp_engine=_choice("tp-engine", raw.get("tp_engine", "chat"), ("chat", "image")),
-        doctor=bool(raw.get("doctor", False)),
-        cache_bundle=str(raw["cache_bundle"]).strip() or None if "cache_bundle" in raw else None,
-        cache_bundle_sha256=str(raw["cache_bundle_sha256"]).strip().lower() or None
-        if "cache_bundle_sha256" in raw else None,
-        rank=_as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
-        local_rank=_as_int("tp", env.get("LOCAL_RANK", 0)), world_size=_as_int("tp", env.get("WORLD_SIZE", 1)),
+        rank=as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
+        local_rank=as_int("tp", env.get("LOCAL_RANK", 0)), world_size=as_int("tp", env.get("WORLD_SIZE", 1)),
         exported_visible_cores=env.get("NEURON_RT_VISIBLE_CORES") or None,
+        options={key: value for key, value in raw.items() if key not in core},
     )
     return validate(settings)
-
-
-def _parse_server(text: object, flag: str = "--chat-server") -> str:
-    parts = urllib.parse.urlsplit(url := str(text).strip().rstrip("/"))
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(flag, f"{url!r} is not an http(s) URL", "a worker's base URL, e.g. http://127.0.0.1:7861"
-                          if flag == "--image-server" else "an OpenAI base URL, e.g. http://127.0.0.1:8000/v1 "
-                          "(vLLM) or http://127.0.0.1:7860/v1 (this app with --no-image)")
-    return url
 
 
 def _resolve_models(requested, models, raw, weights_available) -> tuple[str, str]:
@@ -491,7 +456,8 @@ def _resolve_models(requested, models, raw, weights_available) -> tuple[str, str
     if weights_available is None:  # every needed file cached, or the Hub reachable (weights.py)
         from .weights import weights_available as probe  # local import: touches huggingface_hub
     timeout = _as_float("hub-timeout", raw.get("hub_timeout", 5.0))
-    local = {e: not (raw.get(f"no_{e}") or raw.get(f"{e}_server")) for e in ("chat", "image")}  # or on servers
+    # an engine that a plug-in runs on other servers (its --chat-server, --image-server) needs no weights here
+    local = {e: not (raw.get(f"no_{e}") or raw.get(f"{e}_server")) for e in ("chat", "image")}
     wanted = [(m, rev, kind) for (m, rev), kind in ((models[0], "chat"), (models[1], "image")) if local[kind]]
     for model, revision, kind in wanted:
         ok, why = probe(model, timeout, kind, revision) if weights_available is None else \
@@ -543,8 +509,6 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--default-steps", f"{s.default_steps} is out of range", f"1 to --max-steps ({s.max_steps})")
     if not 0 <= s.port <= 65535:
         raise ConfigError("--port", f"{s.port} is out of range", "0 to 65535")
-    if s.feedback_max_bytes < 10_000:
-        raise ConfigError("--feedback-max-bytes", f"{s.feedback_max_bytes} is too small", "10000 or more")
     if not s.login_max_age_h > 0:
         raise ConfigError("--login-max-age", f"{s.login_max_age_h} is not positive", "hours, more than 0")
     for flag, value in (("--queue-size", s.queue_size), ("--max-session-jobs", s.max_session_jobs),
@@ -580,20 +544,6 @@ def validate(s: Settings) -> Settings:
         other = "image" if s.tp_engine == "chat" else "chat"
         raise ConfigError("--tp", f"shards the {s.tp_engine} engine (--tp-engine {s.tp_engine}), which "
                           f"--no-{s.tp_engine} disables", f"--tp 1 with --no-{s.tp_engine}, or --tp-engine {other}")
-    for flag, elsewhere, engine in (("--chat-server", s.chat_server, "chat"), ("--image-server", s.image_servers,
-                                                                               "image")):
-        if elsewhere and (not getattr(s, engine) or (s.tp > 1 and s.tp_engine == engine)):
-            raise ConfigError(flag, f"runs the {engine} on other servers, but this one disables or shards it (--no-"
-                              f"{engine}, --tp with --tp-engine {engine})", f"leave out {flag} or those flags")
     if not s.chat and not s.image:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
-    if s.cache_bundle and not s.cache_bundle_sha256:  # inductor's cache entries are pickles: they run on lookup
-        raise ConfigError("--cache-bundle", "a bundle is code, installed only when its origin is pinned",
-                          "--cache-bundle-sha256 <sha256 of the archive>, as python -m tools.cache export "
-                          "printed it where the bundle was made; python -m tools.cache show PATH prints it")
-    if s.cache_bundle_sha256 and not _SHA256_RE.match(s.cache_bundle_sha256):
-        raise ConfigError("--cache-bundle-sha256", f"{s.cache_bundle_sha256!r} is not a sha256", "64 hex digits")
-    if s.cache_bundle_sha256 and not s.cache_bundle:
-        raise ConfigError("--cache-bundle-sha256", "pins a bundle, but no --cache-bundle is given",
-                          "--cache-bundle PATH with it, or neither")
     return s

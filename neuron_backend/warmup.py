@@ -122,8 +122,8 @@ def plausible_seconds(value: object) -> bool:
 
 
 class WarmupHook(Protocol):
-    """What a part outside the core adds to the warm-up (the annex's compile-cache bundles). ``app.py``
-    hands ``Backend`` a factory per hook, called with the Backend once it is built."""
+    """What a plug-in adds to the warm-up: its ``Parts.hooks`` hold a factory per hook, called with the
+    Backend once it is built."""
 
     def plan(self, steps: list[Step]) -> list[Step]:
         """The warm-up plan with this hook's steps in it (it may reorder the core's)."""

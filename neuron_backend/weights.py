@@ -311,7 +311,7 @@ def missing_files(model: str, kind: str, revision: str | None = None) -> list[st
 
     ``model`` is a hub id (looked up at ``revision`` in the local Hugging Face cache) or a local folder. The
     network is never used. A model that is not cached at all lists its top-level needs (``config.json`` ... or
-    ``model_index.json``). For the doctor (tools/doctor.py) and ``--models auto``.
+    ``model_index.json``). For the doctor (``--doctor``) and ``--models auto``.
     """
     return _missing(local_folder(model) or cached_snapshot(model, revision), kind)
 

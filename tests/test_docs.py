@@ -51,3 +51,16 @@ def test_the_kubernetes_probes_tolerate_one_slow_answer():
         assert probe.get("timeoutSeconds", 1) >= 3, name
         assert probe.get("failureThreshold", 3) >= 3, name
     assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_configuration_page_lists_every_flag_with_its_variable():
+    from app import PLUGINS
+    from neuron_backend.settings import build_parser, env_name
+
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| `--")]
+    flags = [o[2:] for a in build_parser(PLUGINS)._actions for o in a.option_strings if o.startswith("--") and
+             o != "--help"]
+    assert len(flags) > 50
+    missing = [f for f in flags if not any(f"`--{f}" in row and env_name(f) in row for row in rows)]
+    assert not missing, f"docs/configuration.md has no row with the flag and its variable for: {missing}"

@@ -4,6 +4,7 @@ in ui/ and the annex's tab, one concern per file of a readable size."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_the_checker_reads_relative_and_lazy_imports():
     graph = import_graph()
     assert "neuron_backend.chat.text" in graph["neuron_backend.chat.engine"]  # from .text import ...
     assert "neuron_backend.chat.engine" in graph["neuron_backend.runtime"]  # imported inside a function
-    assert "neuron_backend.parallel" in graph["neuron_backend.chat.engine"]  # from .. import parallel
+    assert "neuron_backend.aot" in graph["neuron_backend.chat.engine"]  # from .. import aot, devices
 
 
 def test_no_import_circle_anywhere():
@@ -107,6 +108,14 @@ def test_the_core_never_imports_the_annex():
     assert len(core) > 30 and any(m.startswith("tools.") for m in graph)
     leaks = {m: sorted(i for i in graph[m] if i.split(".")[0] == "tools") for m in core}
     assert not {m: found for m, found in leaks.items() if found}, "the core imports the annex"
+
+
+def test_the_core_names_no_plug_in():
+    """What is optional is a plug-in that app.py lists: the core's code, docstrings and words never name one."""
+    core = [path for module, path in project_files().items() if module.split(".")[0] in ("neuron_backend", "ui")]
+    named = {str(p.relative_to(ROOT)): found for p in [*core, ROOT / "neuron_backend" / "arabic.json"]
+             if (found := re.findall(r"\btools[./]\w+|\bannex\b", p.read_text()))}
+    assert not named, named
 
 
 def test_gradio_only_in_ui():

@@ -1,9 +1,7 @@
-"""The annex: what the showcase does not need to show a model, built on the core and never imported by it.
+"""The plug-ins: what the showcase does not need to show a model, built on the core and never named by it.
 
-- ``tools.qa``: the QA bench (prompt sets x settings variants, marks, reports, compare), its tab and CLI;
-- ``tools.cache``: compile-cache bundles (``python -m tools.cache``), a warm-up hook and the Export button;
-- ``tools.doctor``: the first-run checklist of a Trainium host (``python -m tools.doctor``).
-
-``app.py`` hands the annex's tabs, warm-up hooks and details to the core as plain values; ``bench/``
-(benchmarks) sits beside it.
+Each folder is one plug-in with its ``plugin.py`` (``add_flags``, ``plug``; see neuron_backend/plugins.py), listed
+in ``app.py``'s ``PLUGINS``: ``remote`` (engines on other servers), ``cache`` (compile-cache bundles),
+``openai_api`` (``/v1``), ``mcp``, ``qa`` (the QA bench and the chat's feedback row); ``doctor.py`` is one too.
+``device_check`` and ``lock.py`` are operator commands (``python -m tools.device_check``, ``python -m tools.lock``).
 """

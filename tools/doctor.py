@@ -1,24 +1,8 @@
-"""First-run checklist for a new host: ``python app.py --doctor`` or ``python -m tools.doctor``.
-
-Each line is ``pass``, ``fail`` or ``skipped`` with the reason, and a fix where something is wrong.
-It runs what applies to this host (on a CPU machine the Neuron checks say why they are skipped) and
-exits non-zero when a check the app needs fails; once ``neuron-ls`` lists devices, torch-neuronx and
-a visible core are needed. Checks, in order: Python; torch and torch-neuronx versions and whether
-their families match; the OS release and glibc (the Neuron 2.33 wheels are for Ubuntu 26.04);
-``neuronx-cc`` on ``PATH`` and, in a venv, the venv's own; ``import torch`` (which autoloads
-torch-neuronx); ``neuron-ls`` (2.34's ``--output-format json``, else 2.33's ``-j``, else plain); the cores visible
-to this process; per placement, a
-tiny graph compiled and run from a fresh thread inside that placement's device context (what every
-engine thread does, ``devices.on_device``); the NEFF cache folder, and a second fresh process reading
-back the graph a first one compiled; the counters the panel can read; memory per core; whether every
-file each chosen model needs is in the local Hugging Face cache; free disk for the caches; each chosen
-model's memory estimate (chat and image) against what its core has free, and their sum on a shared core.
-
-Not checked: glibc against a minimum (none is published), the compiler's version or that it runs
-outside the tiny-graph check, the driver's and runtime's versions.
-
-Nothing here downloads anything; the only subprocesses are ``neuron-ls`` and, on Neuron, one
-Python process for the cache check, both with timeouts.
+"""First-run checklist for a new host, as a plug-in (``python app.py --doctor``) or alone (``python -m tools.doctor``,
+which reads the core's flags and the remote engines'). Each line is ``pass``, ``fail`` or ``skipped`` with its
+reason and fix; ``run`` returns 1 when a check the app needs fails. What it checks, in order, and what it does not:
+docs/trainium.md ("Start with the doctor"). It downloads nothing; its only subprocesses (``neuron-ls``, one
+Python process for the NEFF cache check) have timeouts.
 """
 
 from __future__ import annotations
@@ -35,7 +19,8 @@ from pathlib import Path
 
 from neuron_backend.compile_cache import NEFF_CACHE_ENV, configure_compile_cache
 from neuron_backend.neuron_install import COMPILER, WHEELS_OS, WHEELS_OS_NAME, glibc_version, load_failure, os_release
-from neuron_backend.settings import Settings, parse_settings
+from neuron_backend.plugins import Parts
+from neuron_backend.settings import Settings, add_flag, parse_settings
 from tools.neuron_ls import NEURON_LS_FORMS, read_neuron_ls, summarize_neuron_ls
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
@@ -314,8 +299,10 @@ def check_chat_server(settings: Settings) -> Check:
     """--chat-server: one look at the server's model list (reached, the key taken, a chat model listed)."""
     from neuron_backend.errors import ShowcaseError
     from tools.remote.chat import RemoteChatEngine
+    from tools.remote.plugin import servers
 
-    title, engine = f"chat server {settings.chat_server}", RemoteChatEngine(settings)
+    there = servers(settings)
+    title, engine = f"chat server {there.chat}", RemoteChatEngine(settings, there.chat, there.chat_key)
     try:
         warming = engine.look()
     except ShowcaseError as exc:
@@ -331,8 +318,9 @@ def check_image_workers(settings: Settings) -> list[Check]:
     """--image-server: one look at each worker's /readyz (reached, an image worker, which sizes are warm)."""
     from neuron_backend.errors import ShowcaseError
     from tools.remote.image import RemoteImageEngine
+    from tools.remote.plugin import servers
 
-    engine, checks = RemoteImageEngine(settings), []
+    engine, checks = RemoteImageEngine(settings, servers(settings).images), []
     for worker in engine.workers.values():
         title = f"image worker {worker.url}"
         try:
@@ -419,9 +407,11 @@ def _missing(model: str, kind: str, revision: str | None = None) -> list[str]:
 def check_models(settings: Settings) -> list[Check]:
     if settings.models == "tiny":
         return [Check(SKIPPED, "model files", f"demo models, built offline ({settings.models_reason})", needed=False)]
-    checks = []
-    local_chat = settings.chat and not settings.chat_server  # a --chat-server holds its own weights
-    local_image = settings.image and not settings.image_servers  # so do --image-server's workers
+    from tools.remote.plugin import servers
+
+    checks, there = [], servers(settings)
+    local_chat = settings.chat and not there.chat  # a --chat-server holds its own weights
+    local_image = settings.image and not there.images  # so do --image-server's workers
     for kind, model, revision, enabled in (("chat", settings.chat_model, settings.chat_revision, local_chat),
                                            ("image", settings.image_model, settings.image_revision, local_image)):
         if not enabled:
@@ -548,7 +538,9 @@ def run(settings: Settings, out=None, collect: list | None = None) -> int:
         host = devices.detect()
         emit(check_cores(host, neuron_devices))
         try:
-            placements = devices.resolve_placements(settings, host)
+            from tools.remote import plugin as remote
+
+            placements = devices.resolve_placements(settings, host, remote.plug(settings).elsewhere)
         except ShowcaseError as exc:
             emit(Check(FAIL, "placements", str(exc), "change --device / --chat-device / --image-device"))
             placements = {}
@@ -563,11 +555,19 @@ def run(settings: Settings, out=None, collect: list | None = None) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.doctor [app flags]``: the same checklist as ``python app.py --doctor``.
+def add_flags(parser) -> None:
+    add_flag(parser.add_argument_group("first-run checklist (tools/doctor.py)"), "doctor", "bool",
+             "print a first-run checklist of this host, each check with its fix, and exit (python -m tools.doctor)")
 
-    With ``--device-check --out REPORT.json``: the first-device check instead (tools/device_check/).
-    With ``--report-json PATH``: the checks are also written there as JSON (exit status and each check)."""
+
+def plug(settings: Settings) -> Parts:
+    """``--doctor``: the checklist runs instead of the app."""
+    return Parts(command=lambda settings, parts: run(settings)) if settings.options.get("doctor") else Parts()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.doctor [flags]``: the checklist; ``--device-check --out REPORT.json``: the first-device
+    check instead (tools/device_check/); ``--report-json PATH``: the checks written there as JSON too."""
     from neuron_backend.errors import ShowcaseError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -579,8 +579,10 @@ def main(argv: list[str] | None = None) -> int:
     if "--report-json" in argv:  # the checks as JSON too (the device check runs the doctor this way)
         at = argv.index("--report-json")
         report, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
+    from tools.remote import plugin as remote_engines  # the checklist looks at --chat-server, --image-server
+
     try:
-        settings = parse_settings(argv)
+        settings = parse_settings(argv, plugins=(remote_engines,))
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

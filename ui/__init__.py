@@ -7,7 +7,6 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, MutableMapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -16,6 +15,7 @@ from gradio import networking
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
+from neuron_backend.plugins import Parts, Tab
 from neuron_backend.runtime import Backend
 
 from .accessibility import CSS as A11Y_CSS
@@ -31,26 +31,12 @@ from .request_metrics import QueueRefusals
 from .status_panel import STATUS_CSS, build_status_panel, wire_refresh
 
 
-@dataclass(frozen=True)
-class ExtraTab:
-    """A tab added after the core's two (the annex's QA bench; app.py hands them in)."""
-
-    label: str  # a key of the page's words (ui.i18n.register adds a part's words)
-    elem_id: str
-    build: Callable[[Backend], object]  # called inside the gr.Tab
-
-
-# Called with the built page before launch (the annex's MCP tools name its endpoints there); may return a
-# FastAPI lifespan, entered when the server starts.
-PageHook = Callable[[gr.Blocks, Backend], Callable | None]
-
-
-def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[ExtraTab] = (),
+def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[Tab] = (),
                 details: Sequence[Callable[[Backend], object]] = (),
                 chat_extras: Sequence[ChatExtra] = ()) -> gr.Blocks:
     """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs);
     ``tabs``: added after Chat and Image, in order; ``details``: added to the warm-up details; ``chat_extras``:
-    rows under the chatbot (the annex's 👍/👎 feedback)."""
+    rows under the chatbot (the plug-ins' parts)."""
     cancels = cancels or EarlyCancels()
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
@@ -76,8 +62,8 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
                   cancels: EarlyCancels | None = None, routes: Sequence[BaseRoute] = (),
                   lifespans: Sequence[Callable] = (), middleware: Sequence[Middleware] = ()) -> dict:
     """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, upload and
-    body limits, the guards; ``lifespans`` are entered in order when the server starts; ``middleware`` (the
-    annex's) wraps all the rest."""
+    body limits, the guards; ``lifespans`` are entered in order when the server starts; ``middleware`` (a
+    plug-in's) wraps all the rest."""
     settings = backend.settings
 
     def auth_state():  # read per request: Gradio builds its app (and the token table) at launch
@@ -86,7 +72,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
 
     throttle = throttle or LoginThrottle()
     app_kwargs = {
-        # /healthz, /readyz, /metrics (ui/probes.py) and the routes app.py hands in (the annex's /v1), as
+        # /healthz, /readyz, /metrics (ui/probes.py) and the plug-ins' routes (the /v1 API's), as
         # FastAPI routes from the server's first request
         "routes": probe_routes(backend) + list(routes),
         # QueueRefusals first (outermost): it counts the joins refused by the guards and by Gradio's queue
@@ -112,7 +98,7 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | N
         "allowed_paths": [str(p) for p in backend.served_folders()],
         "max_file_size": settings.max_file_size,  # Gradio's own check of each uploaded file (413 above)
         "app_kwargs": app_kwargs,
-        "mcp_server": settings.mcp,  # Gradio's MCP server; the annex's page hook (tools/mcp) sets its tools
+        "mcp_server": False,  # Gradio's MCP server (else read from GRADIO_MCP_SERVER): a plug-in's part turns it on
         # English and Arabic (ui/i18n.py): the string table, ?lang= override and <html dir>, RTL text
         "i18n": I18N,
         "head": FONT_PRELOAD + HEAD + A11Y_HEAD,
@@ -169,23 +155,21 @@ def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
     return False
 
 
-def serve(backend: Backend, throttle: LoginThrottle | None = None, tabs: Sequence[ExtraTab] = (),
-          details: Sequence[Callable[[Backend], object]] = (), routes: Sequence[BaseRoute] = (),
-          chat_extras: Sequence[ChatExtra] = (), page_hooks: Sequence[PageHook] = (),
-          middleware: Sequence[Middleware] = (), **kwargs):
-    """Build the page, set up the queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them).
-    ``routes``: HTTP routes served beside the probes (the annex's /v1); ``page_hooks``: called with the built
-    page (the annex's MCP tools); ``middleware``: outermost ASGI middleware (the annex's /v1 error shape)."""
+def serve(backend: Backend, parts: Parts = Parts(), throttle: LoginThrottle | None = None, **kwargs):
+    """Build the page with the plug-ins' ``parts`` (tabs, details, chat extras; routes served beside the probes;
+    page hooks called with the built page; outermost middleware; launch keywords), set up the queue and launch
+    it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
-    demo = create_demo(backend, cancels, tabs, details, chat_extras)
+    demo = create_demo(backend, cancels, parts.tabs, parts.details, parts.chat_extras)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
-    lifespans = [span for span in (hook(demo, backend) for hook in page_hooks) if span is not None]
+    lifespans = [span for span in (hook(demo, backend) for hook in parts.page_hooks) if span is not None]
+    routes = [route for make in parts.routes for route in make(backend)]
     backend.metrics.queue_depth = queue_depth(demo)
     # Gradio starts uvicorn without proxy settings; uvicorn reads the peers whose X-Forwarded-For it trusts
     # from this variable as the server starts (its own default: 127.0.0.1 and ::1, i.e. anyone on this host).
     os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     networking.url_ok = patient_url_ok
-    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes, lifespans, middleware),
-                              **kwargs})
+    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes, lifespans, parts.middleware),
+                              **parts.launch, **kwargs})
     return demo, launched

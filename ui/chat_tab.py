@@ -1,5 +1,5 @@
 """The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats and
-conversation files; rows the annex adds under the chatbot (``extras``: the 👍/👎 feedback row).
+conversation files; rows plug-ins add under the chatbot (``extras``: the 👍/👎 feedback row).
 
 Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats, the
 stats line and context meter under the chatbot in reserved space (``CHAT_CSS``), the message box not focused
@@ -474,7 +474,7 @@ ChatExtra = Callable[[Backend, gr.Chatbot, gr.State], object]  # (backend, chatb
 
 def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
     """Components and events of the Chat tab (call inside a gr.Tab); each of ``extras`` adds its row under the
-    chatbot, given the session's reply records (the annex's 👍/👎 feedback)."""
+    chatbot, given the session's reply records (the QA plug-in's 👍/👎 feedback)."""
     settings = backend.settings
     # Drawn under the chatbot (LiteralChatbot.under), updated in place: a stopped reply's stats come there too.
     chat_stats = gr.Markdown(elem_id="chat-stats", render=False)

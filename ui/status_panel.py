@@ -361,7 +361,7 @@ def details_markdown(status: dict, show_paths: bool = True) -> str:
 
 def build_status_panel(backend: Backend, details: Sequence[Callable[[Backend], object]] = ()) -> list:
     """The bar and the details accordion; returns the components the refresh writes (see wire_refresh).
-    ``details``: what the annex adds inside the accordion (app.py hands in the compile-cache Export)."""
+    ``details``: what plug-ins add inside the accordion (the compile-cache Export)."""
     status_bar = gr.HTML(first_paint_html(visitor_status(backend)), elem_id="status-bar")  # title, chips, notice, bar
     with gr.Accordion(t("Warm-up details"), open=False, elem_id="warmup-details"):
         tasks_table = gr.Dataframe(headers=task_headers(), value=task_rows(visitor_status(backend)),

@@ -42,7 +42,7 @@ from transformers import (
 )
 from transformers.utils import is_accelerate_available
 
-from .. import aot, devices, parallel
+from .. import aot, devices
 from ..devices import CompileCounter, GraphFallbacks, Placement, on_device, synchronize
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import joined, tr
@@ -101,9 +101,11 @@ class ChatEngine:
         if settings.chat_batch > 1:
             self.shape_labels = {k: tr("{shape}, batch {batch}", shape=v, batch=settings.chat_batch)
                                  for k, v in self.shape_labels.items()}
-        # Called under the job lock right before generate() with (request, prompt, min_new_tokens, seed);
-        # rank 0 of a tensor-parallel group sets it to parallel.announcer("chat").
+        # Tensor parallel only (set by the runtime on rank 0, by parallel.follow on the others): on_generate is
+        # called under the job lock before generate() with (request, prompt, min_new_tokens, seed); agree_stop
+        # turns this rank's stop into rank 0's, after every token. Single-process, both stay None.
         self.on_generate = None
+        self.agree_stop: Callable[[bool], bool] | None = None
         self._compile_config = None
         self.aot: aot.AotForward | None = None  # the compiled forwards saved and loaded (load, --chat-aot)
         if placement.compile:
@@ -278,7 +280,7 @@ class ChatEngine:
         mask = torch.tensor([[0] * pad + [1] * len(prompt.ids)], device=self.placement.input_device)
         kwargs = dict(
             input_ids=ids, attention_mask=mask, streamer=streamer, pad_token_id=self._pad_id,
-            stopping_criteria=StoppingCriteriaList([CancelCriteria(cancelled)]),
+            stopping_criteria=StoppingCriteriaList([CancelCriteria(cancelled, self.agree_stop)]),
             max_new_tokens=prompt.max_new_tokens, min_new_tokens=min_new or None,
             cache=self._cache(1, prompt.window_floor), do_sample=not request.greedy,
         )
@@ -450,13 +452,13 @@ class ChatEngine:
 class CancelCriteria(StoppingCriteria):
     """Reads a threading.Event after every token: generate() stops within one token once it is set."""
 
-    def __init__(self, event: threading.Event):
-        self.event = event
+    def __init__(self, event: threading.Event, agree: Callable[[bool], bool] | None = None):
+        self.event, self.agree = event, agree  # agree: tensor parallel, every rank stops at rank 0's token
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         stop = self.event.is_set()
-        if parallel.active("chat"):  # tensor parallel: every rank stops at rank 0's token
-            stop = parallel.stop_flag(stop)
+        if self.agree is not None:
+            stop = self.agree(stop)
         # one flag per sequence: [B]
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 

@@ -130,9 +130,10 @@ class ImageEngine:
         self._jobs = SerialJobs()
         self._pipe = None
         self.preview_table: LatentRGB | None = None  # latents -> RGB for live previews (preview.py)
-        # Called under the job lock right before each pipeline call with (request, seed); rank 0
-        # of a tensor-parallel group (--tp-engine image) sets it to announce the call (parallel.py).
+        # Tensor parallel only (--tp-engine image; the runtime sets them on rank 0, parallel.follow on the
+        # others): on_generate announces each pipeline call, agree_stop turns a stop into rank 0's every step.
         self.on_generate: Callable[[tuple], None] | None = None
+        self.agree_stop: Callable[[bool], bool] | None = None
         self._versions: dict[str, str] = {"torch": torch.__version__}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -441,7 +442,7 @@ class ImageEngine:
         eager = self.shape_of(request) in self.shapes.eager
         with on_device(self.placement), uncompiled(pipe.transformer, eager):
             return run_pipeline(pipe, request, seed, cancelled, self.placement, progress, preview, table,
-                                sharded=parallel.active(self.name), index=index)
+                                agree_stop=self.agree_stop, index=index)
 
     def _params(self, request: ImageRequest, normal: ImageRequest, seed: int, tokens: int, run: Run) -> dict:
         """Everything needed to reproduce and explain the image; JSON-serialisable."""

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import torch
 from PIL import Image
 
-from .. import parallel
 from ..devices import CompileCounter, synchronize
 from .preview import LatentRGB
 
@@ -67,7 +66,8 @@ class Run:
 
 def run_pipeline(pipe, request, seed: int, cancelled: threading.Event, placement,
                  progress: ProgressFn | None = None, preview: PreviewFn | None = None,
-                 table: LatentRGB | None = None, sharded: bool = False, index: int = 0) -> Run:
+                 table: LatentRGB | None = None, agree_stop: Callable[[bool], bool] | None = None,
+                 index: int = 0) -> Run:
     """Call the pipeline once for a validated request; the caller holds the engine's job lock."""
     total = request.steps
     start = time.perf_counter()
@@ -80,8 +80,8 @@ def run_pipeline(pipe, request, seed: int, cancelled: threading.Event, placement
         if progress is not None:
             progress(step + 1, total, now - start)
         stop = cancelled.is_set()
-        if sharded:  # a broadcast every step, on every rank: all stop at rank 0's step
-            stop = parallel.stop_flag(stop)
+        if agree_stop is not None:  # tensor parallel: a broadcast every step, all ranks stop at rank 0's step
+            stop = agree_stop(stop)
         if stop and step + 1 < total:
             pipeline._interrupt = True  # the pipeline skips the remaining steps, then decodes
             state["stopped"] = True

@@ -26,9 +26,7 @@ def neuron(monkeypatch):
     torch._dynamo.reset()
     fake = fake_neuron.install(monkeypatch, cores=2)
     monkeypatch.setattr(CompileCounter, "mode", "auto")
-    real = devices.resolve_placements
-    monkeypatch.setattr(devices, "resolve_placements",
-                        lambda s, host=None: {k: fake_neuron.cpu_backed(p) for k, p in real(s, host).items()})
+    fake_neuron.cpu_backed_placements(monkeypatch)
     fake_neuron.place_on_load(monkeypatch, fake)
     yield fake
     torch._dynamo.reset()

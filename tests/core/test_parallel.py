@@ -355,3 +355,27 @@ def test_torchrun_with_neuron_rt_visible_cores_exported_is_refused_at_start_with
     assert resolve_placements(unset, HostDevices(2, 0, visible_cores="0"))["chat"].device == "neuron:0"
     one = parse_settings(["--models", "tiny"], env={"NEURON_RT_VISIBLE_CORES": "0-1"})  # no torchrun: as documented
     assert resolve_placements(one, host)["chat"].kind == "neuron"
+
+
+def test_one_process_never_enters_tensor_parallel(warm_app, monkeypatch):
+    """Tensor parallel's protocol is handed to the engines only under --tp: a single-process chat reply and
+    image (a stop check every token and every step) call nothing in parallel.py."""
+    import inspect
+
+    from neuron_backend import parallel
+    from neuron_backend.chat.text import ChatRequest
+    from neuron_backend.image.engine import ImageRequest
+
+    entered = []
+    for name, fn in list(vars(parallel).items()):
+        if inspect.isfunction(fn) and fn.__module__ == parallel.__name__:
+            def spy(*args, _name=name, _fn=fn, **kwargs):
+                entered.append(_name)
+                return _fn(*args, **kwargs)
+
+            monkeypatch.setattr(parallel, name, spy)
+    backend, _ = warm_app
+    reply = list(backend.stream_chat(ChatRequest(message="hello", max_new_tokens=4, greedy=True)))[-1]
+    assert reply.done and reply.stats.new_tokens == 4
+    assert backend.generate_image(ImageRequest("a fox", "64x64", steps=2, seed=0)).image.size == (64, 64)
+    assert entered == []

@@ -9,13 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from app import PLUGINS
 from neuron_backend.errors import ConfigError
+from neuron_backend.plugins import plug_all
 from neuron_backend.settings import FULL_PRESET, TINY_PRESET, Settings, env_name, parse_settings
 from neuron_backend.shapes import ImageSize
+from tools.cache.plugin import bundle_flags
 
 
 def parse(*argv: str, env: dict | None = None, available=(True, "cached")) -> Settings:
-    return parse_settings(list(argv), env=env or {}, weights_available=lambda model, timeout: available)
+    """The settings app.py starts with, its plug-ins' flags checked as it checks them."""
+    settings = parse_settings(list(argv), env=env or {}, weights_available=lambda model, timeout: available,
+                              plugins=PLUGINS)
+    plug_all(PLUGINS, settings)
+    return settings
 
 
 def test_tiny_preset_defaults():
@@ -104,7 +111,7 @@ def test_every_flag_parses():
     assert s.buckets == (16, 32, 64) and s.context_length == 128 and s.max_new_tokens == 20
     assert s.auth == ("u", "p:w") and not s.image and s.chat and s.compile_repeated_blocks
     assert s.cache_dir == Path("/tmp/x") and s.warmup_order == ("image", "chat") and s.hub_timeout == 2.5
-    assert s.cache_bundle == "hf://o/r@v" and s.cache_bundle_sha256 == "ab" * 32
+    assert bundle_flags(s) == ("hf://o/r@v", "ab" * 32)
     assert dataclasses.is_dataclass(s)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.port = 1  # type: ignore[misc]

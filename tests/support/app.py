@@ -8,10 +8,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import ui
-from app import annex_hooks, annex_parts, annex_remote
+from app import PLUGINS
 from neuron_backend.demo_models import DEMO_DIR_NAME
+from neuron_backend.plugins import Parts, plug_all
 from neuron_backend.runtime import Backend
-from neuron_backend.settings import parse_settings
+from neuron_backend.settings import Settings, parse_settings
 
 SIZES = "64x64,96x64"
 NO_EDITS = ("--references", "0")  # text-to-image only; a test that edits passes --references itself, later wins
@@ -23,18 +24,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def app_settings(argv, env=None, **kwargs) -> Settings:
+    """The settings ``python app.py ARGV`` starts with: every plug-in's flags parsed too (no environment)."""
+    return parse_settings(argv, env={} if env is None else env, plugins=PLUGINS, **kwargs)
+
+
+def app_parts(settings: Settings) -> Parts:
+    """What app.py's plug-ins add for ``settings``."""
+    return plug_all(PLUGINS, settings)
+
+
+def app_backend(settings: Settings, **kwargs) -> Backend:
+    """The Backend app.py builds: with its plug-ins' parts."""
+    return Backend(settings, parts=app_parts(settings), **kwargs)
+
+
 def start_app(root, *extra, warm=True):
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
                                "--port", str(free_port()), "--max-new-tokens", "200",
-                               "--chat-buckets", "32,64,128", "--context-length", "256", *NO_EDITS, *extra], env={})
-    backend = Backend(settings, hooks=annex_hooks(), remote=annex_remote())
+                               "--chat-buckets", "32,64,128", "--context-length", "256", *NO_EDITS, *extra])
+    backend = app_backend(settings)
     if warm:
         backend.runner.run()
     else:  # warm everything but the last image size: it stays queued (not ready)
         for step in backend.runner._steps[:-1]:
             backend.runner._run_step(step)
         backend.runner._steps[-1].task.expected_s = 30.0
-    demo, (_, url, _) = ui.serve(backend, **annex_parts(backend), prevent_thread_lock=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, app_parts(settings), prevent_thread_lock=True, quiet=True)
     return demo, backend, url
 
 

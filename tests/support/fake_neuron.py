@@ -245,6 +245,15 @@ def cpu_backed(placement):
     return dataclasses.replace(placement, device="cpu", dtype=torch.float32)
 
 
+def cpu_backed_placements(monkeypatch) -> None:
+    """Placements resolve as on Neuron (kind, core, compile), each one's tensors on CPU (``cpu_backed``)."""
+    from neuron_backend import devices
+
+    real = devices.resolve_placements
+    monkeypatch.setattr(devices, "resolve_placements", lambda settings, host=None, elsewhere=None: {
+        name: cpu_backed(placement) for name, placement in real(settings, host, elsewhere).items()})
+
+
 def place_on_load(monkeypatch, fake: FakeNeuron) -> None:
     """After each engine's load(), record its weights on its placement's core (what the real copy does)."""
     from neuron_backend.chat.engine import ChatEngine

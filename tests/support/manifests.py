@@ -9,12 +9,16 @@ from pathlib import Path
 
 import yaml
 
+from app import PLUGINS
 from neuron_backend import compile_plan
 from neuron_backend.devices import HostDevices, resolve_placements
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.metrics import Metrics
+from neuron_backend.plugins import plug_all
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import shape_keys
+from tools.remote import plugin as remote_engines
+from tools.remote.plugin import servers
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -72,8 +76,15 @@ def env_of(container: dict, optional_present: bool) -> dict[str, str]:
 
 def settings_of(container: dict, optional_present: bool = False):
     """The app's Settings for this container; never asks the Hub (``--models auto`` reads as unreachable)."""
-    return parse_settings(container.get("args", []), env=env_of(container, optional_present),
-                          weights_available=lambda model, timeout: (False, "the manifests' test asks no Hub"))
+    settings = parse_settings(container.get("args", []), env=env_of(container, optional_present), plugins=PLUGINS,
+                              weights_available=lambda model, timeout: (False, "the manifests' test asks no Hub"))
+    plug_all(PLUGINS, settings)  # the plug-ins' flags checked as app.py checks them
+    return settings
+
+
+def elsewhere(settings):
+    """The engines this container's settings run on other servers (--chat-server, --image-server)."""
+    return remote_engines.plug(settings).elsewhere
 
 
 def secret_ref(container: dict, variable: str) -> tuple[str, str] | None:
@@ -131,7 +142,8 @@ def first_run_estimate(settings, cores: int) -> float:
     """The app's own first-run warm-up estimate (s) for these settings on ``cores`` NeuronCores: its compile tasks
     priced as ``Backend._plan`` prices them (weights and load not included)."""
     total = 0.0
-    for engine, placement in resolve_placements(settings, HostDevices(neuron_cores=cores, cuda_devices=0)).items():
+    host = HostDevices(neuron_cores=cores, cuda_devices=0)
+    for engine, placement in resolve_placements(settings, host, elsewhere(settings)).items():
         if placement.kind == "remote":
             continue
         shapes = shape_keys(settings, engine)
@@ -144,7 +156,8 @@ def first_run_estimate(settings, cores: int) -> float:
 
 def local_engines(settings, cores: int) -> list[str]:
     """The engines this container runs itself (not through --chat-server or --image-server)."""
-    placements = resolve_placements(settings, HostDevices(neuron_cores=max(cores, 0), cuda_devices=0))
+    placements = resolve_placements(settings, HostDevices(neuron_cores=max(cores, 0), cuda_devices=0),
+                                    elsewhere(settings))
     return [engine for engine, placement in placements.items() if placement.kind != "remote"]
 
 
@@ -163,7 +176,7 @@ def selected(docs: list[dict], service: dict) -> list[tuple[dict, dict]]:
 
 def chat_server_of(container: dict) -> str | None:
     try:
-        return settings_of(container).chat_server
+        return servers(settings_of(container)).chat
     except ShowcaseError:
         return None
 
@@ -188,5 +201,6 @@ def is_image(container: dict) -> bool:
 
 def workers_of(docs: list[dict], settings) -> list[dict]:
     """The app containers of the StatefulSets a page's --image-server names."""
-    names = {(urllib.parse.urlsplit(u).hostname or "").split(".")[0].rpartition("-")[0] for u in settings.image_servers}
+    urls = servers(settings).images
+    names = {(urllib.parse.urlsplit(u).hostname or "").split(".")[0].rpartition("-")[0] for u in urls}
     return [c for dep, c in app_containers(docs) if dep["kind"] == "StatefulSet" and dep["metadata"]["name"] in names]

@@ -16,13 +16,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.app import app_backend, app_parts, app_settings
 
 from neuron_backend.errors import CacheBundleError, ConfigError
 from neuron_backend.runtime import Backend
-from neuron_backend.settings import parse_settings
 from tools.cache import bundle, manifest, warm_start
 from tools.cache.__main__ import main as cache_cli
-from tools.cache.warm_start import WarmStart
 
 ROOT = Path(__file__).resolve().parents[2]
 # Text-to-image only: the manifest's shapes are the one size and the two buckets.
@@ -32,7 +31,7 @@ FAKE_CACHE = {"neff/MODULE_1/model.neff": b"\x01neff" * 100, "inductor/fxgraph/a
 
 
 def backend_at(root: Path, *extra: str) -> Backend:
-    return Backend(parse_settings([*ARGS, "--cache-dir", str(root), *extra], env={}), hooks=[WarmStart])
+    return app_backend(app_settings([*ARGS, "--cache-dir", str(root), *extra]))
 
 
 def manifest_at(root: Path) -> dict:
@@ -335,7 +334,8 @@ def test_an_unpinned_bundle_is_refused_before_staging_with_the_fix(tmp_path, exp
     with pytest.raises(ConfigError, match="not a sha256"):
         backend_at(tmp_path / "fresh", "--cache-bundle", str(out), "--cache-bundle-sha256", "abc")
     with pytest.raises(ConfigError, match="a bundle is code"):
-        parse_settings([*ARGS, "--cache-dir", str(tmp_path / "fresh")], env={"SHOWCASE_CACHE_BUNDLE": str(out)})
+        app_parts(app_settings([*ARGS, "--cache-dir", str(tmp_path / "fresh")],
+                               env={"SHOWCASE_CACHE_BUNDLE": str(out)}))
 
     # install itself, without a pin: refused before the source is fetched, opened or staged
     here = manifest_at(tmp_path / "fresh")
@@ -501,15 +501,16 @@ WARM_START = textwrap.dedent("""
     import json, sys, torch
     torch.set_num_threads(1)
     from neuron_backend.chat.text import ChatRequest
+    from app import PLUGINS
+    from neuron_backend.plugins import plug_all
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
     from tools.cache import warm_start
-    from tools.cache.warm_start import WarmStart
     extra = sys.argv[2:]
     s = parse_settings(["--models", "tiny", "--device", "cpu", "--compile", "on", "--no-image",
                         "--chat-buckets", "32,64", "--context-length", "96", "--cache-dir", sys.argv[1], *extra],
-                       env={})
-    backend = Backend(s, hooks=[WarmStart])
+                       env={}, plugins=PLUGINS)
+    backend = Backend(s, parts=plug_all(PLUGINS, s))
     backend.runner.run()
     warm_start.of(backend).record()
     graphs = [list(backend.stream_chat(ChatRequest(message="demo " * n, max_new_tokens=3, greedy=True)))[-1]
@@ -544,8 +545,8 @@ def test_the_manifest_records_the_commit_loaded_without_refusing_another(tmp_pat
 
     old_commit = "fedcba9876543210fedcba9876543210fedcba98"
     add_to_cache(hf_cache, "test-org/chat", demo_models.chat, commit=old_commit)
-    backend = Backend(parse_settings([*ARGS[2:], "--models", "full", "--no-image", "--cache-dir", str(tmp_path),
-                                      "--chat-model", f"test-org/chat@{old_commit}"], env={}), hooks=[WarmStart])
+    backend = app_backend(app_settings([*ARGS[2:], "--models", "full", "--no-image", "--cache-dir", str(tmp_path),
+                                        "--chat-model", f"test-org/chat@{old_commit}"]))
     for step in backend.runner._steps:
         if step.task.kind == "weights":
             backend.runner._run_step(step)

@@ -10,17 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.app import SIZES, free_port, link_demo_models
+from support.app import SIZES, app_backend, app_parts, app_settings, free_port, link_demo_models
 
 import ui
-from app import annex_details
 from neuron_backend.errors import CacheBundleError, ShowcaseError
 from neuron_backend.exports import ExportFolder
 from neuron_backend.runtime import Backend
-from neuron_backend.settings import parse_settings
 from tools.cache import bundle, warm_start
 from tools.cache.panel import press_export_bundle
-from tools.cache.warm_start import WarmStart
 from ui.i18n import say, text_id
 from ui.status_panel import details_markdown
 
@@ -30,9 +27,9 @@ FAKE_CACHE = {"neff/MODULE_1/model.neff": b"\x01neff" * 100, "inductor/fxgraph/a
 def _backend(root: Path, demo_models, *extra: str) -> Backend:
     """A backend on the tiny models whose weights are found (the manifest needs them) and a small cache."""
     link_demo_models(root, demo_models)
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
-                               "--port", str(free_port()), *extra], env={})
-    backend = Backend(settings, hooks=[WarmStart])
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
+                             "--port", str(free_port()), *extra])
+    backend = app_backend(settings)
     for step in backend.runner._steps:
         if step.task.kind == "weights":
             backend.runner._run_step(step)
@@ -58,7 +55,7 @@ def _elem_ids(demo) -> set:
 @pytest.mark.slow
 def test_anonymous_visitors_are_not_offered_the_cache_export(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models)
-    demo = ui.create_demo(backend, details=annex_details())
+    demo = ui.create_demo(backend, details=app_parts(backend.settings).details)
     assert _export_event(demo) is None and "export-bundle" not in _elem_ids(demo)
     note = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "export-bundle-note")
     assert text_id("Exporting the compile cache is an operator action: it is offered to a logged-in user when the app "
@@ -78,7 +75,7 @@ def test_anonymous_visitors_are_not_offered_the_cache_export(tmp_path, demo_mode
 @pytest.mark.slow
 def test_with_auth_two_presses_make_one_file(tmp_path, demo_models):
     backend = _backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image")
-    demo, (_, url, _) = ui.serve(backend, details=annex_details(), prevent_thread_lock=True, quiet=True)
+    demo, (_, url, _) = ui.serve(backend, app_parts(backend.settings), prevent_thread_lock=True, quiet=True)
     try:
         index = _export_event(demo)
         assert index is not None

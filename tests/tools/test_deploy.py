@@ -63,6 +63,7 @@ from support.manifests import (
 
 from neuron_backend.compile_cache import NEFF_LOCKS_ENV, configure_compile_cache, filesystem_type
 from neuron_backend.errors import ShowcaseError
+from tools.remote.plugin import servers
 
 # The oldest Kubernetes in EKS standard support in December 2026 (1.34's ended on 2 Dec 2026).
 KUBERNETES_VERSION = "1.35"
@@ -326,10 +327,10 @@ def worker_link_problems(docs: list[dict]) -> list[str]:
             page = settings_of(c)
         except ShowcaseError:
             continue  # settings_problems says why
-        if not page.image_servers:
+        if not servers(page).images:
             continue
         named: dict[str, set[int]] = {}
-        for url in page.image_servers:
+        for url in servers(page).images:
             where = f"{dep['_file']}: --image-server {url}"
             parts = urllib.parse.urlsplit(url)
             pod, _, service = (parts.hostname or "").partition(".")

@@ -431,29 +431,30 @@ def test_the_doctor_sets_each_engine_against_its_core_as_the_runtime_reports_it(
 
 
 def test_with_a_chat_server_the_doctor_looks_at_it_instead_of_a_core(warm_app):
-    from support.app import free_port
+    from support.app import app_settings, free_port
 
     _, url = warm_app
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--chat-server", url + "v1"], env={})
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--chat-server", url + "v1"])
     check = doctor.check_chat_server(settings)
     assert (check.status, check.detail) == (doctor.PASS, f"serves {settings.chat_model} (context 256 tokens)")
     gone = f"http://127.0.0.1:{free_port()}/v1"
-    check = doctor.check_chat_server(settings.replace(chat_server=gone))
+    check = doctor.check_chat_server(settings.replace(options={"chat_server": gone}))
     assert check.status == doctor.FAIL and gone in check.detail and "--chat-server" in check.detail
     local_chat = [c.name for c in doctor.check_models(settings.replace(models="full"))]
     assert local_chat == ["image model files"]  # the chat's weights are the server's
 
 
 def test_with_image_workers_the_doctor_looks_at_each_instead_of_a_core(warm_app):
-    from support.app import SIZES, free_port
+    from support.app import SIZES, app_parts, app_settings, free_port
 
     from neuron_backend import devices
 
     _, url = warm_app
     gone = f"http://127.0.0.1:{free_port()}"
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--sizes", SIZES + ",128x128",
-                               "--image-server", f"{url.rstrip('/')},{gone}"], env={})
-    up, down = doctor.check_placements(devices.resolve_placements(settings), settings)[1:]
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--sizes", SIZES + ",128x128",
+                             "--image-server", f"{url.rstrip('/')},{gone}"])
+    placements = devices.resolve_placements(settings, None, app_parts(settings).elsewhere)
+    up, down = doctor.check_placements(placements, settings)[1:]
     assert (up.status, up.name) == (doctor.PASS, f"image worker {url.rstrip('/')}")
     assert up.detail == "2/2 shapes ready (64x64, 96x64); it does not declare 128x128", up.detail
     assert down.status == doctor.FAIL and f"The image worker at {gone} cannot be reached (ConnectError" in down.detail

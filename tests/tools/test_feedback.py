@@ -9,11 +9,11 @@ import time
 
 import httpx
 import pytest
-from support.app import free_port
+from support.app import app_parts, app_settings, free_port
 
 import ui
-from app import annex_chat_extras
 from neuron_backend.errors import InvalidRequestError
+from neuron_backend.plugins import Parts
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from tools.qa.feedback import (
@@ -28,11 +28,12 @@ from tools.qa.feedback import (
 @pytest.fixture
 def served(tmp_path):
     """The page on the tiny chat model (no warm-up: marks need no engine), and its like event's index."""
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
-                               "--port", str(free_port()), "--max-prompt-chars", "2000", "--max-new-tokens", "200",
-                               "--feedback-max-bytes", "10000"], env={})
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
+                             "--port", str(free_port()), "--max-prompt-chars", "2000", "--max-new-tokens", "200",
+                             "--feedback-max-bytes", "10000"])
     backend = Backend(settings)
-    demo, (_, url, _) = ui.serve(backend, chat_extras=annex_chat_extras(), prevent_thread_lock=True, quiet=True)
+    chat_extras = app_parts(settings).chat_extras
+    demo, (_, url, _) = ui.serve(backend, Parts(chat_extras=chat_extras), prevent_thread_lock=True, quiet=True)
     index = next(i for i, f in demo.fns.items() if getattr(f.fn, "__name__", "") == "mark_reply")
     try:
         yield url, index, FeedbackLog.for_settings(settings)
@@ -150,7 +151,7 @@ def test_the_log_refuses_oversize_marks_with_the_limit(tmp_path):
 def test_the_comment_row_goes_with_the_chat_of_its_mark(tmp_path):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image"],
                               env={})
-    demo = ui.create_demo(Backend(settings), chat_extras=annex_chat_extras())
+    demo = ui.create_demo(Backend(settings), chat_extras=app_parts(settings).chat_extras)
     [block] = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "follow_chat"]
     chatbot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "chatbot")
     assert (chatbot._id, "change") in [(t[0], t[1]) for t in block.targets]  # New chat, a saved chat, Clear

@@ -328,10 +328,10 @@ def test_the_auth_rule_without_a_key():
         return Request({"type": "http", "method": "GET", "path": "/v1/models", "headers": headers})
 
     throttle = LoginThrottle()
-    _authorized(request(), SimpleNamespace(api_key=None, auth=None), throttle)
+    _authorized(request(), SimpleNamespace(auth=None), None, throttle)
     with pytest.raises(ApiError, match="--api-key") as info:
-        _authorized(request("Bearer anything"), SimpleNamespace(api_key=None, auth=("ada", "lovelace")), throttle)
+        _authorized(request("Bearer anything"), SimpleNamespace(auth=("ada", "lovelace")), None, throttle)
     assert info.value.status == 401
-    _authorized(request(f"Bearer {KEY}"), SimpleNamespace(api_key=KEY, auth=None), throttle)
+    _authorized(request(f"Bearer {KEY}"), SimpleNamespace(auth=None), KEY, throttle)
     with pytest.raises(ApiError):
-        _authorized(request(f"Basic {KEY}"), SimpleNamespace(api_key=KEY, auth=None), throttle)
+        _authorized(request(f"Basic {KEY}"), SimpleNamespace(auth=None), KEY, throttle)

@@ -321,7 +321,7 @@ def qa_page(tmp_path_factory):
     """The app's QA bench on the tiny image model with 0-2 reference slots, and its Run set handler."""
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
-    from tools.qa.tab import TAB
+    from tools.qa.plugin import TAB
     from ui import create_demo
 
     backend = Backend(parse_settings([*UPLOAD_ARGS, "--cache-dir", str(tmp_path_factory.mktemp("qa-tab"))], env={}))
@@ -419,7 +419,7 @@ def test_an_image_cell_without_steps_runs_the_models_own_default(tmp_path, demo_
     from support.model_folders import non_distilled_copy
 
     from neuron_backend.runtime import Backend
-    from tools.qa.tab import TAB
+    from tools.qa.plugin import TAB
     from ui import create_demo
 
     base = non_distilled_copy(demo_models.image, tmp_path / "base")

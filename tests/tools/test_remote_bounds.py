@@ -10,13 +10,13 @@ import threading
 import time
 
 import pytest
-from support.app import free_port
+from support.app import app_settings, free_port
 
 from neuron_backend.errors import EngineUnavailableError
-from neuron_backend.settings import parse_settings
 from tools.remote import bounded
 from tools.remote.chat import RemoteChatEngine
 from tools.remote.image import RemoteImageEngine, Worker
+from tools.remote.plugin import servers
 
 pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
@@ -96,9 +96,9 @@ def hostile():
 
 
 def _engine(tmp_path, url: str) -> RemoteChatEngine:
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
-                               "--chat-server", url, "--max-new-tokens", "200"], env={})
-    engine = RemoteChatEngine(settings)
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
+                             "--chat-server", url, "--max-new-tokens", "200"])
+    engine = RemoteChatEngine(settings, servers(settings).chat)
     engine.connect()
     return engine
 
@@ -131,9 +131,9 @@ def test_a_redirect_is_refused_never_followed(hostile, tmp_path):
 
 
 def test_a_workers_huge_readyz_is_not_read_past_the_cap(hostile, tmp_path):
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-chat",
-                               "--image-server", hostile.url, "--sizes", "64x64"], env={})
-    engine = RemoteImageEngine(settings)
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-chat",
+                             "--image-server", hostile.url, "--sizes", "64x64"])
+    engine = RemoteImageEngine(settings, servers(settings).images)
     with pytest.raises(OSError, match=f"passed {bounded.MAX_BODY_BYTES} bytes"):
         engine._look(Worker(hostile.url))
     assert "/readyz" in hostile.asked

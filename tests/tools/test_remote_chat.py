@@ -10,14 +10,14 @@ import threading
 import time
 
 import pytest
-from support.app import free_port, slowed, start_app
+from support.app import app_backend, app_parts, app_settings, free_port, slowed, start_app
 
 from neuron_backend import devices
 from neuron_backend.errors import ConfigError, EngineUnavailableError, InvalidRequestError
+from neuron_backend.plugins import Parts
 from neuron_backend.runtime import Backend
-from neuron_backend.settings import parse_settings
-from tools.remote import RemoteEngines
 from tools.remote import chat as remote
+from tools.remote.plugin import servers
 
 pytest.importorskip("openai")
 
@@ -26,19 +26,23 @@ SHAPES = ("--chat-buckets", "32,64,128", "--context-length", "256", "--max-new-t
 
 def front_backend(root, url: str, *extra) -> Backend:
     """A chat-only app whose chat runs at ``url`` (no model of its own), warmed up: connected."""
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--no-image",
-                               "--chat-server", url, *SHAPES, *extra], env={})
-    backend = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0), remote=RemoteEngines)
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--no-image",
+                             "--chat-server", url, *SHAPES, *extra])
+    backend = app_backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
     backend.runner.run()
     return backend
 
 
-def test_a_backend_without_the_remote_engines_says_how_to_start(tmp_path):
-    # The core knows no remote engine: app.py hands the annex's in; a Backend built without them says so
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
-                               "--chat-server", "http://127.0.0.1:9/v1", *SHAPES], env={})
-    with pytest.raises(ConfigError, match=r"--chat-server: needs the remote engines.*python app\.py"):
-        Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
+def test_the_chat_runs_elsewhere_only_through_the_plug_ins_parts(tmp_path):
+    # The core knows no --chat-server: the flag is the plug-in's, and its parts place the chat on the server
+    settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
+                             "--chat-server", "http://127.0.0.1:9/v1", *SHAPES])
+    host = devices.HostDevices(neuron_cores=0, cuda_devices=0)
+    assert Backend(settings, host).placements["chat"].kind == "cpu"
+    there = Backend(settings, host, app_parts(settings)).placements["chat"]
+    assert (there.kind, there.label()) == ("remote", "http://127.0.0.1:9/v1 · OpenAI-compatible server")
+    with pytest.raises(ValueError, match="no remote"):  # engines elsewhere with nothing to connect them
+        Backend(settings, host, Parts(elsewhere=app_parts(settings).elsewhere))
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +95,7 @@ def test_a_reply_through_the_server_is_the_engines_own_token_for_token(pair, req
 def test_the_front_says_where_its_chat_runs(pair):
     worker, front = pair
     status = front.status()
-    url = front.settings.chat_server
+    url = servers(front.settings).chat
     assert status["engines"]["chat"]["state"] == "ready" and status["ready"]
     assert status["engines"]["chat"]["placement"] == f"{url} · OpenAI-compatible server"
     assert front.engine("chat").model == worker.settings.chat_model  # the name the server serves it under
@@ -193,7 +197,7 @@ def test_a_server_that_drops_the_connection_mid_reply_ends_in_an_error(pair):
     server = threading.Thread(target=serve_once, daemon=True)
     server.start()
     engine = front.engine("chat")
-    dying = remote.RemoteChatEngine(front.settings.replace(chat_server=f"http://127.0.0.1:{port}/v1"))
+    dying = remote.RemoteChatEngine(front.settings, f"http://127.0.0.1:{port}/v1")
     dying.model = engine.model
     updates = dying.stream({"message": "hi", "greedy": True})
     assert next(updates).answer == "half a"
@@ -209,14 +213,15 @@ def test_chat_server_flags_are_checked():
     base = ["--models", "tiny", "--device", "cpu"]
     for bad in ("localhost:8000", "ftp://host/v1", "http://"):
         with pytest.raises(ConfigError, match="--chat-server"):
-            parse_settings([*base, "--chat-server", bad], env={})
+            servers(app_settings([*base, "--chat-server", bad]))
     with pytest.raises(ConfigError, match="--no-chat"):
-        parse_settings([*base, "--chat-server", "http://127.0.0.1:8000/v1", "--no-chat"], env={})
-    settings = parse_settings([*base, "--chat-server", "http://127.0.0.1:8000/v1/"], env={})
-    assert settings.chat_server == "http://127.0.0.1:8000/v1" and "chat_server_key" not in repr(settings)
+        servers(app_settings([*base, "--chat-server", "http://127.0.0.1:8000/v1", "--no-chat"]))
+    settings = app_settings([*base, "--chat-server", "http://127.0.0.1:8000/v1/", "--chat-server-key", "k3y"])
+    assert servers(settings).chat == "http://127.0.0.1:8000/v1" and "k3y" not in repr(servers(settings))
+    assert "k3y" not in repr(settings)  # the plug-ins' flags are not in the settings' repr either
     asked = []
-    parse_settings(["--models", "auto", "--chat-server", "http://127.0.0.1:8000/v1"], env={},
-                   weights_available=lambda model, timeout: asked.append(model) or (True, "cached"))
+    app_settings(["--models", "auto", "--chat-server", "http://127.0.0.1:8000/v1"],
+                 weights_available=lambda model, timeout: asked.append(model) or (True, "cached"))
     assert asked == ["black-forest-labs/FLUX.2-klein-4B"]  # the chat's weights are the server's business
 
 
@@ -237,10 +242,10 @@ def test_a_server_still_warming_up_is_waited_for_with_its_progress(tmp_path_fact
     monkeypatch.setattr(remote, "POLL_S", 0.2)
     demo, worker, url = start_app(tmp_path_factory.mktemp("warming"), "--no-image", warm=False)  # last bucket queued
     try:
-        settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir",
-                                   str(tmp_path_factory.mktemp("front")), "--no-image", "--chat-server", url + "v1",
-                                   *SHAPES], env={})
-        front = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0), remote=RemoteEngines)
+        settings = app_settings(["--models", "tiny", "--device", "cpu", "--cache-dir",
+                                 str(tmp_path_factory.mktemp("front")), "--no-image", "--chat-server", url + "v1",
+                                 *SHAPES])
+        front = app_backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
         connecting = threading.Thread(target=front.runner.run)
         connecting.start()
         task, deadline = front.runner.tasks[0], time.monotonic() + 30

@@ -11,21 +11,21 @@ import time
 
 import numpy as np
 import pytest
-from support.app import start_app
+from support.app import app_settings, start_app
 
 from neuron_backend.errors import CancelledError, EngineUnavailableError, InvalidRequestError, ShapeNotReadyError
 from neuron_backend.image.engine import ImageRequest
-from neuron_backend.settings import parse_settings
 from tools.remote.image import RemoteImageEngine, Worker, WorkerLost
+from tools.remote.plugin import servers
 
 STEPS = 400  # ~5 s on the demo model: an image still running is plain to see
 
 
 # ----- routing, without workers -----------------------------------------------------------------------------
 def _engine(*urls: str) -> RemoteImageEngine:
-    settings = parse_settings(["--models", "tiny", "--no-chat", "--sizes", "64x64,96x64", "--image-server",
-                               ",".join(urls)], env={})
-    return RemoteImageEngine(settings)
+    settings = app_settings(["--models", "tiny", "--no-chat", "--sizes", "64x64,96x64", "--image-server",
+                             ",".join(urls)])
+    return RemoteImageEngine(settings, servers(settings).images)
 
 
 def _known(engine: RemoteImageEngine, url: str, running: int = 0, **shapes: dict) -> Worker:

@@ -287,12 +287,13 @@ def test_the_page_answers_before_warm_up_starts(tmp_path):
     from support.app import free_port
 
     import app
+    from neuron_backend.plugins import plug_all
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
 
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
                                "--port", str(free_port())], env={})
-    backend = Backend(settings, hooks=app.annex_hooks())
+    backend = Backend(settings, parts=plug_all(app.PLUGINS, settings))
     answered = []
 
     def start():  # what the server says at the moment warm-up would begin (nothing is loaded here)

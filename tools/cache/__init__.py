@@ -1,6 +1,6 @@
 """Portable compile-cache bundles: a manifest of what the cache was built for, export, checked install.
 
-``WarmStart`` is a warm-up hook (``app.py`` hands it to ``Backend``): it installs a ``--cache-bundle``
+``WarmStart`` is a warm-up hook (``plugin.py`` hands it to ``Backend``): it installs a ``--cache-bundle``
 before anything compiles and records the cache once warm-up ends. ``panel.build_export`` adds the
 operator's Export button to the warm-up details.
 """

@@ -1,7 +1,7 @@
 """The operator's Export button in the warm-up details: the compile cache packed as a bundle for another host.
 
 Offered only under ``--auth`` (an operator action: it writes large files); an anonymous page gets a note
-naming the flag and the command instead. ``app.py`` hands ``build_export`` to ``ui.serve(details=…)``.
+naming the flag and the command instead. The plug-in (``plugin.py``) hands ``build_export`` to the page.
 """
 
 from __future__ import annotations

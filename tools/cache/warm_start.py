@@ -1,6 +1,6 @@
 """The bundles' warm-up hook: install one as the first compile-free warm-up step; record the cache.
 
-``app.py`` hands ``WarmStart`` to ``Backend`` as a warm-up hook (``neuron_backend.warmup.WarmupHook``):
+The plug-in (``plugin.py``) hands ``WarmStart`` to ``Backend`` as a warm-up hook (``neuron_backend.warmup.WarmupHook``):
 ``plan`` reorders the warm-up plan (every "obtain weights" step first, then the bundle, then loads and
 compiles: the manifest check needs the model folders, and nothing may compile before the bundle is in
 place); ``annotate`` marks the shapes the bundle brought; ``after`` waits for the warm-up's end and
@@ -24,8 +24,8 @@ log = logging.getLogger("showcase.cache")
 class WarmStart:
     """Bundle install and cache recording for one Backend (duck-typed: settings, placements, folders)."""
 
-    def __init__(self, backend):
-        self.backend = backend
+    def __init__(self, backend, source: str | None = None, sha256: str | None = None):
+        self.backend, self.source, self.sha256 = backend, source, sha256  # --cache-bundle and its pin
         self.report: bundle.InstallReport | None = None
 
     def here(self, only_ready: bool = False) -> dict:
@@ -42,7 +42,7 @@ class WarmStart:
 
     def plan(self, steps: list[Step]) -> list[Step]:
         """The plan with the bundle step before the first load (unchanged without --cache-bundle)."""
-        source = self.backend.settings.cache_bundle
+        source = self.source
         if not source:
             return steps
         task = Task(tr("compile cache · install bundle"), "cache", "bundle", detail=source)
@@ -51,8 +51,7 @@ class WarmStart:
         return weights + [step] + [s for s in steps if s.task.kind != "weights"]
 
     def _install(self, task: Task) -> None:
-        s = self.backend.settings
-        report = bundle.install(s.cache_bundle, self.here(), s.cache_dir, s.cache_bundle_sha256)
+        report = bundle.install(self.source, self.here(), self.backend.settings.cache_dir, self.sha256)
         if report.artifacts:
             import torch
 
@@ -116,5 +115,5 @@ def of(backend) -> WarmStart:
     """The Backend's bundle hook (the Export button and tests reach the cache through it)."""
     found = [hook for hook in backend.hooks if isinstance(hook, WarmStart)]
     if not found:
-        raise LookupError("this Backend was built without the compile-cache hook (Backend(..., hooks=[WarmStart]))")
+        raise LookupError("this Backend was built without the compile-cache hook (its plug-in's parts)")
     return found[0]

@@ -101,13 +101,14 @@ def run_phase(settings, role: str, host=None) -> dict:
     from neuron_backend import devices
     from neuron_backend.compile_counters import CompileCounter, use_neuron_counters
     from neuron_backend.runtime import Backend
+    from tools.cache import plugin as cache
     from tools.cache import warm_start
 
     from . import parity
 
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
-    backend = Backend(settings, host, hooks=[warm_start.WarmStart])
+    backend = Backend(settings, host, cache.plug(settings))  # its bundle installed, the cache recorded
     if any(p.kind == "neuron" for p in backend.placements.values()):
         use_neuron_counters()  # TorchNeuron's metrics: every NEFF, eager or graph, and the NEFF cache's hits
     started = time.perf_counter()
@@ -152,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     from neuron_backend.compile_cache import configure_compile_cache  # imports no torch
     from neuron_backend.neuron_install import interpreter_bin_first
     from neuron_backend.settings import parse_settings
+    from tools.cache import plugin as cache  # the warm phase's --cache-bundle
 
-    settings = parse_settings(flags)
+    settings = parse_settings(flags, plugins=(cache,))
     interpreter_bin_first()
     configure_compile_cache(settings.cache_dir)  # before import torch (autoload reads it)
     result = run_phase(settings, args.role)

@@ -245,11 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the check and write the report; exit 0 when every phase ran (findings are in the report), else 1."""
     args, app_flags = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        settings = parse_settings(app_flags)
+        from tools.cache import plugin as cache
+
+        settings = parse_settings(app_flags, plugins=(cache,))
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if settings.tp > 1 or settings.cache_bundle:
+    if settings.tp > 1 or settings.options.get("cache_bundle"):
         print("error: --device-check runs one process per phase on its own cache roots: drop --tp and "
               "--cache-bundle (the check makes and installs its own bundle)", file=sys.stderr)
         return 2

@@ -155,9 +155,9 @@ class Admission:
 
 
 # ----- the routes -------------------------------------------------------------------------------------
-def _authorized(request: Request, settings, throttle: LoginThrottle) -> None:
+def _authorized(request: Request, settings, api_key: str | None, throttle: LoginThrottle) -> None:
     """Raise 401 unless the request may use /v1, 429 while its address is backing off (see the module docstring)."""
-    if settings.api_key is None:
+    if api_key is None:
         if settings.auth is None:
             return
         raise ApiError(401, "/v1 needs an API key on a server with --auth: start it with --api-key KEY (or "
@@ -168,7 +168,7 @@ def _authorized(request: Request, settings, throttle: LoginThrottle) -> None:
         raise ApiError(429, f"Too many wrong API keys from this address: try again in {math.ceil(wait)} s.",
                        code="too_many_wrong_keys", retry_after=math.ceil(wait))
     kind, _, token = request.headers.get("authorization", "").partition(" ")
-    if kind.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.api_key.encode()):
+    if kind.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
         throttle.failed(client)
         raise ApiError(401, "Missing or wrong API key: send \"Authorization: Bearer <the server's --api-key>\".",
                        code="invalid_api_key")
@@ -197,6 +197,7 @@ class OpenAIRoutes:
     """The /v1 handlers of one Backend (``routes()`` lists them for ``app_kwargs``)."""
 
     backend: Backend
+    api_key: str | None = field(default=None, repr=False)  # --api-key: the bearer key /v1 asks for
     admission: Admission = field(init=False)
     throttle: LoginThrottle = field(default_factory=LoginThrottle)  # wrong API keys, per client address
     created: int = field(default_factory=lambda: int(time.time()))
@@ -220,7 +221,7 @@ class OpenAIRoutes:
         async def endpoint(request: Request) -> Response:
             arrived = time.monotonic()  # no web queue in front of /v1: the clock starts at the request
             try:
-                _authorized(request, self.backend.settings, self.throttle)
+                _authorized(request, self.backend.settings, self.api_key, self.throttle)
                 response = await handler(request)
             except ShowcaseError as exc:  # a check of the backend's on the request (e.g. a message's content): 400
                 error = refusal(self.backend, ROUTE_ENGINES.get(route, "chat"), exc)
@@ -489,6 +490,6 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(12)}"
 
 
-def openai_routes(backend: Backend) -> list[Route]:
+def openai_routes(backend: Backend, api_key: str | None = None) -> list[Route]:
     """The /v1 routes of ``backend`` (for ``launch(app_kwargs={"routes": ...})``, as ui/probes.py's)."""
-    return OpenAIRoutes(backend).routes()
+    return OpenAIRoutes(backend, api_key).routes()

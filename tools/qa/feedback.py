@@ -44,8 +44,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
 
-from neuron_backend.errors import InvalidRequestError
+from neuron_backend.errors import ConfigError, InvalidRequestError
 from neuron_backend.messages import tr
+from neuron_backend.settings import as_int
 
 log = logging.getLogger("showcase.feedback")
 
@@ -89,7 +90,7 @@ class FeedbackLog:
     @classmethod
     def for_settings(cls, settings) -> FeedbackLog:
         """The log under ``<cache-dir>/feedback`` with the bounds of ``settings``."""
-        return cls(Path(settings.cache_dir) / "feedback", settings.feedback_max_bytes, settings.max_prompt_chars,
+        return cls(Path(settings.cache_dir) / "feedback", feedback_max_bytes(settings), settings.max_prompt_chars,
                    settings.max_new_tokens * MAX_CHARS_PER_TOKEN)
 
     def rotation(self, n: int) -> Path:
@@ -226,6 +227,14 @@ class FeedbackLog:
         tmp = self.prompt_set.with_suffix(".tmp")
         tmp.write_text("".join(_dumps(r) for r in rows), encoding="utf-8")
         tmp.replace(self.prompt_set)
+
+
+def feedback_max_bytes(settings) -> int:
+    """--feedback-max-bytes (the plug-in's flag), checked; default 2,000,000."""
+    size = as_int("feedback-max-bytes", settings.options.get("feedback_max_bytes", 2_000_000))
+    if size < 10_000:
+        raise ConfigError("--feedback-max-bytes", f"{size} is too small", "10000 or more")
+    return size
 
 
 def session_budget_left(count: int) -> None:

@@ -1,5 +1,5 @@
 """The Chat tab's 👍/👎 row: the chatbot's thumbs mark a reply, and a comment box appears for an optional
-comment on that mark (Gradio; ``app.py`` hands ``wire_feedback`` to the chat tab as an extra row).
+comment on that mark (Gradio; the plug-in, ``plugin.py``, hands ``wire_feedback`` to the chat tab as an extra row).
 
 The mark goes to ``tools.qa.feedback`` with the reply's settings and stats (remembered per reply in the
 session when it finished, so only a reply this server produced in this session carries them; a reply

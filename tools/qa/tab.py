@@ -22,7 +22,6 @@ from tools.qa import runs as qa
 from tools.qa.export_csv import export_csv
 from tools.qa.html_report import export_html
 from tools.qa.references import IMAGE_SUFFIXES, split_upload
-from ui import ExtraTab
 from ui.api import refusals_as_toast
 from ui.i18n import lang, say, t
 
@@ -318,6 +317,3 @@ def build_qa_tab(backend: Backend) -> None:
     for button, choice in ((pick_left, "left"), (pick_right, "right"), (pick_tie, "tie")):
         button.click(press_pick(choice), run_state, ab_outputs, **private)
     ab_end_btn.click(press_reveal, run_state, ab_outputs, **private)
-
-
-TAB = ExtraTab("QA bench", "qa-tab", build_qa_tab)  # app.py hands it to ui.serve

@@ -1,7 +1,7 @@
 """Engines on other servers: ``--chat-server URL`` (an OpenAI-compatible server: vLLM Neuron, or this app with
 ``--no-image``) and ``--image-server URL[,URL…]`` (image workers: this app with ``--no-chat``).
 
-``RemoteEngines`` is what ``app.py`` hands to ``Backend`` (``remote=``): for each server the warm-up plans one
+``plugin.py`` reads the flags; ``RemoteEngines`` is its ``remote`` part: for each server the warm-up plans one
 connect task, which calls ``connect``; the engine it returns serves the tab, ``/chat``, ``/v1`` and the QA bench as
 the in-process engine would. One image engine routes to every worker (``image.py``).
 """
@@ -19,10 +19,10 @@ register(read_catalog(Path(__file__).with_name("arabic.json")))
 
 
 class RemoteEngines:
-    """The engines of the servers named in ``settings``, connected one server at a time."""
+    """The engines of the ``servers``, connected one server at a time."""
 
-    def __init__(self, settings: Settings):
-        self.settings = settings
+    def __init__(self, settings: Settings, servers):
+        self.settings, self.servers = settings, servers
         self.images = None  # the one image engine of every worker, made at the first worker's connect
         self._lock = threading.Lock()
 
@@ -32,7 +32,7 @@ class RemoteEngines:
         if engine == "chat":
             from .chat import RemoteChatEngine
 
-            chat = RemoteChatEngine(self.settings)
+            chat = RemoteChatEngine(self.settings, self.servers.chat, self.servers.chat_key)
 
             def said(text: str) -> None:  # the server's shapes ready so far, where it lists them (this app does)
                 task.progress, task.detail = chat.warm_fraction, text
@@ -42,7 +42,7 @@ class RemoteEngines:
         from .image import RemoteImageEngine
 
         with self._lock:
-            images = self.images = self.images or RemoteImageEngine(self.settings)
+            images = self.images = self.images or RemoteImageEngine(self.settings, self.servers.images)
 
         def progress(fraction: float, text: str) -> None:
             task.progress, task.detail = fraction, text

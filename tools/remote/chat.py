@@ -40,14 +40,14 @@ STOP_POLL_S = 0.1  # how often a reply's watcher looks at its stop event
 class RemoteChatEngine:
     """Chat replies from an OpenAI-compatible server. ``connect()`` first (the warm-up's task does)."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, url: str, key: str | None = None):
         import openai
 
-        self.settings, self.url = settings, settings.chat_server
+        self.settings, self.url = settings, url
         self._openai = openai
         # The SDK's own Timeout: it is the HTTP library the SDK is built on (httpx2 since openai 3.x), and the
         # client refuses any other library's Timeout.
-        self._client = openai.OpenAI(base_url=self.url, api_key=settings.chat_server_key or "none", max_retries=0,
+        self._client = openai.OpenAI(base_url=self.url, api_key=key or "none", max_retries=0,
                                      timeout=openai.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
                                      http_client=openai_http_client(openai))
         self.model: str | None = None  # the server's name of the chat model, found by connect()

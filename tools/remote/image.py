@@ -97,9 +97,9 @@ class RemoteImageEngine:
 
     name = "image"
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, urls: tuple[str, ...]):
         self.settings = settings
-        self.workers = {url: Worker(url) for url in settings.image_servers}
+        self.workers = {url: Worker(url) for url in urls}
         self.outputs = OutputFolder(Path(settings.cache_dir) / "outputs", settings.max_saved_images)
         self.default_steps = settings.default_steps
         self.distilled = True  # FLUX.2-klein: guidance is ignored (a worker's parameters say what it did)

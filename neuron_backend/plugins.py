@@ -1,0 +1,70 @@
+"""The one seam for what is optional: a plug-in is a module with ``add_flags(parser)`` and ``plug(settings)``.
+
+``add_flags`` adds the plug-in's flags as an argument group of its own (``--help`` lists them under its title;
+each reads ``SHOWCASE_<FLAG>`` too, as the core's do); their values reach it as ``settings.options``.
+``plug`` checks them (a ``ConfigError`` naming the flag) and returns the ``Parts`` it adds. ``app.py`` holds
+the one list of plug-ins and hands the merged ``Parts`` to the ``Backend`` and the page; nothing here, in
+``neuron_backend/`` or in ``ui/`` knows a plug-in's name. A plug-in imports its heavy modules (Gradio, its
+engines) inside the callables it hands over, so a process that serves no page never loads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Tab:
+    """A tab after the core's two."""
+
+    label: str  # a key of the page's words (a plug-in registers its Arabic with messages.register)
+    elem_id: str
+    build: Callable[[object], object]  # build(backend), called inside the gr.Tab
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """An engine that runs on other servers, not in this process."""
+
+    servers: tuple[str, ...]  # base URLs; the warm-up connects to each
+    served_by: str  # what serves it there, as the page says: "OpenAI-compatible server", "image workers"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What plug-ins add; each field a sequence, merged by concatenation in the plug-ins' order."""
+
+    hooks: tuple = ()  # warm-up hook factories: make(backend) -> an object with plan/started/ended (warmup.py)
+    elsewhere: Mapping[str, Elsewhere] = field(default_factory=dict)  # engines run on other servers
+    remote: Callable[[object], object] | None = None  # remote(settings): .connect(engine, url, task) -> the engine
+    #                                                    of ``elsewhere``, .shape_states() -> the workers' sizes
+    tabs: tuple[Tab, ...] = ()
+    chat_extras: tuple = ()  # extra(backend, chatbot, records): a row under the chat
+    details: tuple = ()  # detail(backend): a block in the warm-up details
+    routes: tuple = ()  # routes(backend) -> Starlette routes served beside the probes
+    middleware: tuple = ()  # outermost ASGI middleware (starlette.middleware.Middleware)
+    page_hooks: tuple = ()  # hook(demo, backend) -> a FastAPI lifespan or None, called with the built page
+    launch: Mapping[str, object] = field(default_factory=dict)  # keywords for Gradio's launch()
+    command: Callable[[object, Parts], int] | None = None  # run instead of serving: command(settings, parts) -> exit
+
+
+def merged(parts: Iterable[Parts]) -> Parts:
+    """One ``Parts`` of many: sequences joined, mappings updated, the first ``remote`` and ``command``."""
+    out: dict[str, object] = {f.name: getattr(Parts(), f.name) for f in dataclasses.fields(Parts)}
+    for part in parts:
+        for f in dataclasses.fields(Parts):
+            value = getattr(part, f.name)
+            if isinstance(value, tuple):
+                out[f.name] = (*out[f.name], *value)
+            elif isinstance(value, Mapping):
+                out[f.name] = {**out[f.name], **value}
+            elif out[f.name] is None:
+                out[f.name] = value
+    return Parts(**out)
+
+
+def plug_all(plugins: Iterable, settings) -> Parts:
+    """Each plug-in's parts for these settings, merged."""
+    return merged(plugin.plug(settings) for plugin in plugins)
