@@ -94,7 +94,7 @@ def main() -> None:
     common.set_threads(args.threads)
     import torch
 
-    from neuron_backend.compile_counters import CompileCounter
+    from neuron_backend.compile_cache import CompileCounter
 
     bandwidth = [read_bandwidth(args.threads)]
     models = make_models(layers)

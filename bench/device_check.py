@@ -16,7 +16,7 @@ path the app takes on Neuron; inductor stands in for the neuron backend):
   own compile choice; its prefill runs eager, the engine's in compiled chunks), against the HBM
   ceiling: bandwidth / (weight bytes + the KV bytes of the cache window a step reads), the bandwidth
   from a table by device name (``--bandwidth-gbs`` overrides it), beside one measured in the same run;
-- compiles after warm-up: the app's compile counter (``compile_counters.CompileCounter``) over every
+- compiles after warm-up: the app's compile counter (``compile_cache.CompileCounter``) over every
   timed run; the target is zero.
 The EOS rows of the random embedding are zero, so greedy decoding never ends a reply early (checked).
 
@@ -242,7 +242,7 @@ def measured_bandwidth(device: str, gib: float, passes: int = 10) -> float:
 def load_chat(args, folder: Path):
     """A ChatEngine on ``folder``, warmed up bucket by bucket: (engine, [{bucket, seconds, graphs}])."""
     from neuron_backend.chat.engine import ChatEngine
-    from neuron_backend.compile_counters import CompileCounter
+    from neuron_backend.compile_cache import CompileCounter
     from neuron_backend.devices import resolve_placements
     from neuron_backend.settings import parse_settings
 
@@ -289,7 +289,7 @@ def raw_side(engine, ids: list[int], bucket: int, new_tokens: int):
     import torch
     from transformers.generation.streamers import BaseStreamer
 
-    from neuron_backend.compile_counters import CompileCounter
+    from neuron_backend.compile_cache import CompileCounter
     from neuron_backend.devices import on_device, synchronize
 
     class FirstToken(BaseStreamer):
@@ -402,7 +402,7 @@ def image_check(args, workdir: Path, tokenizer) -> dict:
     import numpy as np
     import torch
 
-    from neuron_backend.compile_counters import CompileCounter
+    from neuron_backend.compile_cache import CompileCounter
     from neuron_backend.devices import resolve_placements
     from neuron_backend.image.engine import MAX_SEQUENCE_LENGTH, ImageEngine, ImageRequest
     from neuron_backend.settings import parse_settings

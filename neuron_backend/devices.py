@@ -15,7 +15,7 @@ Neuron quirks handled here (docs/trainium.md):
   the placement's core.
 - under torchrun each rank's process sees only its own core (TorchNeuron sets
   ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK``): ``resolve_placements`` places the whole engine there too.
-- compile counters: TorchNeuron's own on Neuron (``compile_counters``, re-exported here).
+- compile counters: TorchNeuron's own on Neuron (``compile_cache``, re-exported here).
 - the PyPI ``torch-neuronx`` is a placeholder whose import raises; detection survives it and
   says what to install.
 
@@ -40,8 +40,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .compile_cache import CacheSetup, configure_compile_cache  # noqa: F401 - part of this module's API
-from .compile_counters import CompileCounter, device_counters, use_neuron_counters  # noqa: F401 - this API
+from .compile_cache import (  # noqa: F401 - part of this module's API
+    CacheSetup,
+    CompileCounter,
+    configure_compile_cache,
+    device_counters,
+    use_neuron_counters,
+)
 from .errors import ConfigError, DeviceMemoryError, DeviceUnavailableError
 from .messages import tr
 from .plugins import Elsewhere

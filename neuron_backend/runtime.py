@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import compile_plan, devices
+from . import devices, warmup
 from .chat import static_cache
 from .errors import EngineUnavailableError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
@@ -220,8 +220,8 @@ class Backend:
             shapes = shape_keys(self.settings, engine)
             for i, shape in enumerate(shapes):
                 title = shape_title(shape, i == 0, batch, chunk)
-                planned = compile_plan.chat_plan(self.settings, p, [s.tokens for s in shapes], i) \
-                    if engine == "chat" else compile_plan.image_plan(self.settings, p, shape, i)
+                planned = warmup.chat_plan(self.settings, p, [s.tokens for s in shapes], i) \
+                    if engine == "chat" else warmup.image_plan(self.settings, p, shape, i)
                 task = Task(tr("{engine} · {title}", engine=said, title=title), engine, "compile", shape.label,
                             graphs=planned.graphs, eager_programs=planned.eager_programs,
                             estimate_s=planned.estimate_s)

@@ -3,7 +3,7 @@
 At start-up every task is listed in order (obtain weights, load, one task per static shape);
 a background thread runs them while the app already serves whatever is ready. Durations are
 kept in a small JSON file under the cache root and give the ETA of the next start; until then each
-compile task carries its first-run estimate (compile_plan.py). A compile task has a time limit
+compile task carries its first-run estimate (the compile plan, below). A compile task has a time limit
 (``--compile-timeout-min``) per graph: past it the task fails with what to do, and the warm-up goes on.
 
 A ``neuronx-cc`` run (TorchNeuron's compiler child, ``compilers.py``) past the limit is ended only once it has
@@ -27,8 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .chat import static_cache
 from .compilers import CompileWatch, kill_compilers
-from .devices import CompileCounter
+from .devices import CompileCounter, Placement, repeated_blocks
 from .messages import Message, tr
 from .shapes import EditSlot, ImageSize, ShapeKey, engine_name
 
@@ -87,7 +88,7 @@ class Task:
     expected_s: float | None = None  # from the timing history of earlier starts
     progress: float | None = None  # weights downloads: 0..1
     detail: str | None = None
-    graphs: int | None = None  # compile tasks: graphs it compiles (compile_plan.py)
+    graphs: int | None = None  # compile tasks: graphs it compiles (chat_plan, image_plan)
     eager_programs: int | None = None  # compile tasks: eager modules the device compiles for this shape
     estimate_s: float | None = None  # compile tasks: the first-run estimate, for when no history is known
     # compile tasks while a neuronx-cc runs: {"run": its number in this task (1, 2, …), "seconds": how long it has
@@ -369,7 +370,7 @@ class WarmupRunner:
     def eta_until(self, engine: str, shape: str, planned: bool = False) -> float | None:
         """Seconds until the task of shape label ``shape`` is expected to end (None when unknown).
 
-        ``planned``: where nothing is learned, a compile task counts its first-run estimate (compile_plan.py)
+        ``planned``: where nothing is learned, a compile task counts its first-run estimate (chat_plan, image_plan)
         and any other task 0, as ``plan()`` does: a hint from the first moment (a client's Retry-After).
         """
         remaining = self._remaining_estimates(planned)
@@ -478,3 +479,76 @@ class WarmupRunner:
             "compiles_since_ready": self.compiles_since_ready(),
             "plan": self.plan(tasks),
         }
+
+# ----- the first-run compile plan ---------------------------------------------------------------------------
+# Before anything compiles the warm-up knows what each task builds: per chat bucket its new prefill-chunk
+# graphs (the first bucket also the decode graph of every cache window), per image size or edit slot the
+# transformer's graphs, and the eager programs a device compiles for the rest. Count times a per-graph estimate
+# is a task's first-run ETA, until TimingHistory has learned its time here. The seconds are estimates set on
+# the high side, not measurements (docs/trainium.md, "The first run: what is compiled and how long").
+# Estimated seconds per compiled graph or eager program on a first run (empty compile cache), by device
+# family and what is compiled. Neuron: neuronx-cc on one trn2 core; elsewhere: inductor on the host.
+SECONDS_PER_GRAPH = {
+    ("neuron", "chat"): 600.0,  # a whole-model Qwen3-0.6B graph (28 layers, one static KV cache)
+    ("neuron", "image"): 2400.0,  # a whole FLUX.2-klein-4B transformer graph (5 double + 20 single blocks)
+    ("neuron", "image-block"): 600.0,  # one repeated transformer block class (--compile-repeated-blocks)
+    ("neuron", "eager"): 300.0,  # one module run eager: its ops compiled for one input shape
+    ("other", "chat"): 60.0,
+    ("other", "image"): 120.0,
+    ("other", "image-block"): 60.0,
+    ("other", "eager"): 0.0,  # eager on CPU or CUDA compiles nothing
+}
+FLUX2_BLOCK_CLASSES = 2  # the double-stream and the single-stream block: one graph each per shape
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What one compile task of the warm-up builds, and its first-run estimate in seconds."""
+
+    graphs: int  # compiled graphs (torch.compile)
+    eager_programs: int  # modules run eager whose ops the device compiles for this shape (Neuron only)
+    estimate_s: float
+
+
+def family(placement: Placement) -> str:
+    """"neuron" or "other": which column of SECONDS_PER_GRAPH a placement reads."""
+    return "neuron" if placement.kind == "neuron" else "other"
+
+
+def chat_plan(settings, placement: Placement, buckets: list[int], index: int) -> TaskPlan:
+    """The graphs the warm-up of ``buckets[index]`` compiles that no earlier bucket compiled.
+
+    The first bucket also compiles the decode graph of every cache window a reply may reach
+    (chat/engine.py's warm-up); each bucket adds the prefill-chunk graphs earlier buckets lack.
+    """
+    windows = static_cache.declared(settings.cache_windows, settings.context_length)
+    chunk = static_cache.chunk_size(settings, placement.compile)
+    bucket = buckets[index]
+    eager = int(placement.kind == "neuron" and not chunk)  # the prefill (with compile off: all) runs eager
+    graphs = 0
+    if placement.compile:
+        earlier = {g for b in buckets[:index] for g in static_cache.prefill_graphs(b, chunk, windows)}
+        graphs = len(static_cache.prefill_graphs(bucket, chunk, windows) - earlier)
+        graphs += len(static_cache.decode_graphs(bucket, windows)) if index == 0 else 0
+    return _priced(placement, "chat", graphs, eager)
+
+
+def image_plan(settings, placement: Placement, shape: ShapeKey, index: int) -> TaskPlan:
+    """The transformer's graphs at this size or edit slot, and the eager programs around it.
+
+    Eager programs: the VAE decode at this shape, the text encoder once (its input length is fixed), the VAE
+    encode of the references of an edit slot, and the transformer itself when compile is off, or its layers
+    outside the blocks (embedders, final norm and projection) when only the repeated blocks compile.
+    """
+    blocks = repeated_blocks(settings, placement)  # on by default where the image engine compiles on neuron
+    graphs = (FLUX2_BLOCK_CLASSES if blocks else 1) if placement.compile else 0
+    eager = 0
+    if placement.kind == "neuron":
+        eager = 1 + (index == 0) + isinstance(shape, EditSlot) + (not placement.compile or blocks)
+    return _priced(placement, "image-block" if blocks else "image", graphs, eager)
+
+
+def _priced(placement: Placement, kind: str, graphs: int, eager: int) -> TaskPlan:
+    side = family(placement)
+    seconds = graphs * SECONDS_PER_GRAPH[side, kind] + eager * SECONDS_PER_GRAPH[side, "eager"]
+    return TaskPlan(graphs, eager, seconds)

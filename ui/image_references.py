@@ -16,7 +16,7 @@ from pathlib import Path
 import gradio as gr
 
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.image.paste_back import read_settings
+from neuron_backend.image.png_info import read_settings
 from neuron_backend.image.references import (
     DEFAULT_FIT,
     FIT_MODES,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from support import fake_neuron
 
-from neuron_backend import compile_plan, devices
-from neuron_backend.compile_counters import CompileCounter
+from neuron_backend import devices, warmup
+from neuron_backend.compile_cache import CompileCounter
 from neuron_backend.errors import ConfigError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
@@ -79,11 +79,11 @@ def test_the_default_resolves_per_placement(neuron, argv, on_neuron, on_cpu):
 def test_the_plan_counts_block_graphs_when_the_default_turns_it_on(neuron, argv, graphs, kind):
     s = settings(*argv)
     image = devices.resolve_placements(s, NEURON_HOST)["image"]
-    plan = compile_plan.image_plan(s, image, ImageSize(64, 64), 1)
-    per_graph = compile_plan.SECONDS_PER_GRAPH["neuron", kind]
+    plan = warmup.image_plan(s, image, ImageSize(64, 64), 1)
+    per_graph = warmup.SECONDS_PER_GRAPH["neuron", kind]
     assert plan.graphs == graphs and plan.estimate_s == graphs * per_graph + plan.eager_programs * 300.0
     cpu = settings("--device", "cpu", "--compile", "on", *argv)
-    assert compile_plan.image_plan(cpu, devices.resolve_placements(cpu)["image"], ImageSize(64, 64), 1).graphs == 1
+    assert warmup.image_plan(cpu, devices.resolve_placements(cpu)["image"], ImageSize(64, 64), 1).graphs == 1
 
 
 @pytest.mark.slow

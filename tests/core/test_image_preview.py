@@ -22,7 +22,7 @@ from support.model_folders import with_one_level_vae
 from neuron_backend.devices import CompileCounter, resolve_placements
 from neuron_backend.errors import CancelledError, InvalidRequestError, UnsupportedSizeError
 from neuron_backend.image.engine import ImageEngine, ImageRequest, read_png_parameters
-from neuron_backend.image.paste_back import MAX_PNG_BYTES, png_text_chunks, read_settings
+from neuron_backend.image.png_info import MAX_PNG_BYTES, png_text_chunks, read_settings
 from neuron_backend.image.preview import TABLE_FILE, LatentRGB, cached_or_fitted, fit_latent_rgb, read_table, unpack
 from neuron_backend.shapes import ImageSize
 

@@ -103,7 +103,7 @@ def test_a_tensor_parallel_follower_reads_its_own_core(tmp_path, monkeypatch, re
     assert (image.device, image.tp) == ("neuron:1", 2)
     assert torch.neuron.get_device_properties(1).total_memory == 0  # what the query by PyTorch's index reads
     fake.place([torch.ones(1024)], 1)
-    from neuron_backend.compile_counters import device_counters
+    from neuron_backend.compile_cache import device_counters
 
     counted = device_counters(placements)["memory"]["neuron:1"]  # the panel's and the doctor's line
     assert counted == {"allocated_bytes": torch.neuron.memory_allocated(1), "total_bytes": fake_neuron.REPORTED_TOTAL}

@@ -24,12 +24,13 @@ from PIL.PngImagePlugin import PngInfo
 from support.app import start_app
 
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.image.paste_back import parse_a1111, read_settings
 from neuron_backend.image.png_info import (
     MAX_SETTINGS_CHARS,
     infotext,
+    parse_a1111,
     parse_infotext,
     read_png_parameters,
+    read_settings,
     settings_pairs,
 )
 
@@ -53,7 +54,7 @@ SHAPES = {
 
 TIMER = """
 import json, sys, time
-from neuron_backend.image.paste_back import parse_a1111
+from neuron_backend.image.png_info import parse_a1111
 from neuron_backend.image.png_info import parse_infotext
 shapes = json.loads(sys.stdin.read())
 for cap in (16_000, None):  # just under the cap first, then the whole 1 MB line
@@ -185,18 +186,18 @@ def test_a_hostile_png_leaves_the_server_answering(served, tmp_path, monkeypatch
     """The settings line is parsed in linear time: the parse's own CPU time is the measure (a quadratic parse
     of 16,000 characters took seconds of it, holding the GIL), not the wall-clock gaps between /healthz
     answers, which another busy process on the host stretches too; /healthz answers all the while."""
-    from neuron_backend.image import paste_back
+    from neuron_backend.image import png_info
 
     parsed = []  # CPU seconds of each parse, on the thread that ran it
 
-    def timed(text, real=paste_back.parse_a1111):
+    def timed(text, real=png_info.parse_a1111):
         started = time.thread_time()
         try:
             return real(text)
         finally:
             parsed.append(time.thread_time() - started)
 
-    monkeypatch.setattr(paste_back, "parse_a1111", timed)
+    monkeypatch.setattr(png_info, "parse_a1111", timed)
     client = Client(served, verbose=False)
     for name, chars in (("under the cap", 16_000), ("over the cap", 64 * 1024)):
         parsed.clear()

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from support import fake_neuron
 
 from neuron_backend import devices
-from neuron_backend.compile_counters import CompileCounter
+from neuron_backend.compile_cache import CompileCounter
 from neuron_backend.errors import ShapeFailedError
 from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend

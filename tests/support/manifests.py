@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from app import PLUGINS
-from neuron_backend import compile_plan
+from neuron_backend import warmup
 from neuron_backend.devices import HostDevices, resolve_placements
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.metrics import Metrics
@@ -148,8 +148,8 @@ def first_run_estimate(settings, cores: int) -> float:
             continue
         shapes = shape_keys(settings, engine)
         for i, shape in enumerate(shapes):
-            plan = compile_plan.chat_plan(settings, placement, [s.tokens for s in shapes], i) if engine == "chat" \
-                else compile_plan.image_plan(settings, placement, shape, i)
+            plan = warmup.chat_plan(settings, placement, [s.tokens for s in shapes], i) if engine == "chat" \
+                else warmup.image_plan(settings, placement, shape, i)
             total += plan.estimate_s
     return total
 

@@ -17,7 +17,7 @@ Budgets chosen: the app serves /healthz before its warm-up, so its startup probe
 (docs/api.md's 10 minutes) and nothing that restarts a pod waits on a compile. Readiness never restarts a pod;
 what gives up on a warming pod is the Deployment's progressDeadlineSeconds (the rollout is reported failed),
 so it must cover the startup budget plus the app's own first-run estimate for that pod's shapes on one
-NeuronCore (``compile_plan.py``), and at least one graph's ``--compile-timeout-min``. vLLM answers HTTP only
+NeuronCore (``warmup.py``'s compile plan), and at least one graph's ``--compile-timeout-min``. vLLM answers HTTP only
 after its compile, so its startup probe must cover its compile timeout plus ten minutes for weights and load.
 """
 

@@ -17,7 +17,7 @@ from support import fake_neuron
 from support.cache_env import COMPILE_CACHE_VARIABLES
 
 from neuron_backend import devices
-from neuron_backend.compile_counters import CompileCounter
+from neuron_backend.compile_cache import CompileCounter
 from neuron_backend.settings import parse_settings
 from tools.device_check import parity, report
 

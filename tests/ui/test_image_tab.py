@@ -17,10 +17,9 @@ from support.i18n_check import english_phrases, has_arabic
 
 from neuron_backend.devices import resolve_placements
 from neuron_backend.errors import InvalidRequestError, ShowcaseError, UnsupportedSizeError
-from neuron_backend.image import paste_back
+from neuron_backend.image import png_info
 from neuron_backend.image.engine import ImageEngine, ImageRequest
-from neuron_backend.image.paste_back import read_settings, settings_from_chunks
-from neuron_backend.image.png_info import OutputFolder
+from neuron_backend.image.png_info import OutputFolder, read_settings, settings_from_chunks
 from neuron_backend.messages import CATALOG, Message, fields
 from neuron_backend.shapes import ImageSize, choose_bucket
 from ui import i18n
@@ -198,9 +197,9 @@ def _not_png(tmp_path, settings):
 
 
 def _too_big(tmp_path, settings, monkeypatch):
-    monkeypatch.setattr(paste_back, "MAX_PNG_BYTES", 2**20)
+    monkeypatch.setattr(png_info, "MAX_PNG_BYTES", 2**20)
     path = tmp_path / "big.png"
-    path.write_bytes(paste_back.PNG_SIGNATURE + b"\0" * 2**20)
+    path.write_bytes(png_info.PNG_SIGNATURE + b"\0" * 2**20)
     return read_settings(path, settings)
 
 

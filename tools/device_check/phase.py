@@ -99,7 +99,7 @@ def run_phase(settings, role: str, host=None) -> dict:
 
     ``host``: the devices to use (default: detected). Returns plain data (see docs/trainium.md)."""
     from neuron_backend import devices
-    from neuron_backend.compile_counters import CompileCounter, use_neuron_counters
+    from neuron_backend.compile_cache import CompileCounter, use_neuron_counters
     from neuron_backend.runtime import Backend
     from tools.cache import plugin as cache
     from tools.cache import warm_start
