@@ -61,9 +61,9 @@ def main() -> None:
 
     from neuron_backend.devices import resolve_placements
     from neuron_backend.image.engine import MAX_SEQUENCE_LENGTH, ImageEngine, ImageRequest
-    from neuron_backend.image.references import fit_reference, read_reference, reference_size
+    from neuron_backend.image.references import fit_reference, read_reference
     from neuron_backend.settings import parse_settings
-    from neuron_backend.shapes import EditSlot
+    from neuron_backend.shapes import EditSlot, reference_size
 
     demo = common.ensure_demo_models(args.root)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(args.root / "image-edit"),

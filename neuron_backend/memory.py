@@ -48,8 +48,8 @@ from pathlib import Path
 
 import torch
 
-from .image.references import reference_size
 from .messages import tr
+from .shapes import reference_size
 from .weights import safetensors_header, weight_files
 
 GIB = 1024**3

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, InvalidRequestError
-from .image.references import MAX_REFERENCES, served_counts
 from .messages import shown_value, tr
-from .shapes import ImageSize, parse_size
+from .shapes import MAX_REFERENCES, ImageSize, parse_size, served_counts
 
 ENV_PREFIX = "SHOWCASE_"
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}

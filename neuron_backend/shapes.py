@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .errors import InvalidRequestError, PromptTooLongError, ShapeFailedError, ShapeNotReadyError
+from .errors import ConfigError, InvalidRequestError, PromptTooLongError, ShapeFailedError, ShapeNotReadyError
 from .messages import Message, shown_value, tr
 
 # ----- the declared shapes --------------------------------------------------------------------------
@@ -257,3 +257,50 @@ class _Job:
     def __exit__(self, *exc) -> None:
         self._owner._current = None
         self._owner._lock.release()
+
+
+# ----- reference images: how many a request may carry, at what size the pipeline takes them --------------------
+PIPELINE_MAX_AREA = 1024 * 1024  # the pipeline resizes a reference over this area (pipeline_flux2_klein.py)
+PIPELINE_MIN_SIDE = 64  # Flux2ImageProcessor.check_image_input refuses a side under this
+MAX_REFERENCES = 4  # the most references --references may declare
+
+
+def reference_size(output: ImageSize) -> ImageSize:
+    """The size every reference of a request at ``output`` is fitted to: the output size, or within
+    ``PIPELINE_MAX_AREA`` at its aspect with sides rounded down to multiples of 16."""
+    width, height = output
+    if width * height <= PIPELINE_MAX_AREA:
+        return ImageSize(width, height)
+    scale = math.sqrt(PIPELINE_MAX_AREA / (width * height))
+    return ImageSize(max(SIZE_MULTIPLE, int(width * scale) // SIZE_MULTIPLE * SIZE_MULTIPLE),
+                     max(SIZE_MULTIPLE, int(height * scale) // SIZE_MULTIPLE * SIZE_MULTIPLE))
+
+
+def check_passes_unchanged(size: ImageSize) -> None:
+    """Raise ValueError if the pipeline would resize a reference of ``size`` (a settings bug, not a user's)."""
+    width, height = size
+    if (width * height > PIPELINE_MAX_AREA or width % SIZE_MULTIPLE or height % SIZE_MULTIPLE
+            or min(width, height) < PIPELINE_MIN_SIDE or max(width, height) > 8 * min(width, height)):
+        raise ValueError(f"reference size {size} is not one the pipeline keeps unchanged")
+
+
+def served_counts(counts: tuple[int, ...], sizes, given: bool) -> tuple[int, ...]:
+    """The reference counts ``--references`` declares, checked: 0 among them, each 0..MAX_REFERENCES, and
+    every size with a reference size the pipeline keeps unchanged (else ConfigError; when not ``given``,
+    the preset's counts give way to text-to-image only)."""
+    allowed = f"comma-separated counts from 0 to {MAX_REFERENCES} with 0 among them, e.g. 0,1,2"
+    if 0 not in counts:
+        raise ConfigError("--references", "0 (text-to-image) is missing", allowed)
+    for count in counts:
+        if not 0 <= count <= MAX_REFERENCES:
+            raise ConfigError("--references", f"{count} is out of range", allowed)
+    for size in sizes if max(counts) else ():
+        try:
+            check_passes_unchanged(reference_size(size))
+        except ValueError:
+            if not given:
+                return (0,)
+            raise ConfigError("--references", f"size {size.label} cannot take references (the pipeline needs "
+                              "reference sides of 64 or more, at most 8:1)",
+                              "--references 0, or sizes with sides of 64 or more") from None
+    return counts

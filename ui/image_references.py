@@ -25,10 +25,9 @@ from neuron_backend.image.references import (
     fit_reference,
     read_reference,
     reference_pixel_limit,
-    reference_size,
 )
 from neuron_backend.settings import Settings
-from neuron_backend.shapes import parse_size
+from neuron_backend.shapes import parse_size, reference_size
 
 from .i18n import localized, say, t
 

@@ -47,7 +47,7 @@ from ..devices import Placement, compile_or_eager, on_device, repeated_blocks, u
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
 from ..messages import tr
 from ..settings import Settings
-from ..shapes import EditSlot, ImageSize, SerialJobs, ShapeRegistry, image_shape, parse_size, shape_keys
+from ..shapes import EditSlot, ImageSize, SerialJobs, ShapeRegistry, image_shape, parse_size, reference_size, shape_keys
 from . import loading
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
 from .png_info import OutputFolder, read_png_parameters
@@ -62,7 +62,6 @@ from .references import (
     fit_mode,
     fit_reference,
     reference_pixel_limit,
-    reference_size,
 )
 from .steps import MAX_SEQUENCE_LENGTH, PreviewFn, PreviewFrame, ProgressFn, Run, prompt_tokens, run_pipeline
 

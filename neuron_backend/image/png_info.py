@@ -28,9 +28,9 @@ from PIL.PngImagePlugin import PngInfo
 from ..errors import InvalidRequestError, UnsupportedSizeError, storage_reason
 from ..messages import Message, tr
 from ..settings import Settings
-from ..shapes import parse_size
+from ..shapes import MAX_REFERENCES, parse_size
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt
-from .references import FIT_MODES, MAX_REFERENCES
+from .references import FIT_MODES
 
 log = logging.getLogger("showcase.image")
 

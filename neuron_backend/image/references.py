@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import math
 import threading
 import unicodedata
 from dataclasses import dataclass
@@ -33,20 +32,17 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from ..errors import ConfigError, InvalidRequestError
+from ..errors import InvalidRequestError
 from ..messages import shown_value, tr
-from ..shapes import SIZE_MULTIPLE, ImageSize
+from ..shapes import ImageSize
 
 FIT_MODES = ("letterbox", "crop")
 DEFAULT_FIT = "letterbox"
 LETTERBOX_FILL = (0, 0, 0)  # the padding of a letterboxed reference (and under a transparent one)
-PIPELINE_MAX_AREA = 1024 * 1024  # the pipeline resizes a reference over this area (pipeline_flux2_klein.py)
-PIPELINE_MIN_SIDE = 64  # Flux2ImageProcessor.check_image_input refuses a side under this
 MAX_REFERENCE_PIXELS = 64 * 2**20  # the ceiling of a reference file's pixels, whatever the sizes (8192x8192)
 MIN_REFERENCE_PIXELS = 4 * 2**20  # the limit is never under this (2048x2048), however small the sizes
 REFERENCE_AREA_FACTOR = 16  # a reference may have this many times the pixels of the largest declared size
 RESIZE_REDUCING_GAP = 3.0  # box-reduce first when shrinking over 3x: LANCZOS's weights stay small (1xN images)
-MAX_REFERENCES = 4  # the most references --references may declare
 READ_FORMATS = ("PNG", "JPEG", "WEBP")
 MAX_NAME_CHARS = 200  # a reference's file name as recorded in the PNG parameters
 
@@ -115,17 +111,6 @@ def check_reference_pixels(reference: object, limit: int) -> None:
     """Refuse a reference file whose header declares more than ``limit`` pixels (nothing is decoded)."""
     if isinstance(reference, ReferenceFile) and reference.pixels > limit:
         raise _too_large(shown_value(reference.name) if reference.name else tr("image"), reference.size, limit)
-
-
-def reference_size(output: ImageSize) -> ImageSize:
-    """The size every reference of a request at ``output`` is fitted to: the output size, or within
-    ``PIPELINE_MAX_AREA`` at its aspect with sides rounded down to multiples of 16."""
-    width, height = output
-    if width * height <= PIPELINE_MAX_AREA:
-        return ImageSize(width, height)
-    scale = math.sqrt(PIPELINE_MAX_AREA / (width * height))
-    return ImageSize(max(SIZE_MULTIPLE, int(width * scale) // SIZE_MULTIPLE * SIZE_MULTIPLE),
-                     max(SIZE_MULTIPLE, int(height * scale) // SIZE_MULTIPLE * SIZE_MULTIPLE))
 
 
 def fit_mode(value: object) -> str:
@@ -303,33 +288,3 @@ def _crop(image: Image.Image, target: ImageSize) -> Image.Image:
                                                              reducing_gap=RESIZE_REDUCING_GAP)
     left, top = (cover[0] - target.width) // 2, (cover[1] - target.height) // 2
     return scaled.crop((left, top, left + target.width, top + target.height))
-
-
-def check_passes_unchanged(size: ImageSize) -> None:
-    """Raise ValueError if the pipeline would resize a reference of ``size`` (a settings bug, not a user's)."""
-    width, height = size
-    if (width * height > PIPELINE_MAX_AREA or width % SIZE_MULTIPLE or height % SIZE_MULTIPLE
-            or min(width, height) < PIPELINE_MIN_SIDE or max(width, height) > 8 * min(width, height)):
-        raise ValueError(f"reference size {size} is not one the pipeline keeps unchanged")
-
-
-def served_counts(counts: tuple[int, ...], sizes, given: bool) -> tuple[int, ...]:
-    """The reference counts ``--references`` declares, checked: 0 among them, each 0..MAX_REFERENCES, and
-    every size with a reference size the pipeline keeps unchanged (else ConfigError; when not ``given``,
-    the preset's counts give way to text-to-image only)."""
-    allowed = f"comma-separated counts from 0 to {MAX_REFERENCES} with 0 among them, e.g. 0,1,2"
-    if 0 not in counts:
-        raise ConfigError("--references", "0 (text-to-image) is missing", allowed)
-    for count in counts:
-        if not 0 <= count <= MAX_REFERENCES:
-            raise ConfigError("--references", f"{count} is out of range", allowed)
-    for size in sizes if max(counts) else ():
-        try:
-            check_passes_unchanged(reference_size(size))
-        except ValueError:
-            if not given:
-                return (0,)
-            raise ConfigError("--references", f"size {size.label} cannot take references (the pipeline needs "
-                              "reference sides of 64 or more, at most 8:1)",
-                              "--references 0, or sizes with sides of 64 or more") from None
-    return counts

@@ -22,11 +22,10 @@ from neuron_backend.image.references import (
     fit_reference,
     read_reference,
     reference_pixel_limit,
-    reference_size,
 )
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import FULL_PRESET, TINY_PRESET, parse_settings
-from neuron_backend.shapes import EditSlot, ImageSize, shape_keys
+from neuron_backend.shapes import EditSlot, ImageSize, reference_size, shape_keys
 from neuron_backend.warmup import shape_title
 
 SIZES = (ImageSize(64, 64), ImageSize(96, 64))

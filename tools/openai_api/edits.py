@@ -21,7 +21,6 @@ from starlette.requests import Request
 
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.references import (
-    MAX_REFERENCES,
     READ_FORMATS,
     ReferenceFile,
     check_reference_count,
@@ -30,6 +29,7 @@ from neuron_backend.image.references import (
     reference_pixel_limit,
 )
 from neuron_backend.runtime import Backend
+from neuron_backend.shapes import MAX_REFERENCES
 
 from .schema import IMAGE_FIELDS, ApiError, ImageCall, image_call
 

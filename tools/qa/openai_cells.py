@@ -27,9 +27,8 @@ from PIL import Image
 
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.png_info import png_metadata
-from neuron_backend.image.references import MAX_REFERENCES
 from neuron_backend.settings import Settings
-from neuron_backend.shapes import parse_size
+from neuron_backend.shapes import MAX_REFERENCES, parse_size
 
 from .references import current_bytes, file_name
 from .runs import DONE, Cell, QARun

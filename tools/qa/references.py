@@ -24,7 +24,6 @@ from pathlib import Path, PurePosixPath
 
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.image.references import (
-    MAX_REFERENCES,
     ReferenceFile,
     check_reference_count,
     fit_mode,
@@ -33,6 +32,7 @@ from neuron_backend.image.references import (
 )
 from neuron_backend.messages import shown_value, tr
 from neuron_backend.settings import Settings
+from neuron_backend.shapes import MAX_REFERENCES
 
 COLUMNS = ("references", "fit")  # prompt-set columns of an edit
 SHORT_SHA = 12  # hex digits of a reference's sha256 shown in reports (as the PNG infotext shows them)
