@@ -1,13 +1,17 @@
 """Errors a user can cause or fix. Each message says what is allowed or what to do.
 
-The backend raises these; the UI turns them into ``gr.Error`` at the boundary only.
+The backend raises these; the UI turns them into ``gr.Error`` at the boundary only. The request checks of
+numbers and switches (``whole_number``, ``real_number``, ``true_or_false``) are one family for chat and image:
+the same refusal, in English and Arabic, wherever a value is wrong.
 """
 
 from __future__ import annotations
 
 import errno
+import math
+from numbers import Integral, Real
 
-from .messages import Message, tr
+from .messages import Message, shown_value, tr
 
 
 class ShowcaseError(Exception):
@@ -98,3 +102,48 @@ def storage_reason(exc: OSError) -> Message:
         return tr("the server may not write there: give it write access, or start the app with --cache-dir "
                   "on a folder it may write")
     return tr("the disk refused the write: check it, or start the app with --cache-dir on another disk")
+
+
+def whole_number(name: str | Message, value: object, low: int, high: int) -> int:
+    """``value`` as an int in low..high; bools, floats, strings and integers of over 40 digits are refused.
+    ``name`` is the field as the caller shows it (a Message such as ``tr("Steps")`` is translated)."""
+    huge = isinstance(value, Integral) and abs(int(value)) > 10**40  # str() of it may raise, past 4300 digits
+    if isinstance(value, bool) or not isinstance(value, Integral) or huge:
+        raise InvalidRequestError(tr("{name} must be a whole number from {low} to {high}, not {value}.",
+                                     name=name, low=low, high=high, value=shown_value(value)))
+    if not low <= int(value) <= high:
+        raise InvalidRequestError(tr("{name} {value} is out of range: use a whole number from {low} to {high}.",
+                                     name=name, value=value, low=low, high=high))
+    return int(value)
+
+
+def real_number(name: str | Message, value: object, low: float, high: float, above: bool = False,
+                hint: Message | None = None) -> float:
+    """``value`` as a finite float in low..high (``above``: more than low); bools and strings are refused. A
+    ``hint`` follows the refusal (what to use instead)."""
+    number = None
+    if not isinstance(value, bool) and isinstance(value, Real):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            number = None
+    finite = number is not None and math.isfinite(number)
+    if finite and (low < number if above else low <= number) and number <= high:
+        return number
+    shown = {"name": name, "low": f"{low:g}", "high": f"{high:g}"}
+    if not finite:
+        refusal = tr("{name} must be a number above {low} and at most {high}, not {value}.", value=shown_value(value),
+                     **shown) if above else tr("{name} must be a number from {low} to {high}, not {value}.",
+                                               value=shown_value(value), **shown)
+    else:
+        refusal = tr("{name} {value} is out of range: use a number above {low} and at most {high}.", value=value,
+                     **shown) if above else tr("{name} {value} is out of range: use a number from {low} to {high}.",
+                                               value=value, **shown)
+    raise InvalidRequestError(tr("{refusal} {hint}", refusal=refusal, hint=hint) if hint else refusal)
+
+
+def true_or_false(name: str | Message, value: object) -> bool:
+    """``value`` if it is a bool; anything else (1, "yes") is refused."""
+    if not isinstance(value, bool):
+        raise InvalidRequestError(tr("{name} must be true or false, not {value}.", name=name, value=shown_value(value)))
+    return value

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import devices, warmup
 from .chat import static_cache
-from .errors import EngineUnavailableError, ShapeNotReadyError
+from .errors import EngineUnavailableError, InvalidRequestError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .image import loading
 from .messages import tr
@@ -355,14 +355,10 @@ class Backend:
 
     def generate_image(self, request, progress: Callable[[int, int, float], None] | None = None,
                        cancel: threading.Event | None = None):
-        """Generate one image (see ImageEngine.generate); counted once in the metrics with its outcome."""
-        with self.metrics.track("image") as tracked:
-            engine = self.engine("image")
-            try:
-                result = engine.generate(request, progress, cancel)
-            except ShapeNotReadyError as exc:
-                raise self.explain_not_ready("image", exc) from None
-            return tracked.images([result])[0]
+        """Generate one image (``request.count`` must be 1): ``generate_images``' only one."""
+        if getattr(request, "count", 1) != 1:
+            raise InvalidRequestError(f"generate_image() makes one image; use generate_images() for {request.count}.")
+        return self.generate_images(request, progress, cancel)[0]
 
     def generate_images(self, request, progress: Callable[[int, int, float], None] | None = None,
                         cancel: threading.Event | None = None, preview: Callable | None = None) -> list:

@@ -394,9 +394,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
         counted over the whole run); with "preview" true they also carry "preview" (a PNG data URL
         of the latest preview frame, 1/8 of the size) and "preview_step".
         """
-        count = 1 if images in (None, "") else images
-        request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
-                               guidance=guidance, count=count)
+        request = _api_request(prompt, size, steps, seed, guidance, images)
         async with aclosing(_image_updates(backend, request, preview is True)) as updates:
             async for update in updates:
                 yield update
@@ -432,15 +430,19 @@ def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCa
         fits = reference_fits(fit, len(files))
         limit = reference_pixel_limit(backend.settings.sizes)  # each file's header checked; decoded in the engine
         refs = tuple(read_reference(_file_path(f), mode, limit=limit) for f, mode in zip(files, fits, strict=True))
-        count = 1 if images in (None, "") else images
-        request = ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
-                               guidance=guidance, count=count, references=refs)
+        request = _api_request(prompt, size, steps, seed, guidance, images, refs)
         async with aclosing(_image_updates(backend, request, preview is True)) as updates:
             async for update in updates:
                 yield update
 
     edit_trigger.click(edit_image_api, edit_inputs, [edit_png, edit_params], api_name="edit_image",
                        concurrency_limit=backend.image_slots(), concurrency_id=concurrency.get("image"))
+
+
+def _api_request(prompt, size, steps, seed, guidance, images, references=()) -> ImageRequest:
+    """The request of a /generate_image or /edit_image call, as its arguments came ("images": default 1)."""
+    return ImageRequest(prompt=prompt, size=size, steps=_optional_int(steps), seed=_optional_int(seed),
+                        guidance=guidance, count=1 if images in (None, "") else images, references=references)
 
 
 def _file_path(value) -> str:

@@ -21,9 +21,8 @@ import gradio as gr
 from gradio.context import Context
 from PIL import Image
 
-from neuron_backend.errors import CancelledError, ShowcaseError
+from neuron_backend.errors import CancelledError, ShowcaseError, whole_number
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
-from neuron_backend.image.inputs import whole_number
 from neuron_backend.image.png_info import PastedSettings, read_settings
 from neuron_backend.messages import Message, tr
 from neuron_backend.runtime import Backend

@@ -16,14 +16,13 @@ stats kept apart from the answer.
 
 from __future__ import annotations
 
-import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
-from ..errors import InvalidRequestError
-from ..messages import LANGUAGES, shown_value, tr
+from ..errors import InvalidRequestError, real_number, true_or_false, whole_number
+from ..messages import LANGUAGES, tr
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EXPORT_FORMAT = "trainium-showcase-chat"
@@ -286,19 +285,21 @@ def normalize_request(request: ChatRequest | Mapping, limit: int, max_new_tokens
     if not message and not allow_empty:
         raise InvalidRequestError(tr("The message is empty: type something to send."))
     system = clean_text(tr("The system prompt"), request.system_prompt or "", limit).strip() or None
-    thinking, greedy = _flag("thinking", request.thinking), _flag("greedy", request.greedy)
+    thinking, greedy = true_or_false("thinking", request.thinking), true_or_false("greedy", request.greedy)
     defaults = SAMPLING_DEFAULTS["thinking" if thinking else "chat"]
     return ChatRequest(
         message=message,
         history=history,
         system_prompt=system,
         thinking=thinking,
-        temperature=_real("temperature", request.temperature, defaults["temperature"], 2.0, MIN_TEMPERATURE),
-        top_p=_real("top_p", request.top_p, defaults["top_p"], 1.0),
-        top_k=_whole("top_k", request.top_k, defaults["top_k"], 0, MAX_TOP_K),
-        max_new_tokens=_whole("max_new_tokens", request.max_new_tokens, max_new_tokens, 1, max_new_tokens),
+        temperature=_or_default(real_number, "temperature", request.temperature, defaults["temperature"],
+                                MIN_TEMPERATURE, 2.0, hint=tr("For the most likely token every time, use greedy.")),
+        top_p=_or_default(real_number, "top_p", request.top_p, defaults["top_p"], 0.0, 1.0, above=True),
+        top_k=_or_default(whole_number, "top_k", request.top_k, defaults["top_k"], 0, MAX_TOP_K),
+        max_new_tokens=_or_default(whole_number, "max_new_tokens", request.max_new_tokens, max_new_tokens, 1,
+                                   max_new_tokens),
         greedy=greedy,
-        seed=_whole("seed", request.seed, None, 0, 2**32 - 1),
+        seed=_or_default(whole_number, "seed", request.seed, None, 0, 2**32 - 1),
     )
 
 
@@ -395,42 +396,9 @@ def _partial_tag_length(text: str, tag: str) -> int:
     return 0
 
 
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidRequestError(tr("{name} must be true or false, got {value}.", name=name, value=shown_value(value)))
-    return value
-
-
-def _real(name: str, value: object, default: float, high: float, low: float | None = None) -> float:
-    if value is None:
-        return default
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
-    try:
-        number = float(value) if ok else None
-    except OverflowError:  # an integer too large for a float
-        number = None
-    if number is None or not ((low is None and 0 < number) or (low is not None and low <= number)) or number > high:
-        if low is not None:
-            raise InvalidRequestError(tr("{name} must be a number from {low} to {high} (for the most likely token "
-                                         "every time, use greedy), got "
-                                         "{value}.", name=name, low=f"{low:g}", high=f"{high:g}",
-                                          value=shown_value(value)))
-        raise InvalidRequestError(tr("{name} must be a number above 0 and at most {high}, got {value}.",
-                                     name=name, high=f"{high:g}", value=shown_value(value)))
-    return number
-
-
-def _whole(name: str, value: object, default: int | None, low: int, high: int | None) -> int | None:
-    if value is None:
-        return default
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if not ok or value < low or (high is not None and value > high):
-        if high is not None:
-            raise InvalidRequestError(tr("{name} must be a whole number from {low} to {high}, got {value}.",
-                                         name=name, low=low, high=high, value=shown_value(value)))
-        raise InvalidRequestError(tr("{name} must be a whole number of {low} or more, got {value}.",
-                                     name=name, low=low, value=shown_value(value)))
-    return int(value)
+def _or_default(check, name: str, value: object, default, *limits, **options):
+    """``default`` for a field left out (None), else the checked value."""
+    return default if value is None else check(name, value, *limits, **options)
 
 
 @dataclass

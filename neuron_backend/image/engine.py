@@ -44,12 +44,12 @@ from PIL import Image
 
 from .. import aot, devices, parallel
 from ..devices import Placement, compile_or_eager, on_device, repeated_blocks, uncompiled
-from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError
+from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError, whole_number
 from ..messages import tr
 from ..settings import Settings
 from ..shapes import EditSlot, ImageSize, SerialJobs, ShapeRegistry, image_shape, parse_size, reference_size, shape_keys
 from . import loading
-from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value, whole_number
+from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value
 from .png_info import OutputFolder, read_png_parameters
 from .preview import LatentRGB, cached_or_fitted
 from .references import (

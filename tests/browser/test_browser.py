@@ -291,7 +291,10 @@ def test_image_sizes_progress_png_parameters_and_gallery(page):
     assert not page.locator("#stop-image").is_visible() and not page.locator("#gallery").is_visible()
     page.evaluate("window.__progress = []")
     image = _generate(page, "a lighthouse at dusk, watercolor", "96x64", steps=PROGRESS_STEPS)
-    assert page.locator("#gallery").is_visible() and not page.locator("#stop-image").is_visible()
+    # The run's end shows the gallery and hides Stop: hidden components mount only when shown, a frame or more
+    # after the PNG link above updates, so each is awaited, not sampled once.
+    page.locator("#gallery").wait_for(state="visible")
+    page.locator("#stop-image").wait_for(state="hidden")
     assert image.size == (96, 64)
     assert "a lighthouse at dusk, watercolor" in image.text["parameters"]
     assert f"Steps: {PROGRESS_STEPS}" in image.text["parameters"]

@@ -23,7 +23,6 @@ from neuron_backend.chat.text import (
     ChatStats,
     ChatUpdate,
     HistoryLimits,
-    _whole,
     export_document,
     load_document,
     normalize_request,
@@ -215,14 +214,13 @@ REQUEST_ERRORS = {
         lambda: normalize_request({"message": "hi", "nope": 1}, 100, 64),
     "A chat request must be a ChatRequest or a dict of its fields.": lambda: normalize_request(["hi"], 100, 64),
     "The message is empty: type something to send.": _request(message="   "),
-    "{name} must be true or false, got {value}.": _request(thinking="yes"),
-    "{name} must be a number from {low} to {high} (for the most likely token every time, use greedy), got {value}.":
-        _request(temperature=5),
-    "{name} must be a number above 0 and at most {high}, got {value}.": _request(top_p=0),
-    "{name} must be a whole number from {low} to {high}, got {value}.":
+    "{name} must be true or false, not {value}.": _request(thinking="yes"),
+    "{refusal} {hint}": _request(temperature=5),  # out of range, and what to use for the likeliest token
+    "{name} {value} is out of range: use a number above {low} and at most {high}.": _request(top_p=0),
+    "{name} must be a number above {low} and at most {high}, not {value}.": _request(top_p=float("nan")),
+    "{name} must be a whole number from {low} to {high}, not {value}.":
         _request(seed=10**50),  # its value: "a whole number of about 51 digits"
-    "{name} must be a whole number of {low} or more, got {value}.":
-        lambda: _whole("count", -1, None, 0, None),  # a check with no upper bound
+    "{name} {value} is out of range: use a whole number from {low} to {high}.": _request(top_k=-1),
     "{what} must be text, got {kind}.": _request(message=5),
     "{what} is {length} characters; at most {limit} are allowed.": _request(system_prompt="x" * 101),
     "{what} holds a lone surrogate ({char}) at character {at}, which is not valid Unicode; send UTF-8 text.":
@@ -260,12 +258,11 @@ def test_request_and_history_errors_in_arabic(key):
 
 def test_english_of_the_request_errors_is_unchanged():
     expected = {
-        "{name} must be a number from {low} to {high} (for the most likely token every time, use greedy), got {value}.":
-            "temperature must be a number from 0.01 to 2 (for the most likely token every time, "
-                               "use greedy), got 5.",
-        "{name} must be a whole number from {low} to {high}, got {value}.":
-            "seed must be a whole number from 0 to 4294967295, got a whole number of about 51 "
-                                "digits.",
+        "{refusal} {hint}":
+            "temperature 5 is out of range: use a number from 0.01 to 2. For the most likely token every time, "
+            "use greedy.",
+        "{name} must be a whole number from {low} to {high}, not {value}.":
+            "seed must be a whole number from 0 to 4294967295, not a whole number of about 51 digits.",
         "{what} holds a lone surrogate ({char}) at character {at}, which is not valid Unicode; send UTF-8 text.":
             "The message holds a lone surrogate ('\\ud800') at character 1, which is not valid "
                               "Unicode; send UTF-8 text.",

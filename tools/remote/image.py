@@ -35,9 +35,10 @@ from neuron_backend.errors import (
     InvalidRequestError,
     ShapeNotReadyError,
     UnsupportedSizeError,
+    whole_number,
 )
 from neuron_backend.image.engine import SEED_MAX, ImageRequest, ImageResult
-from neuron_backend.image.inputs import clean_prompt, guidance_value, whole_number
+from neuron_backend.image.inputs import clean_prompt, guidance_value
 from neuron_backend.image.png_info import OutputFolder
 from neuron_backend.image.references import (
     ReferenceFile,
