@@ -48,14 +48,25 @@ REPLY_TIMEOUT_MS = 60_000
 # stream) and whether the stop button has shown since the last reset (a reply event ran), so a
 # reply that ends before Python looks, or that is empty (the demo model may stop at once), is
 # still seen to end.
+# A reply event ran ("__busySeen") once the chat's Stop button was drawn, shown or hidden: read from the mutation
+# records, not from the button's state when the observer runs, because a short reply's Stop may come and go
+# within one batch of mutations (one task), and the observer then sees only the end.
 WATCH_CHAT_JS = """() => {
   window.__replies = [];
   window.__busySeen = false;
-  const watch = () => {
+  const STOP = 'button.stop-button';
+  const isStop = (node) => node.nodeType === 1 && (node.matches(STOP) || node.querySelector(STOP) !== null);
+  const inChat = (node) => node.nodeType === 1 && node.matches('#chat-tab ' + STOP);
+  const watch = (records) => {
+    for (const r of records) {
+      if ((r.type === 'attributes' && ['class', 'style', 'hidden'].includes(r.attributeName) && inChat(r.target))
+          || (r.type === 'childList' && r.target.closest && r.target.closest('#chat-tab')
+              && [...r.addedNodes, ...r.removedNodes].some(isStop))) window.__busySeen = true;
+    }
     const rows = document.querySelectorAll('#chatbot .message-row.bot-row');
     const text = rows.length ? rows[rows.length - 1].innerText.trim() : '';
     if (text && window.__replies[window.__replies.length - 1] !== text) window.__replies.push(text);
-    const stop = document.querySelector('#chat-tab button.stop-button');
+    const stop = document.querySelector('#chat-tab ' + STOP);
     if (stop && stop.offsetParent !== null) window.__busySeen = true;
   };
   new MutationObserver(watch).observe(document.body, {subtree: true, childList: true, characterData: true,
