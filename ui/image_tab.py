@@ -286,6 +286,11 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                 keep if pasted.seed is None else pasted.seed, pasted.seed is None,
                 keep if pasted.guidance is None else pasted.guidance, restored_text(pasted))
 
+    def pasted_values(path):
+        """/paste_png: the same values, None where the PNG holds none (a client reads values, not the page's
+        "keep this field" updates)."""
+        return tuple(None if value == gr.skip() else value for value in pasted_fields(path))
+
     outputs = [image_out, png_file, params_out, snippet, last_seed, session_images, gallery, running]
     # Stop is there while a run is on (queued included: Stop takes it out of Gradio's queue); registered
     # before the run's event, so the page shows it before it sends the run.
@@ -315,7 +320,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     # Undocumented: the "Use via API" page lists /chat, /generate_image and /status (its generated example
     # for a File input is a PDF from the web, and its labels of the form's components read as objects);
     # scripts still call it by name (docs/api.md).
-    paste_trigger.click(user_errors(pasted_fields), dropped, pasted, api_name="paste_png",
+    paste_trigger.click(user_errors(pasted_values), dropped, pasted, api_name="paste_png",
                         api_visibility="undocumented")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")

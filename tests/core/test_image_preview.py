@@ -285,6 +285,12 @@ def test_api_paste_back(served, tmp_path):
     backend, client, url = served
     values = client.predict(handle_file(str(a1111_png(tmp_path / "a.png"))), api_name="/paste_png")
     assert list(values[:6]) == ["a red fox", "96x64", 12, 77, False, 3.5] and "Restored" in values[6]
+    info = PngInfo()
+    info.add_text("parameters", "a lighthouse\nSteps: 2, Size: 96x64")  # no seed, no guidance
+    Image.new("RGB", (8, 8)).save(tmp_path / "c.png", pnginfo=info)
+    values = client.predict(handle_file(str(tmp_path / "c.png")), api_name="/paste_png")
+    # values, never the page's "keep this field" update: no seed (randomize), guidance the slider's 1.0 (none)
+    assert list(values[:6]) == ["a lighthouse", "96x64", 2, None, True, 1.0]
     with pytest.raises(AppError, match="512x512") as refused:  # nothing filled in; the page shows a toast
         client.predict(handle_file(str(a1111_png(tmp_path / "b.png", size="512x512"))), api_name="/paste_png")
     assert "Traceback" not in str(refused.value)
