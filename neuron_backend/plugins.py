@@ -34,7 +34,8 @@ class Elsewhere:
 
 @dataclass(frozen=True)
 class Parts:
-    """What plug-ins add; each field a sequence, merged by concatenation in the plug-ins' order."""
+    """What plug-ins add. Merged in the plug-ins' order (``merged``): sequences joined, mappings updated, the
+    first ``remote`` and ``command`` kept."""
 
     hooks: tuple = ()  # warm-up hook factories: make(backend) -> an object with plan/started/ended (warmup.py)
     elsewhere: Mapping[str, Elsewhere] = field(default_factory=dict)  # engines run on other servers
