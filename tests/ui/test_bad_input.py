@@ -153,6 +153,30 @@ def test_a_lone_surrogate_in_the_prompt_is_refused_plainly(warm_app):
     assert image(Client(url, verbose=False), prompt="a cat")[1]["prompt"] == "a cat"  # and the app serves on
 
 
+CHAT_NUMBERS = {"temperature": 4, "top_p": 5, "top_k": 6, "max_new_tokens": 7, "seed": 9}
+
+
+@pytest.mark.parametrize("bad", ["NaN", "-Infinity", "1e999"])
+def test_a_nan_or_infinite_chat_setting_is_refused_with_what_is_allowed(warm_app, bad):
+    # gradio_client refuses to send NaN ("Out of range float values are not JSON compliant", on the client);
+    # a raw body (Python's json.dumps writes NaN) reaches the server, on each of Gradio's three routes.
+    _, url = warm_app
+    for name, at in CHAT_NUMBERS.items():
+        data = ['"hi"', "null", "null", "false", "null", "null", "null", "null", "false", "null"]
+        data[at] = bad
+        body = '{"data": [' + ", ".join(data) + "]}"
+        started = httpx.post(url + "gradio_api/call/chat", content=body,
+                             headers={"content-type": "application/json"}, timeout=30)
+        stream = httpx.get(url + f"gradio_api/call/chat/{started.json()['event_id']}", timeout=60).text
+        error = json.loads(re.search(r"^event: error\ndata: (.*)$", stream, re.M)[1])["error"]
+        shown = {"NaN": "nan", "-Infinity": "-inf", "1e999": "inf"}[bad]
+        assert error.startswith(f"{name} must be a ") and f", not {shown}." in error, error
+        run = httpx.post(url + "gradio_api/run/chat", content=body, headers={"content-type": "application/json"},
+                         timeout=30)
+        assert run.json()["error"] == error, run.text  # Gradio answers a handler's refusal on /run with a 500
+    assert chat(Client(url, verbose=False), message="hi", max_new_tokens=2)["done"]  # and the app serves on
+
+
 @pytest.mark.parametrize("seed", [None, 2**40], ids=["empty", "too large"])
 def test_the_image_tabs_seed_box_refuses_what_is_not_a_seed(warm_app, seed):
     # A Seed box left empty (or holding more digits than a browser number keeps) sends None.
