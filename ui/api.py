@@ -24,6 +24,7 @@ from gradio.components.api_component import Api
 from gradio.context import LocalContext
 from gradio.processing_utils import save_bytes_to_cache
 from gradio.utils import get_upload_folder
+from gradio_client import handle_file
 
 from neuron_backend.chat.text import ChatRequest, reply_notices  # not chat.engine: it imports transformers
 from neuron_backend.errors import CancelledError, ShowcaseError, StorageError, storage_reason
@@ -323,6 +324,20 @@ def image_api_inputs(backend: Backend) -> list[Api]:
     ]
 
 
+class ReferenceFiles(gr.File):
+    """/edit_image's reference files; the API page's example sends one picture (Gradio's own example image,
+    as gr.Image's example does), not gr.File's PDF, so the example shows how a reference goes in."""
+
+    is_template = True  # Gradio's mark for a preset of a component: the page and API page see a File
+    EXAMPLE = "https://raw.githubusercontent.com/gradio-app/gradio/main/test/test_files/bus.png"
+
+    def example_payload(self) -> Any:
+        return [handle_file(self.EXAMPLE)]
+
+    def example_value(self) -> Any:
+        return [self.EXAMPLE]
+
+
 def edit_api_inputs(backend: Backend) -> list:
     """The /edit_image parameters: /generate_image's, with the reference files and their fit mode after the prompt."""
     settings = backend.settings
@@ -330,7 +345,7 @@ def edit_api_inputs(backend: Backend) -> list:
     generate = image_api_inputs(backend)
     return [
         generate[0],
-        gr.File(file_count="multiple", label=f"references (allowed counts: {counts})"),
+        ReferenceFiles(file_count="multiple", label=f"references (allowed counts: {counts})"),
         Api("letterbox", {"type": "string", "description": f"fit mode: {' or '.join(FIT_MODES)} for every reference, "
                                                           "or one per reference, comma-separated"}, "fit"),
         *generate[1:],
@@ -419,7 +434,7 @@ def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCa
     @user_errors
     @measured(backend.metrics, "/edit_image")
     @partial(drops_early_cancels, cancels)
-    async def edit_image_api(prompt: str, references: list[str] | None = None, fit: str | None = None,
+    async def edit_image_api(prompt: str, references: list[str] | None, fit: str | None = None,
                              size: str | None = None, steps: int | None = None, seed: int | None = None,
                              guidance: float | None = None, images: int = 1, preview: bool = False):
         """Edit from reference images (files): as /generate_image, with "references" (a count the server

@@ -258,3 +258,24 @@ def _text_chunks(png: Image.Image):
     for key, value in png.text.items():
         info.add_text(key, value)
     return info
+
+
+def test_the_api_pages_edit_example_sends_a_reference(browser, edit_url):
+    """"Use via API": /edit_image's example passes one picture as its reference (required), not gr.File's PDF."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(edit_url)
+        page.get_by_text("Use via API").first.click()
+        snippet = page.locator("code, pre").filter(has_text='api_name="/edit_image"').first
+        snippet.scroll_into_view_if_needed()
+        code = snippet.inner_text()
+        _shot(page, "api-page-edit-example", full_page=False)
+        assert "references=[handle_file('https://raw.githubusercontent.com/gradio-app/gradio/main/test/test_files/" \
+               "bus.png')]" in code, code
+        assert ".pdf" not in code
+        assert page.evaluate("e => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.top < innerHeight; }",
+                             snippet.element_handle())
+        assert page.get_by_text("references list[filepath] Required").count() == 1
+    finally:
+        context.close()

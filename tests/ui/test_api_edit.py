@@ -99,7 +99,8 @@ def test_refusals_name_what_is_allowed_and_the_app_keeps_working(editing, files,
 @pytest.mark.slow
 def test_no_references_is_text_to_image(editing):
     _, client = editing
-    edit_path, edit_params = client.predict(prompt="a fox", size="64x64", steps=1, seed=3, api_name="/edit_image")
+    edit_path, edit_params = client.predict(prompt="a fox", references=[], size="64x64", steps=1, seed=3,
+                                            api_name="/edit_image")
     plain_path, plain_params = client.predict(prompt="a fox", size="64x64", steps=1, seed=3,
                                               api_name="/generate_image")
     assert "references" not in edit_params
