@@ -50,7 +50,7 @@ import torch
 
 from .messages import tr
 from .shapes import reference_size
-from .weights import safetensors_header, weight_files
+from .weights import tensor_shapes, weight_files
 
 GIB = 1024**3
 DECODE_FACTOR = 15
@@ -85,9 +85,7 @@ def parameter_counts(folder: Path, kind: str = "image") -> dict[str, int]:
     for component, files in weight_files(folder, kind).items():
         total = 0
         for path in files:
-            for name, tensor in safetensors_header(path).items():
-                if name != "__metadata__":
-                    total += math.prod(tensor["shape"])
+            total += sum(math.prod(shape) for _, shape in tensor_shapes(path).values())
         counts[component or "model"] = total
     return counts
 

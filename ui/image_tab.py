@@ -42,10 +42,14 @@ IMAGE_CSS = ("#image-out img { width: 100%; height: 100%; object-fit: contain; }
              "#gallery .grid-wrap.fixed-height { min-height: 0; }\n"
              # the bar's own line says "step 3/8 · ~1.2 s left - 37.5%": Gradio's second line ("3/8 steps | 0.4s")
              # said it again (while queued that line is the only one: "queue: 1/1", kept)
-             "#image-progress .wrap:has(.progress-level) .progress-text { display: none; }\n" + REFERENCES_CSS)
-# Generate brings the picture into view when it is not wholly in view (on a phone it is under the fold): from
-# Generate down (Stop beside it) when that fits in the window, else from the progress line down.
+             "#image-progress .wrap:has(.progress-level) .progress-text { display: none; }\n"
+             # the progress line takes room only while a run is on (Generate marks it; the run's end unmarks it)
+             "body:not(.image-running) #image-progress { display: none; }\n" + REFERENCES_CSS)
+# Generate opens the progress line and brings the picture into view when it is not wholly in view (on a phone it
+# is under the fold): from Generate down (Stop beside it) when that fits in the window, else from the progress
+# line down.
 SHOW_PICTURE_JS = """() => {
+  document.body.classList.add('image-running');
   const picture = document.querySelector('#image-out'), button = document.querySelector('#generate');
   if (!picture) return;
   const r = picture.getBoundingClientRect();
@@ -305,6 +309,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
     shown_run = generating.then(show_images, [running, session_images], outputs, concurrency_limit=None,
                                 api_visibility="private", show_progress_on=[image_progress])
     shown_run.then(lambda: gr.update(visible=False), None, stop_btn, queue=False, api_visibility="private")
+    shown_run.then(None, None, None, js="() => { document.body.classList.remove('image-running'); }",
+                   queue=False, api_visibility="private")
     # Stop ends press_generate (its close reaches ImageRun's finally through every wrapper); stop() also
     # stops the image itself, the moment the click arrives.
     stop_btn.click(lambda run: run and run.stop(), running, None, cancels=[generating], queue=False,

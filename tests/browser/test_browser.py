@@ -476,6 +476,10 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
     before = page.locator("#gallery .thumbnail-item").count()
     page.locator("#image-prompt textarea").fill("a red fox in the snow")
     _choose_size(page, "96x64")
+    # Idle, no band is kept for a progress line: the picture sits right under the prompt row.
+    assert not page.locator("#image-progress").is_visible()
+    prompt_row, picture = (page.locator(s).bounding_box() for s in ("#image-prompt", "#image-out"))
+    assert picture["y"] - (prompt_row["y"] + prompt_row["height"]) < 40, (prompt_row, picture)
     _set_number(page, "number input for Steps", 50)
     with held(page.url, "image", after_steps=5) as hold_again:  # each picture read while the run waits
         page.locator("#generate").click()
@@ -507,6 +511,7 @@ def test_live_preview_appears_before_the_final_images_of_a_several_image_run(pag
     assert bars and set(bars) == {"image-progress"}, bars
     page.wait_for_function(f"() => document.querySelectorAll('#gallery .thumbnail-item').length === {before + 2}",
                            timeout=REPLY_TIMEOUT_MS)
+    page.locator("#image-progress").wait_for(state="hidden")  # the run over, its line gives its room back
     labels = page.evaluate("window.__imageLabels")
     previews = [i for i, text in enumerate(labels) if text.startswith("Preview · image")]
     finals = [i for i, text in enumerate(labels) if text.startswith("Image |") and text.endswith("96x64")]

@@ -6,6 +6,7 @@ tmp folder in the HF_HUB_CACHE layout.
 
 from __future__ import annotations
 
+import struct
 import time
 
 import huggingface_hub
@@ -15,7 +16,7 @@ from support.model_folders import COMMIT, FakeHub, SilentHub, add_to_cache, real
 from neuron_backend import weights
 from neuron_backend.errors import EngineUnavailableError
 from neuron_backend.settings import parse_settings
-from neuron_backend.weights import missing_in_folder, verify_folder
+from neuron_backend.weights import BrokenModelFile, missing_in_folder, tensor_shapes, verify_folder
 
 CHAT_REPO, IMAGE_REPO = "test-org/chat-model", "test-org/image-model"
 CHAT_TOKENIZER_ONLY = ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
@@ -103,6 +104,20 @@ def test_truncated_files_are_named_with_the_cause(tmp_path, flux_folder):
     assert "transformer/diffusion_pytorch_model.safetensors: truncated" in joined
     assert "scheduler/scheduler_config.json: unreadable JSON" in joined
     assert verify_folder(flux_folder, "image") == []
+
+
+@pytest.mark.parametrize(("head", "said"), [
+    (b"\x05", "truncated (1 bytes; an interrupted download?)"),
+    (struct.pack("<Q", 1000) + b"{}", "truncated (10 bytes; an interrupted download?)"),
+    (struct.pack("<Q", 4) + b"{{{{", "corrupt safetensors header (invalid JSON in header: key must be a string"),
+    (struct.pack("<Q", 2) + b"[]", "corrupt safetensors header (invalid JSON in header: invalid type: sequence"),
+], ids=["shorter than a header", "header longer than the file", "not JSON", "not an object"])
+def test_a_broken_safetensors_file_is_named_with_what_safetensors_found(tmp_path, head, said):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(head)
+    with pytest.raises(BrokenModelFile) as raised:
+        tensor_shapes(path)
+    assert str(raised.value).startswith(f"model.safetensors: {said}"), raised.value
 
 
 def test_missing_files_are_fetched_from_the_hub_and_only_those(hf_cache, demo_models, monkeypatch, tmp_path):

@@ -24,13 +24,13 @@ import hashlib
 import json
 import os
 import platform
-import struct
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
 from neuron_backend.messages import tr
 from neuron_backend.shapes import engine_name, shape_keys
+from neuron_backend.weights import tensor_shapes
 
 FORMAT = 1
 # Environment the Neuron compiler reads into the NEFF cache key: recorded, never set here.
@@ -54,7 +54,6 @@ ENGINE_FIELDS = {
     "image": ("model", "fingerprint", "kind", "dtype", "compile", "backend", "fullgraph", "dynamic", "library",
               "repeated_blocks"),
 }
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # a safetensors header above this is not one
 
 
 def _version(dist: str) -> str | None:
@@ -119,16 +118,6 @@ def install_paths() -> dict[str, str | None]:
     return out
 
 
-def _safetensors_header(path: Path) -> dict:
-    """Tensor names, dtypes and shapes of a .safetensors file (its JSON header; values not read)."""
-    with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        if size > MAX_HEADER_BYTES:
-            raise ValueError(f"{path.name}: header of {size} bytes is not a safetensors header")
-        header = json.loads(f.read(size))
-    return {k: [v["dtype"], v["shape"]] for k, v in header.items() if k != "__metadata__"}
-
-
 def fingerprint(folder: Path) -> str:
     """A hash of what a compile depends on in a model folder: its configs and its weights' names/shapes/dtypes."""
     digest = hashlib.sha256()
@@ -137,7 +126,7 @@ def fingerprint(folder: Path) -> str:
     for path in paths:
         name = path.name
         if name.endswith(".safetensors"):
-            part = json.dumps(_safetensors_header(path), sort_keys=True).encode()
+            part = json.dumps(tensor_shapes(path), sort_keys=True).encode()  # name -> [dtype, shape]
         elif name in ("config.json", "model_index.json") or (name.endswith("_config.json")
                                                               and not name.startswith("tokenizer")):
             part = path.read_bytes()
