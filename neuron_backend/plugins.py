@@ -45,7 +45,7 @@ class Parts:
     chat_extras: tuple = ()  # extra(backend, chatbot, records): a row under the chat
     details: tuple = ()  # detail(backend): a block in the warm-up details
     routes: tuple = ()  # routes(backend) -> Starlette routes served beside the probes
-    middleware: tuple = ()  # outermost ASGI middleware (starlette.middleware.Middleware)
+    middleware: tuple = ()  # ASGI middleware around the core's body limit and guards (starlette Middleware)
     page_hooks: tuple = ()  # hook(demo, backend) -> a FastAPI lifespan or None, called with the built page
     launch: Mapping[str, object] = field(default_factory=dict)  # keywords for Gradio's launch()
     command: Callable[[object, Parts], int] | None = None  # run instead of serving: command(settings, parts) -> exit

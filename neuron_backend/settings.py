@@ -61,7 +61,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("port", "int", "port to listen on"),
     ("share", "bool", "create a public Gradio share link"),
     ("auth", "str", "user:password protecting the UI and the API"),
-    ("login-max-age", "float", "hours a login lasts; an older login token is forgotten and its browser logs in again"),
     ("forwarded-allow-ips", "str", "comma-separated proxy addresses whose X-Forwarded-For the server trusts (a proxy "
                                    "on this host: 127.0.0.1); default none: every client is its own address"),
     ("no-chat", "bool", "disable the chat engine"),
@@ -148,7 +147,7 @@ def as_int(flag: str, value: object) -> int:
         raise ConfigError(f"--{flag}", f"{shown_value(value)} is not a whole number") from None
 
 
-def _as_float(flag: str, value: object) -> float:
+def as_float(flag: str, value: object) -> float:
     try:
         return float(str(value).strip())
     except ValueError:
@@ -320,7 +319,6 @@ class Settings:
     port: int = 7860
     share: bool = False
     auth: tuple[str, str] | None = None
-    login_max_age_h: float = 24.0  # a login token older than this is forgotten (ui/guards.py)
     forwarded_allow_ips: str = ""  # uvicorn's FORWARDED_ALLOW_IPS: peers whose X-Forwarded-For is trusted
     chat: bool = True
     image: bool = True
@@ -411,13 +409,12 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         aot_key_file=Path(str(raw["aot_key_file"])).expanduser() if "aot_key_file" in raw
         else Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "trainium-showcase" / "aot.key",
         aot_trust=bool(raw.get("aot_trust", False)),
-        compile_timeout_min=_as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
+        compile_timeout_min=as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",
         host=str(raw.get("host", host_default)), port=as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
-        login_max_age_h=_as_float("login-max-age", raw.get("login_max_age", 24.0)),
         forwarded_allow_ips=str(raw.get("forwarded_allow_ips", "")).strip(),
         chat=not raw.get("no_chat", False), image=not raw.get("no_image", False),
         warmup_order=tuple(p.strip().lower() for p in str(raw.get("warmup_order", "chat,image")).split(",")
@@ -432,7 +429,7 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         max_saved_images=as_int("max-saved-images", raw.get("max_saved_images", 200)),
         image_preview=not raw.get("no_image_preview", False),
         max_images_per_run=as_int("max-images-per-run", raw.get("max_images_per_run", 4)),
-        hub_timeout=_as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
+        hub_timeout=as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
         tp=as_int("tp", raw.get("tp", 1)),
         tp_engine=_choice("tp-engine", raw.get("tp_engine", "chat"), ("chat", "image")),
         rank=as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
@@ -454,7 +451,7 @@ def _resolve_models(requested, models, raw, weights_available) -> tuple[str, str
         return "full", tr("asked for the real models (--models full)")
     if weights_available is None:  # every needed file cached, or the Hub reachable (weights.py)
         from .weights import weights_available as probe  # local import: touches huggingface_hub
-    timeout = _as_float("hub-timeout", raw.get("hub_timeout", 5.0))
+    timeout = as_float("hub-timeout", raw.get("hub_timeout", 5.0))
     # an engine that a plug-in runs on other servers (its --chat-server, --image-server) needs no weights here
     local = {e: not (raw.get(f"no_{e}") or raw.get(f"{e}_server")) for e in ("chat", "image")}
     wanted = [(m, rev, kind) for (m, rev), kind in ((models[0], "chat"), (models[1], "image")) if local[kind]]
@@ -508,8 +505,6 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--default-steps", f"{s.default_steps} is out of range", f"1 to --max-steps ({s.max_steps})")
     if not 0 <= s.port <= 65535:
         raise ConfigError("--port", f"{s.port} is out of range", "0 to 65535")
-    if not s.login_max_age_h > 0:
-        raise ConfigError("--login-max-age", f"{s.login_max_age_h} is not positive", "hours, more than 0")
     for flag, value in (("--queue-size", s.queue_size), ("--max-session-jobs", s.max_session_jobs),
                         ("--max-prompt-chars", s.max_prompt_chars)):
         if value < 1:

@@ -23,10 +23,10 @@ from .accessibility import FONT_PRELOAD, THEME
 from .accessibility import HEAD as A11Y_HEAD
 from .api import add_public_api
 from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
-from .guards import BodyLimit, EarlyCancels, Guards, LoginThrottle, session_jobs
+from .guards import BodyLimit, EarlyCancels, Guards, session_jobs
 from .i18n import CSS, HEAD, I18N, LanguageOverride, t
 from .image_tab import IMAGE_CSS, build_image_tab
-from .probes import AuthGate, probe_routes, queue_depth
+from .probes import probe_routes, queue_depth
 from .request_metrics import QueueRefusals
 from .status_panel import STATUS_CSS, build_status_panel, wire_refresh
 
@@ -58,31 +58,23 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
     return demo
 
 
-def launch_kwargs(backend: Backend, demo: gr.Blocks, throttle: LoginThrottle | None = None,
-                  cancels: EarlyCancels | None = None, routes: Sequence[BaseRoute] = (),
-                  lifespans: Sequence[Callable] = (), middleware: Sequence[Middleware] = ()) -> dict:
+def launch_kwargs(backend: Backend, demo: gr.Blocks, cancels: EarlyCancels | None = None,
+                  routes: Sequence[BaseRoute] = (), lifespans: Sequence[Callable] = (),
+                  middleware: Sequence[Middleware] = ()) -> dict:
     """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, upload and
-    body limits, the guards; ``lifespans`` are entered in order when the server starts; ``middleware`` (a
-    plug-in's) wraps all the rest."""
+    body limits, the guards; ``lifespans`` are entered in order when the server starts; ``middleware`` (the
+    plug-ins') wraps all the rest but the refusal counter."""
     settings = backend.settings
-
-    def auth_state():  # read per request: Gradio builds its app (and the token table) at launch
-        app = getattr(demo, "server_app", None)
-        return settings.auth is not None, getattr(app, "tokens", {}), getattr(app, "cookie_id", "")
-
-    throttle = throttle or LoginThrottle()
     app_kwargs = {
         # /healthz, /readyz, /metrics (ui/probes.py) and the plug-ins' routes (the /v1 API's), as
         # FastAPI routes from the server's first request
         "routes": probe_routes(backend) + list(routes),
-        # QueueRefusals first (outermost): it counts the joins refused by the guards and by Gradio's queue
-        "middleware": [*middleware, Middleware(QueueRefusals, metrics=backend.metrics),
+        # QueueRefusals first (outermost): it counts the joins refused by any middleware and by Gradio's queue
+        "middleware": [Middleware(QueueRefusals, metrics=backend.metrics), *middleware,
                        Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
                                   max_upload_bytes=settings.max_file_size),
-                       Middleware(Guards, throttle=throttle, auth_state=auth_state, early_cancels=cancels,
-                                  session_jobs=session_jobs(demo), max_session_jobs=settings.max_session_jobs,
-                                  login_max_age_s=settings.login_max_age_h * 3600),
-                       Middleware(AuthGate, auth=settings.auth, auth_state=auth_state, throttle=throttle),
+                       Middleware(Guards, early_cancels=cancels, session_jobs=session_jobs(demo),
+                                  max_session_jobs=settings.max_session_jobs),
                        Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
     }
     if lifespans:
@@ -155,9 +147,9 @@ def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
     return False
 
 
-def serve(backend: Backend, parts: Parts = Parts(), throttle: LoginThrottle | None = None, **kwargs):
+def serve(backend: Backend, parts: Parts = Parts(), **kwargs):
     """Build the page with the plug-ins' ``parts`` (tabs, details, chat extras; routes served beside the probes;
-    page hooks called with the built page; outermost middleware; launch keywords), set up the queue and launch
+    page hooks called with the built page; middleware around the core's; launch keywords), set up the queue and launch
     it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
@@ -170,6 +162,6 @@ def serve(backend: Backend, parts: Parts = Parts(), throttle: LoginThrottle | No
     # from this variable as the server starts (its own default: 127.0.0.1 and ::1, i.e. anyone on this host).
     os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     networking.url_ok = patient_url_ok
-    launched = demo.launch(**{**launch_kwargs(backend, demo, throttle, cancels, routes, lifespans, parts.middleware),
+    launched = demo.launch(**{**launch_kwargs(backend, demo, cancels, routes, lifespans, parts.middleware),
                               **parts.launch, **kwargs})
     return demo, launched

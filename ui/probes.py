@@ -1,4 +1,4 @@
-"""Health, readiness and metrics routes on Gradio's FastAPI app, and the --auth gate for /metrics and MCP.
+"""Health, readiness and metrics routes on Gradio's FastAPI app.
 
 - ``GET /healthz``: 200 while the process serves (it never looks at the engines).
 - ``GET /readyz``: 503 until every enabled engine serves every declared shape, then 200; the JSON
@@ -12,19 +12,12 @@
 - ``GET /metrics``: Prometheus text format (``neuron_backend/metrics.py``).
 
 The routes reach FastAPI through ``launch(app_kwargs={"routes": ...})`` (FastAPI's own ``routes``
-argument), so they exist from the server's first request. Gradio 6.31 checks no login on its MCP
-mount (``/gradio_api/mcp``), so with ``--auth`` the ``AuthGate`` middleware asks for it there and on
-``/metrics``: Gradio's login cookie (``POST /login``), or HTTP Basic with the same user and
-password (what Prometheus' ``basic_auth`` and most MCP clients' header settings send). Wrong
-Basic passwords count as failed logins in the login backoff. The probes stay open.
+argument), so they exist from the server's first request. They check no login: with ``--auth`` a
+plug-in's middleware asks for one on ``/metrics``; the probes stay open.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
-import json
 import math
 from collections.abc import Callable
 
@@ -35,8 +28,6 @@ from starlette.routing import Route
 from neuron_backend.messages import shown_value
 from neuron_backend.metrics import CONTENT_TYPE
 from neuron_backend.runtime import ENGINES, Backend
-
-PROTECTED_PREFIXES = ("/metrics", "/gradio_api/mcp")
 
 
 def probe_routes(backend: Backend) -> list[Route]:
@@ -109,76 +100,3 @@ def _refusal(status: int, detail: str, declared: dict[str, list[str]]) -> JSONRe
 def queue_depth(demo) -> Callable[[], int]:
     """Requests waiting in Gradio's queue (not yet running)."""
     return lambda: len(demo._queue)  # Queue.__len__: waiting events over every concurrency group
-
-
-def _login_token(scope, cookie_id: str) -> str | None:
-    """Gradio's login cookie (``access-token-<id>`` or its ``-unsecure-`` twin) from the raw headers."""
-    names = (f"access-token-{cookie_id}", f"access-token-unsecure-{cookie_id}")
-    for key, value in scope.get("headers", ()):
-        if key == b"cookie":
-            for part in value.decode("latin-1").split(";"):
-                name, _, token = part.strip().partition("=")
-                if name in names and token:
-                    return token
-    return None
-
-
-def _basic_credentials(scope) -> tuple[str, str] | None:
-    for key, value in scope.get("headers", ()):
-        if key == b"authorization":
-            kind, _, encoded = value.decode("latin-1").partition(" ")
-            if kind.lower() != "basic":
-                return None
-            try:
-                user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
-                return None
-            return (user, password) if sep else None
-    return None
-
-
-class AuthGate:
-    """ASGI middleware: with auth on, /metrics and the MCP mount need a login cookie or HTTP Basic.
-
-    ``auth_state`` returns (auth on, valid tokens, cookie id) of the running Gradio app, read per
-    request (Gradio builds its token table at launch). ``throttle`` is the login backoff
-    (``ui.guards.LoginThrottle``: ``retry_after``, ``failed``, ``succeeded`` by (client address, user name)).
-    """
-
-    def __init__(self, app, auth: tuple[str, str] | None, auth_state: Callable[[], tuple[bool, dict, str]],
-                 throttle):
-        self.app, self.auth, self.auth_state, self.throttle = app, auth, auth_state, throttle
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or self.auth is None or not scope["path"].startswith(PROTECTED_PREFIXES):
-            return await self.app(scope, receive, send)
-        _, tokens, cookie_id = self.auth_state()
-        if _login_token(scope, cookie_id) in tokens:
-            return await self.app(scope, receive, send)
-        credentials = _basic_credentials(scope)
-        if credentials is not None:
-            client = ((scope.get("client") or ("unknown", 0))[0], credentials[0])  # (address, user), as /login
-            wait = self.throttle.retry_after(client)
-            if wait > 0:
-                return await _refuse(send, 429, "Too many failed logins: try again later.",
-                                     [(b"retry-after", str(int(wait) + 1).encode())])
-            if self._matches(credentials):
-                self.throttle.succeeded(client)
-                return await self.app(scope, receive, send)
-            self.throttle.failed(client)
-        return await _refuse(send, 401, "Not authenticated: send HTTP Basic credentials (the --auth user and "
-                             "password) or the login cookie of POST /login.",
-                             [(b"www-authenticate", b'Basic realm="showcase", charset="UTF-8"')])
-
-    def _matches(self, credentials: tuple[str, str]) -> bool:
-        user_ok = hmac.compare_digest(credentials[0].encode(), self.auth[0].encode())
-        password_ok = hmac.compare_digest(credentials[1].encode(), self.auth[1].encode())
-        return user_ok and password_ok
-
-
-async def _refuse(send, status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            *headers]})
-    await send({"type": "http.response.body", "body": payload})

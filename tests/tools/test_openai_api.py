@@ -319,9 +319,9 @@ def test_the_auth_rule_without_a_key():
     """No key: open without --auth (the app binds 127.0.0.1 by default), closed with it, naming the flag."""
     from starlette.requests import Request
 
+    from tools.login.throttle import LoginThrottle
     from tools.openai_api.routes import _authorized
     from tools.openai_api.schema import ApiError
-    from ui.guards import LoginThrottle
 
     def request(authorization=None):
         headers = [(b"authorization", authorization.encode())] if authorization else []

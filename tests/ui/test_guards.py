@@ -1,5 +1,5 @@
-"""The guards in front of Gradio's routes: login backoff, a job cancelled only by the login that started it,
-request bodies and uploads within their limits, and a cap on one session's queued jobs."""
+"""The core's guards in front of Gradio's routes, with or without --auth: request bodies and uploads within their
+limits, and a cap on one session's queued jobs (the login's guards: tests/tools/test_login.py)."""
 
 from __future__ import annotations
 
@@ -12,126 +12,9 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 from gradio_client import Client
-from support.app import free_port, warm_backend
 
-import ui
 from neuron_backend.image.engine import ImageRequest
-from neuron_backend.runtime import Backend
-from neuron_backend.settings import parse_settings
-from ui.guards import BodyLimit, LoginThrottle
-
-ADA = ("127.0.0.1", "ada")  # the login backoff's key: (address, user name)
-
-
-def _login(url: str, password: str, client: httpx.Client | None = None, user: str = "ada",
-           headers: dict | None = None) -> httpx.Response:
-    post = (client or httpx).post
-    return post(f"{url}login", data={"username": user, "password": password}, headers=headers, timeout=10)
-
-
-@pytest.fixture
-def auth_app(tmp_path):
-    """The page with --auth on the tiny chat model (no warm-up: logins need no engine), its throttle and demo."""
-    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
-                               "--port", str(free_port()), "--auth", "ada:lovelace", "--login-max-age", "0.001"],
-                              env={})
-    throttle = LoginThrottle(free_failures=2, base_delay_s=30.0, max_delay_s=60.0)
-    demo, (_, url, _) = ui.serve(Backend(settings), throttle=throttle, prevent_thread_lock=True, quiet=True)
-    try:
-        yield url, throttle, demo
-    finally:
-        demo.close()
-
-
-def test_the_login_backoff_is_per_user_name_and_ignores_forged_forwarded_for(auth_app):
-    url, throttle, _ = auth_app
-    assert [_login(url, "guess", user="eve").status_code for _ in range(4)] == [400, 400, 400, 429]
-    assert _login(url, "lovelace").status_code == 200  # another user name from the same address: not locked
-    forged = [_login(url, "guess", user="eve", headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
-              for n in range(3)]
-    assert forged == [429] * 3  # a new X-Forwarded-For from loopback is still the same client
-    assert throttle.retry_after(("127.0.0.1", "eve")) > 0 and throttle.retry_after(ADA) == 0
-
-
-@pytest.mark.slow
-def test_a_login_token_expires_after_login_max_age(auth_app):
-    url, _, demo = auth_app
-    with httpx.Client() as client:
-        assert _login(url, "lovelace", client).status_code == 200
-        assert client.get(f"{url}gradio_api/info", timeout=10).status_code == 200
-        assert len(demo.server_app.tokens) == 1
-        time.sleep(3.7)  # --login-max-age 0.001 h: 3.6 s
-        assert client.get(f"{url}gradio_api/info", timeout=10).status_code == 401
-        assert demo.server_app.tokens == {}
-        assert _login(url, "lovelace", client).status_code == 200  # logging in again works
-        assert client.get(f"{url}gradio_api/info", timeout=10).status_code == 200
-
-
-@pytest.mark.slow
-def test_repeated_login_failures_get_refused_until_the_window_passes(tmp_path, demo_models):
-    """20 wrong passwords from one client: after 5 each further try waits, doubling."""
-    backend = warm_backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image")
-    throttle = LoginThrottle(free_failures=5, base_delay_s=3.0, max_delay_s=6.0)  # 3 s: 14 requests fit
-    demo, (_, url, _) = ui.serve(backend, throttle=throttle, prevent_thread_lock=True, quiet=True)
-    try:
-        codes = [_login(url, f"wrong-{i}").status_code for i in range(20)]
-        assert codes[:5] == [400] * 5  # wrong, but not yet slowed down
-        assert codes[5] == 400 and set(codes[6:]) == {429}, codes  # the 6th failure starts the lock
-        locked = _login(url, "lovelace")
-        assert locked.status_code == 429 and "try again in" in locked.json()["detail"]  # even the right one
-        assert int(locked.headers["retry-after"]) >= 1
-        deadline = time.monotonic() + 10
-        while throttle.retry_after(ADA) > 0:  # the lock's own clock, not a guessed sleep
-            assert time.monotonic() < deadline
-            time.sleep(throttle.retry_after(ADA))
-        assert _login(url, "lovelace").status_code == 200  # after the window the right password works
-        assert throttle.retry_after(ADA) == 0 and _login(url, "wrong").status_code == 400  # forgotten
-    finally:
-        demo.close()
-
-
-def test_login_throttle_doubles_and_is_capped():
-    now = [0.0]
-    throttle = LoginThrottle(free_failures=2, base_delay_s=1.0, max_delay_s=4.0, clock=lambda: now[0])
-    waits = []
-    for _ in range(6):
-        throttle.failed("a")
-        waits.append(throttle.retry_after("a"))
-    assert waits == [0.0, 0.0, 1.0, 2.0, 4.0, 4.0]
-    assert throttle.retry_after("b") == 0.0  # per client
-    now[0] += 3.0
-    assert throttle.retry_after("a") == 1.0
-    throttle.succeeded("a")
-    assert throttle.retry_after("a") == 0.0
-
-
-@pytest.mark.slow
-def test_with_auth_only_the_login_that_started_a_job_can_cancel_it(tmp_path, demo_models):
-    """Gradio 6.31's /gradio_api/cancel checks no login; the guard does."""
-    backend = warm_backend(tmp_path, demo_models, "--auth", "ada:lovelace", "--no-image", "--context-length", "4096",
-                       "--max-new-tokens", "4000")
-    demo, (_, url, _) = ui.serve(backend, prevent_thread_lock=True, quiet=True)
-    engine = backend.engine("chat")
-    try:
-        owner, other = (Client(url, auth=("ada", "lovelace"), verbose=False) for _ in range(2))
-        job = owner.submit(message="long story", greedy=True, max_new_tokens=4000, api_name="/chat")
-        deadline = time.time() + 60
-        while not job.outputs():  # streaming: the engine is busy with this reply
-            assert time.time() < deadline
-            time.sleep(0.02)
-        body = {"session_hash": owner.session_hash, "fn_index": owner._infer_fn_index("/chat", None),
-                "event_id": job.communicator.event_id}
-        cancel = f"{url}gradio_api/cancel"
-        assert httpx.post(cancel, json=body, timeout=10).status_code == 401  # no login at all
-        assert httpx.post(cancel, json=body, cookies=other.cookies, timeout=10).status_code == 403  # another login
-        assert engine.busy and not job.done()
-        job.cancel()  # the owner's own cancel goes through
-        deadline = time.time() + 10
-        while engine.busy:
-            assert time.time() < deadline
-            time.sleep(0.02)
-    finally:
-        demo.close()
+from ui.guards import BodyLimit
 
 
 # ----- request bodies and uploads -----------------------------------------------------------------

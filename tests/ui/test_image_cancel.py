@@ -17,7 +17,7 @@ import pytest
 from gradio_client import Client
 from support.app import start_app
 
-from ui.guards import EarlyCancels, Guards, LoginThrottle
+from ui.guards import EarlyCancels, Guards
 
 STEPS = 400  # ~5 s on the demo model: a job that runs whole is plain to see
 
@@ -84,7 +84,7 @@ def test_the_guard_fills_in_the_event_id_gradio_needs():
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": answer})
 
-    guards = Guards(gradio, LoginThrottle(), lambda: (False, {}, ""), EarlyCancels())
+    guards = Guards(gradio, EarlyCancels())
     _post(guards, "/gradio_api/queue/join", {"fn_index": 7, "session_hash": "s1", "data": []})
     _post(guards, "/gradio_api/cancel", {"fn_index": 7, "session_hash": "s1", "event_id": None})
     assert seen[-1] == {"fn_index": 7, "session_hash": "s1", "event_id": "e1"}  # Gradio drops it from its queue

@@ -18,7 +18,7 @@ seconds (the SDK's retries then wait for the compile), more requests than the en
 ``--queue-size`` waiting 429. Auth: with a key configured (``--api-key``) every route needs
 ``Authorization: Bearer <key>``; with ``--auth`` and no key /v1 is closed; without either it is open,
 like the rest of an app that binds 127.0.0.1 by default. Wrong keys back off as failed logins do
-(``ui.guards.LoginThrottle`` per client address): past 5, the address waits (429 with ``Retry-After``),
+(``tools.login.throttle.LoginThrottle`` per client address): past 5, the address waits (429 with ``Retry-After``),
 the right key included.
 
 Handlers run on the server's event loop; each chat reply is read on its own thread (``_ChatPump``)
@@ -52,8 +52,8 @@ from neuron_backend.errors import ShowcaseError, StorageError, storage_reason
 from neuron_backend.image.png_info import png_metadata
 from neuron_backend.metrics import V1_ENDPOINTS
 from neuron_backend.runtime import Backend
+from tools.login.throttle import LoginThrottle
 from ui.api import ImageRun
-from ui.guards import LoginThrottle
 
 from .edits import edit_call, edit_counts
 from .schema import ApiError, ChatCall, ImageCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
