@@ -164,7 +164,7 @@ def _value_isolated(text: str, in_ltr_run: bool) -> str:
 
 
 def bidi_isolated(template: str, values: dict, translated: set[str] = frozenset()) -> str:
-    """An Arabic ``template`` filled with ``values``, each left-to-right run in an isolate (module docstring).
+    """An Arabic ``template`` filled with ``values``, each left-to-right run in an isolate (docs/languages.md).
 
     ``translated``: names whose value is a Message already in Arabic (ordered by its own isolates).
     """

@@ -156,12 +156,8 @@ _MIRRORS = {"chat": _mirror_chat, "image": _mirror_image}
 
 
 def follow(engine) -> int:
-    """Followers: run every generation rank 0 announces until it shuts down; return how many.
-
-    Ctrl-C in a terminal reaches every rank of the run: a follower leaves it to rank 0, which stops the app and
-    releases the followers. A follower that stopped on it instead left rank 0's release without a peer
-    ("Connection closed by peer") and the run ended with two tracebacks and exit code 1. Main thread only.
-    """
+    """Followers: run every generation rank 0 announces until it shuts down; return how many. Ctrl-C is left
+    to rank 0, which releases the followers. Main thread only."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     engine.agree_stop = stop_flag  # each token (or step) every rank stops at rank 0's
     served = 0

@@ -98,12 +98,9 @@ def refusal_note(message: str) -> list[gr.ChatMessage]:
 
 
 def chat_refusals(extra_outputs: Callable[[], int]):
-    """For the ChatInterface handler: a refusal ends the reply with a note and one warning toast.
-
-    Raising gr.Error there leaves Gradio 6.31's ChatInterface stuck (message box disabled, Stop
-    showing) and paints an error on every output; ending normally lets it re-enable the box.
-    ``extra_outputs()``: how many ``additional_outputs`` the interface has (they are left as they are).
-    """
+    """For the ChatInterface handler: a refusal ends the reply with a note and one warning toast, never
+    ``gr.Error`` (which leaves Gradio 6.31's ChatInterface stuck). ``extra_outputs()``: how many
+    ``additional_outputs`` the interface has (they are left as they are)."""
 
     def decorate(fn):
         @wraps(fn)
