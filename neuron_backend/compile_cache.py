@@ -1,25 +1,10 @@
-"""Where compiled programs are cached, and how many were compiled (the counters, at the end). Imports no torch:
-``app.py`` calls it before ``import torch``.
+"""Where compiled programs are cached, and how many were compiled (``CompileCounter``). Imports no torch:
+``app.py`` calls it before ``import torch``; ``devices`` re-exports its variable names.
 
-TorchNeuron reads ``TORCH_NEURONX_NEFF_CACHE_DIR`` (the NEFF cache, default ``neff_cache`` in the
-system temp folder, wiped on reboot) and ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR`` (its folder of
-compile lock files, default ``local_cache`` there) when its runtime's resource manager is first
-built; ``init_process_group("neuron")`` builds it, and ``import torch`` autoloads torch-neuronx. So
-both are set before either. ``TORCH_NEURONX_HLO_CACHE_DIR`` and ``NKI_TRACE_CACHE_URL`` (a folder
-path) are read at import too, so they are set at the same time. ``devices`` re-exports these names.
-
-A value the user exported before the app started is kept (NEFF, HLO and NKI trace caches) and said
-in the log and in /status; the app tells its own values from such a preset one by the record it
-leaves in ``SHOWCASE_COMPILE_CACHE_SET`` (``app.py`` configures, then ``Backend`` again; a child
-process inherits both).
-
-Lock files belong on local disk: on a network filesystem (NFS, EFS, FSx for Lustre: the fs type of
-the cache root's mount in ``/proc/mounts``) the lock folder goes to the user's local cache folder or
-the temp folder instead.
-
-An unwritable cache folder is not a reason to disable the NEFF cache: disabling it also bypasses
-the in-process cache of the eager path, so every eager op would compile again on every call. The
-caches go to a fresh temporary folder instead (lost at exit, but compiles are reused meanwhile).
+``configure_compile_cache`` sets TorchNeuron's NEFF, lock, HLO and NKI trace folders (and inductor's) under
+the cache root before torch-neuronx reads them; it keeps a folder the user exported, puts the locks on
+local disk when the root is on a network filesystem, and falls back to a temporary folder when the root
+is not writable, never disabling the NEFF cache. Why each: docs/trainium.md, "Cache folders set in time".
 """
 
 from __future__ import annotations
@@ -133,13 +118,9 @@ def preset(env) -> dict[str, str]:
 
 
 def configure_compile_cache(cache_root: Path, environ: dict | None = None, mounts: str | None = None) -> CacheSetup:
-    """Point the compile caches and the lock folder under ``cache_root``; call before torch.
-
-    Layout: ``<root>/compile-cache/{neff,hlo,nki-trace,inductor}`` (what a bundle carries) and the lock
-    files in ``<root>/neff-locks`` (outside compile-cache: a cache bundle carries no locks), or on local
-    disk when the root is on a network filesystem. A NEFF, HLO or NKI trace folder set before the app
-    started is kept. Idempotent. ``environ`` defaults to ``os.environ``; ``mounts`` (the text of
-    ``/proc/mounts``) is read when None.
+    """Point the compile caches under ``<cache_root>/compile-cache/{neff,hlo,nki-trace,inductor}`` and the lock
+    files under ``<cache_root>/neff-locks`` (or local disk); call before torch. Idempotent. ``environ``
+    defaults to ``os.environ``; ``mounts`` (the text of ``/proc/mounts``) is read when None.
     """
     env = os.environ if environ is None else environ
     kept = preset(env)
@@ -177,17 +158,8 @@ def _point(env, folder: Path, locks: Path, kept: dict[str, str]) -> tuple[tuple[
 
 
 # ----- compile counters ---------------------------------------------------------------------------------------
-# Compile counters (TorchNeuron's own on Neuron, dynamo's elsewhere) and the panel's device counters.
-#
-# On Neuron the backend uses no Inductor, so inductor's cache counters never move, and
-# eager per-op compiles (a new prefill length, the text encoder, the VAE) are no Dynamo graphs. With
-# metrics enabled (``torch_neuronx.metrics.set_enabled(True)``, done on first use),
-# TorchNeuron counts every NEFF, eager or graph: ``CompilationCache.TotalCompilations`` (compiled
-# now), ``CompilationCache.PersistentHits`` (read from the NEFF cache folder) and
-# ``...PersistentMisses``. A "new program" is a compile or a persistent hit: either means a shape
-# that this process had not run before. Where the metrics API is missing, the count falls back to
-# ``counters["neuron"]["compiled_graphs"]`` (torch.compile graphs only) and then to dynamo's graphs;
-# ``source()`` says which one is shown. ``torch.neuron.get_dynamo_metrics()`` is not read here: it
+# Compile counters (TorchNeuron's own on Neuron, dynamo's elsewhere) and the panel's device counters; which
+# counts what: docs/trainium.md, "Honest counters". ``torch.neuron.get_dynamo_metrics()`` is never read: it
 # synchronises, and the panel polls while requests run.
 NEURON_COMPILES = "CompilationCache.TotalCompilations"
 NEURON_HITS = "CompilationCache.PersistentHits"
@@ -239,7 +211,7 @@ class CompileCounter:
 
     @classmethod
     def graphs(cls) -> int:
-        """New compiled programs so far in this process (see the module docstring for what counts)."""
+        """New compiled programs so far in this process: NEFFs compiled or read from the cache on Neuron."""
         from torch._dynamo.utils import counters
 
         mode = cls._effective()

@@ -1,11 +1,8 @@
 """Tiny offline stand-ins for Qwen/Qwen3-0.6B and FLUX.2-klein-4B, built with random weights.
 
-They load through exactly the same calls as the real checkpoints (`AutoTokenizer` /
-`AutoModelForCausalLM.from_pretrained(folder)` and `Flux2KleinPipeline.from_pretrained(folder)`),
-so the app, its tests and CI can run end to end with no network and no downloads.
-
-torch, transformers and diffusers are imported inside the builders only: `is_demo_model` and the
-fast path of `ensure_demo_models` (models already built) must stay cheap to call from the UI.
+They load through the same ``from_pretrained`` calls as the real checkpoints, so the app, its tests and CI
+run end to end with no network and no downloads. torch, transformers and diffusers are imported inside the
+builders only: ``is_demo_model`` and ``ensure_demo_models`` on built models stay cheap to call from the UI.
 """
 
 from __future__ import annotations

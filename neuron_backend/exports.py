@@ -1,14 +1,9 @@
 """One bounded, cleaned folder for the files the page hands out: exports and images that were not saved.
 
-Gradio serves a returned file only from the working directory, the temp dir or a folder named in
-``launch(allowed_paths=...)``; it then copies the file into its own cache (bounded by the Blocks'
-``delete_cache``). So a file written here is needed only until Gradio has copied it, and the
-folder can stay small: at most ``limit`` files and ``max_bytes`` bytes, the oldest removed first,
-and files older than ``max_age_s`` removed at start and on every write.
-
-A file is written under a temporary name (``.tmp-*``) and renamed into place; a process killed while
-writing leaves that file behind. Such a leftover, one not written to for ``STALE_TMP_S``, is removed
-at start and on every write (a write in progress keeps its file's modification time recent).
+Gradio copies a returned file into its own cache, so a file here is needed only until then: the folder keeps
+at most ``limit`` files and ``max_bytes`` bytes (the oldest removed first), and removes files older than
+``max_age_s`` and stale ``.tmp-*`` leftovers of killed writes at start and on every write. A file is written
+under a temporary name and renamed into place. The bounds: docs/security.md, "What is served from where".
 """
 
 from __future__ import annotations
@@ -77,13 +72,10 @@ class ExportFolder:
         return path
 
     def write_keyed(self, key: str, suffix: str, prefix: str, produce: Callable[[Path, int], None]) -> Path:
-        """The export of ``key`` (a fingerprint of its content): the file already written for it while it
-        is still here, else a new one that ``produce(tmp_path, max_bytes)`` writes (it must stop past
-        ``max_bytes``), renamed into place and pruned like ``write``.
-
-        Productions are serialized (a second caller with the same key then finds the first one's file);
-        ``produce`` runs outside the folder's lock, so other exports are not held up meanwhile. While it
-        runs, its temporary file (at most ``max_bytes``) comes on top of the folder's bound.
+        """The export of ``key`` (a fingerprint of its content): the file already written for it while it is still
+        here, else a new one that ``produce(tmp_path, max_bytes)`` writes (it must stop past ``max_bytes``), renamed
+        into place and pruned like ``write``. Productions are serialized (the same key then finds the first one's
+        file); ``produce`` runs outside the folder's lock, its temporary file on top of the folder's bound.
         """
         safe_key = "".join(c for c in key if c.isalnum())[:32] or "export"
         safe_prefix = "".join(c if c.isalnum() or c in "-_" else "-" for c in prefix)[:40] or "export"

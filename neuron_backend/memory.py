@@ -1,41 +1,10 @@
 """Memory before loading: what each engine will need, what its device has free, which dtype and decode fit.
 
-The parameter count comes from the safetensors headers (each tensor's declared shape; no weight
-is read), so it is exact for any checkpoint: the real FLUX.2-klein-4B pipeline holds about 8.0 B
-parameters, ~30 GiB in float32 and ~15 GiB in bfloat16. On top of the image pipeline's weights:
+``estimate_image`` / ``estimate_chat`` give an engine's bytes from its files (safetensors headers, configs;
+no weight is read), ``free_bytes`` what its device has free (None: unknown, and then nothing is refused),
+and ``plan_image`` picks the dtype and VAE decode that fit, or refuses with the numbers and the flags.
 
-- decoding: the VAE decoder's activations at the largest declared size, in float32 when the VAE
-  config says ``force_upcast`` and the plan keeps it, else in the pipeline's dtype. The peak is taken as
-  ``DECODE_FACTOR`` times the largest decoder feature map (full resolution x
-  ``block_out_channels[0]``); 15 matches the ~8 GB measured decoding 1024x1024 with the real VAE;
-- ``ACTIVATION_SHARE`` of the weights for the text encoder's and transformer's activations;
-- editing: each reference image adds its tokens to the transformer's sequence (as many as an output
-  image of its size, image/references.py); they are counted as ``TOKEN_FACTOR`` x the transformer's
-  width (heads x head dim) per token, for the most references at the largest size (1024x1024 with one
-  reference on the real transformer, 3072 wide: 4096 tokens, ~0.4 GiB in bfloat16); and the attention
-  scores of that largest edit slot, as if attention materialised them: heads x S x S in the pipeline's
-  dtype, S the joint sequence (``TEXT_TOKENS`` + the output's tokens + the references'): 8,704 tokens and
-  ~3.4 GiB for one 1024x1024 reference on the real transformer (24 heads). Whether the neuron backend
-  materialises them is not known; when only they keep the pipeline from fitting, the plan loads anyway
-  and says so, since an edit slot that runs out of memory at warm-up fails alone (devices.refuse_out_of_memory);
-- on the CPU, ``HOST_OVERHEAD`` for the process itself (Python, torch, Gradio); on an accelerator,
-  ``DEVICE_HEADROOM`` kept free beside the estimate for what the runtime allocates outside tensors
-  (on Neuron: scratchpad, DMA rings, the compiled programs).
-
-The plan (``plan_image``) keeps the VAE's float32 decode while it fits; when it does not, the decode runs
-in the pipeline's dtype, as diffusers' Flux2KleinPipeline itself does (it never upcasts). FLUX.2-klein-4B
-in bfloat16 at 1024x1024 needs ~24.4 GiB with the float32 decode (one reference declared) and ~20.5 GiB
-with a bfloat16 one, against the ~23.8 GiB a logical core of Trainium2 reports (docs/trainium.md, Memory).
-
-The chat model (``estimate_chat``): its weights, the static KV cache (2 x layers x KV heads x head dim
-x ``--context-length`` x ``--chat-batch``), and activations (``ACTIVATION_SHARE`` of the weights plus one
-prefill forward's float32 logits, an upper bound).
-
-Free memory is asked of the placement's device: the host's available RAM on the CPU,
-``mem_get_info`` on CUDA, total minus allocated of the core on Neuron, where the total is asked by the
-runtime's own index of the core (``Placement.runtime_core``: under torchrun the runtime of each rank
-numbers its one core 0, while PyTorch calls it by the local rank). Unknown (a runtime that reports a
-total of 0 when its query fails, too) is reported, never guessed, and then nothing is refused.
+The estimates, term by term, and the Trainium2 figures: docs/trainium.md, "Memory on one NeuronCore".
 """
 
 from __future__ import annotations

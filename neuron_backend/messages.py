@@ -1,22 +1,10 @@
 """What the backend says to people: English written where it is raised, Arabic from one catalog.
 
-A message the page may show is built as ``tr("Model folder {path} has no config.json …", path=p)``: a
-``str`` whose text is the English one (what logs, API clients and the CLI read), carrying its template
-and parameters so the UI can show it in the visitor's language (``Message.text(lang)``). The Arabic
-lives in ``neuron_backend/arabic.json`` (data: one ``"English": "Arabic"`` pair a line), keyed by the
-English template (gettext's convention); a plug-in registers its own file with
-``register(read_catalog(path))``. Parameters are user input, numbers, flags and allowed values; they
-are inserted as they are in either language (a parameter that is itself a ``Message`` is translated too).
-In Arabic, left-to-right runs keep their order inside the right-to-left sentence (``bidi_isolated``): each
-Latin technical run of the template ("--models auto", "~{size} GiB") and each filled-in value that could be
-reordered (a flag, a path, a quoted value) goes between LRI and PDI; a value with Arabic in it reads in the
-sentence's direction. English is never touched.
-Where one English word reads two ways in Arabic (a task "failed" and a QA cell "failed"), the call names a context
-(``tr("failed", ctx="qa")``) and the catalog holds ``"qa\u0004failed"``, gettext's msgctxt.
-``tests/test_catalog.py`` checks that every template written in the code has an Arabic entry with the
-same ``{fields}``.
-
-No Gradio here: the backend stays importable without it.
+``tr("Model folder {path} has no config.json …", path=p)`` is a ``str`` whose text is the English one
+(logs, API clients, the CLI), carrying its template and parameters for ``Message.text(lang)``. The Arabic
+comes from ``neuron_backend/arabic.json``, keyed by the English template (``ctx=`` for a word that reads
+two ways); plug-ins ``register`` their own catalog. In Arabic, left-to-right runs are isolated
+(``bidi_isolated``). No Gradio here. How and why: docs/languages.md.
 """
 
 from __future__ import annotations
@@ -166,13 +154,8 @@ def _right_to_left(text: str) -> bool:
 
 
 def _value_isolated(text: str, in_ltr_run: bool) -> str:
-    """A filled-in value as it sits in Arabic text: a left-to-right one in LRI..PDI.
-
-    Left bare: text with Arabic in it (a duration, a translated word, a summary line built in Arabic: it
-    reads in the sentence's direction, and its own runs were isolated where it was built), no letter or
-    digit at all, a plain number or plain words (nothing at an edge to misplace), and a left-to-right
-    value inside a left-to-right run of the template.
-    """
+    """A filled-in value as it sits in Arabic text: a left-to-right one in LRI..PDI; bare when it holds Arabic,
+    no letter or digit, only plain words or a number, or sits inside a left-to-right run (``in_ltr_run``)."""
     if _right_to_left(text) or not re.search(r"[A-Za-z0-9]", text):
         return text
     if in_ltr_run or re.fullmatch(r"[A-Za-z0-9 ]+", text):
@@ -181,7 +164,7 @@ def _value_isolated(text: str, in_ltr_run: bool) -> str:
 
 
 def bidi_isolated(template: str, values: dict, translated: set[str] = frozenset()) -> str:
-    """An Arabic ``template`` filled with ``values``, each left-to-right run in an isolate (module docstring).
+    """An Arabic ``template`` filled with ``values``, each left-to-right run in an isolate (docs/languages.md).
 
     ``translated``: names whose value is a Message already in Arabic (ordered by its own isolates).
     """

@@ -1,13 +1,8 @@
 """Prometheus metrics of one Backend (``prometheus_client``), served as ``GET /metrics`` by the UI.
 
-Each Backend has its own ``CollectorRegistry``, so several backends (tests) live in one process.
-Request outcomes and engine latencies are observed once per request in ``Backend`` methods, never per
-token or per denoising step. What a user waits for is observed where the request arrives: the web
-endpoints and tabs (``ui/request_metrics.py``) from the moment the event joined Gradio's queue, the
-``/v1`` routes from the request's arrival, each to its last update. The warm-up tasks, engine states,
-build facts and the recompile alarm are read when Prometheus scrapes, so they cost nothing between
-scrapes; every warm-up task keeps the same series through its transitions (its state is a 0/1 series
-per state, never a label that moves).
+Each Backend has its own ``CollectorRegistry``. Request outcomes and engine latencies are observed once per
+request, never per token or step; the warm-up tasks, engine states and build facts are read when Prometheus
+scrapes, each task keeping the same series through its transitions. The metrics: docs/api.md, "Metrics".
 """
 
 from __future__ import annotations
@@ -273,13 +268,9 @@ class _StateCollector:
 
 
 def readiness(tasks: list) -> tuple[bool, dict]:
-    """Whether every enabled engine serves every declared shape (every warm-up task ended ready), and a
-    small JSON body saying what is still warming, what failed, and warnings: task names and fixed
-    sentences only, never paths or errors.
-
-    The compile-cache bundle (``--cache-bundle``) only saves compile time: when it fails to install
-    (unreadable, tampered, or made for other software) the engines compile without it, so its failure
-    is a warning in the body, never unreadiness. A failed or skipped engine task still is.
+    """Whether every enabled engine serves every declared shape, and /readyz's small JSON body: what is still
+    warming, what failed, and warnings (task names and fixed sentences only, never paths or errors). A bundle
+    task that failed is a warning, never unreadiness; a failed or skipped engine task is not ready.
     """
     warming = [t.name for t in tasks if t.state in ("queued", "running")]
     ended_badly = [t for t in tasks if t.state in ("failed", "skipped")]
@@ -292,13 +283,9 @@ def readiness(tasks: list) -> tuple[bool, dict]:
 
 
 def shape_readiness(state: dict, engine_failed: bool = False) -> dict:
-    """One shape's entry in /readyz's ``shapes``, from its ``Backend.shape_states`` entry.
-
-    ``state``: "ready" (it serves: compiled, or eager after its Neuron compile failed, which ends the task
-    ready too), "queued" or "running" (``eta_s``: seconds until it is expected to serve, None when unknown),
-    or "failed" (its compile failed or ran past the time limit, or its engine failed to obtain its weights
-    or to load, ``engine_failed``: the warm-up skips the task when it reaches it; either way it does not
-    serve before a restart; ``eta_s`` None). Never the error text: the body is open.
+    """One shape's entry in /readyz's ``shapes`` (``state``, ``eta_s``), from its ``Backend.shape_states`` entry:
+    "ready" (compiled, or eager after a failed Neuron compile), "queued" or "running" (``eta_s`` None when
+    unknown), or "failed" (its compile failed or timed out, or ``engine_failed``); never the error text.
     """
     if engine_failed or state["state"] in ("failed", "skipped"):
         return {"state": "failed", "eta_s": None}

@@ -1,18 +1,9 @@
 """The Neuron install as this process meets it before ``import torch``: whose compiler runs, and why a load failed.
 
-TorchNeuron runs the compiler it finds on ``PATH`` (``execvp("neuronx-cc")``). A venv's python started
-without activating the venv (systemd, tmux, a script) inherits a ``PATH`` without the venv's ``bin/``:
-TorchNeuron would then run another install's compiler or none, and every compile would fail, eager ops
-included. So ``app.py`` puts the interpreter's own folder first on ``PATH`` before ``import torch``
-(``interpreter_bin_first``).
-
-``import torch`` autoloads torch-neuronx; when that fails, the cause says which part of the install is
-wrong (``load_failure``): the Neuron runtime library is missing (``libnrt.so.1``), the host's glibc is
-older than the one the wheels were built against (``GLIBC_2.xx not found``; the Neuron 2.33 standalone
-wheels are for Ubuntu 26.04), or torch and torch-neuronx come from different families. The doctor
-(``--doctor``) gives the same fixes.
-
-Imports no torch.
+``interpreter_bin_first`` puts the interpreter's own folder first on ``PATH``, where TorchNeuron finds
+``neuronx-cc``; ``load_failure`` says which part of the install a failed ``import torch`` points to (no
+Neuron runtime library, a glibc older than the wheels', torch and torch-neuronx of different families) and
+its fix, as the doctor does. Imports no torch. Why and the fixes: docs/trainium.md.
 """
 
 from __future__ import annotations

@@ -3,45 +3,9 @@
     torchrun --nproc_per_node=2 app.py --tp 2                     # shards the chat model (default)
     torchrun --nproc_per_node=2 app.py --tp 2 --tp-engine image   # shards the FLUX.2 transformer
 
-Sharding uses the libraries' own tensor parallelism. Chat: transformers'
-``from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))``. Image: diffusers'
-``Flux2Transformer2DModel.from_pretrained(..., parallel_config=TensorParallelConfig(mesh=...))``
-over a ``DeviceMesh`` of the placement's device kind, handed to ``Flux2KleinPipeline``; the text
-encoder and the VAE stay whole on every rank. Each rank holds its shard on its own core
-(``neuron:LOCAL_RANK``); the engine that ``--tp-engine`` does not name runs whole on rank 0 only.
-
-Control messages (the announced request, the stop flag, the release) travel over a gloo side
-group (``dist.new_group(backend="gloo")``, CPU tensors), not the device group: on the "neuron"
-group ``broadcast_object_list`` turns each message into a device tensor whose length varies, and
-each new length is a new collective to compile. The shards' own collectives stay on the device group.
-
-Lockstep protocol (collectives in the same order on every rank):
-- right before each generation of the sharded engine (warm-up included), rank 0 broadcasts a
-  command tagged with the engine: ``("chat", (request, prompt, min_new_tokens, seed))`` or
-  ``("image", (request, seed))``; each follower runs the same call and discards the output;
-- the stop decision is a broadcast from rank 0 once per token (chat, ``chat.engine.CancelCriteria``)
-  or per denoising step (image, ``ImageEngine._run``), so a stop ends every rank at the same
-  token or step;
-- when rank 0 shuts down it broadcasts ``None`` and the followers return;
-- every rank then leaves through ``end_process`` (below), not the interpreter's own teardown.
-
-What runs where (diffusers 0.42.1, torch 2.13), as tested in tests/core/test_parallel.py:
-- chat: runs as shipped on CPU with the gloo backend; replies identical to the unsharded model.
-- image: diffusers ships tensor parallelism for "cuda", "neuron", "tpu" and "xpu" only, and as
-  shipped it stops on CPU before reading a weight: ``ModelMixin._resolve_parallel_config``
-  computes ``rank % torch.accelerator.device_count()``, which raises ``ZeroDivisionError: integer
-  modulo by zero`` on a CPU-only torch (modeling_utils.py:1719); with that lifted,
-  ``apply_tensor_parallel`` raises ``ValueError: Tensor parallelism is not supported on device
-  type 'cpu'`` (hooks/tensor_parallel.py:495). So the app refuses ``--tp-engine image`` on CPU at
-  start (``check_supported``, which reads diffusers' own device list). The test lifts exactly
-  those two guards in its own processes; then this module and diffusers' sharded load
-  (``_load_shard_file_tp``: each rank reads its 1/N slice of every planned weight) and forward
-  run on gloo: images within 1/255 of the unsharded pipeline (the all-reduce sums in another
-  order), identical on both ranks, the stop at rank 0's step, the follower exits 0.
-- Not run anywhere in this project: the Neuron path (the "neuron" process group, shards placed on
-  ``torch.neuron.current_device()``, ``torch.compile`` of a sharded transformer, ``pipe.to`` on
-  a pipeline holding DTensors on a device), and CUDA. Followers also decode the latents with the
-  (unsharded) VAE and discard the image: redundant work, kept so every rank runs the same call.
+Sharding uses transformers' and diffusers' own tensor parallelism. Before each generation of the sharded
+engine rank 0 broadcasts the call, and every stop decision, over a gloo side group; the followers run the
+same call. The protocol, and what has run where: docs/trainium.md, "Tensor parallel: the lockstep".
 """
 
 from __future__ import annotations
@@ -75,10 +39,8 @@ _control = None  # the gloo side group for control messages (set by init)
 
 
 def active(engine: str) -> bool:
-    """Whether ``engine`` is sharded over several ranks in this process (its collectives must run).
-
-    With ``--tp-engine image`` the chat engine runs whole on rank 0 and must not broadcast.
-    """
+    """Whether ``engine`` is sharded over several ranks in this process (its collectives must run); the engine
+    ``--tp-engine`` does not name runs whole on rank 0 and must not broadcast."""
     return _sharded == engine and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
@@ -163,15 +125,9 @@ def close() -> None:
 
 
 def end_process(code: int = 0) -> NoReturn:
-    """Every rank of a tensor-parallel run, last: finish as Python would, then leave without the C++ teardown.
-
-    A process group that a functional collective has used (DTensor does: every sharded weight) stays alive
-    in C++ after ``destroy_process_group``, with its gloo threads, even once Python holds no reference to it
-    (torch 2.13). Destroying it while the process exits, after the interpreter is gone, aborts the process
-    now and then ("terminate called without an active exception", SIGABRT, no Python frame left): 2 of about
-    135 two-rank runs of the image test on a busy 2-core machine. So this runs what the interpreter's exit
-    would (wait for non-daemon threads, the atexit handlers, flush the logs and streams) and ends with
-    ``os._exit``, which skips that teardown. Call it only where the process is done.
+    """Every rank of a tensor-parallel run, last: finish as Python would (non-daemon threads, atexit handlers,
+    flushed logs and streams), then ``os._exit`` without the C++ teardown that aborted a rank now and then.
+    Call it only where the process is done. Why: docs/trainium.md, "Tensor parallel: the lockstep".
     """
     threading._shutdown()  # what the interpreter's exit does first: join the non-daemon threads
     atexit._run_exitfuncs()
@@ -200,12 +156,8 @@ _MIRRORS = {"chat": _mirror_chat, "image": _mirror_image}
 
 
 def follow(engine) -> int:
-    """Followers: run every generation rank 0 announces until it shuts down; return how many.
-
-    Ctrl-C in a terminal reaches every rank of the run: a follower leaves it to rank 0, which stops the app and
-    releases the followers. A follower that stopped on it instead left rank 0's release without a peer
-    ("Connection closed by peer") and the run ended with two tracebacks and exit code 1. Main thread only.
-    """
+    """Followers: run every generation rank 0 announces until it shuts down; return how many. Ctrl-C is left
+    to rank 0, which releases the followers. Main thread only."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     engine.agree_stop = stop_flag  # each token (or step) every rank stops at rank 0's
     served = 0

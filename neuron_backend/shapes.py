@@ -1,23 +1,10 @@
 """Declared static shapes, their readiness, and what every engine shares.
 
-Neuron compiles one graph per input shape, so shapes are data in the settings and every
-request is mapped onto one of them (or refused) here, never discovered at run time. A shape
-key is typed: ``PromptBucket`` for the chat engine, ``ImageSize`` (text-to-image) and ``EditSlot``
-(an output size with N reference images) for the image engine; its ``label`` ("prefill-64",
-"1024x1024", "1024x1024+1ref") is what plain data (status, metrics, manifests) carries.
-
-Every engine exposes the same small surface, which the warm-up runner and the app rely on::
-
-    name: str                       # "chat" or "image"
-    model_id: str                   # hub id or folder the user asked for
-    placement: Placement            # from devices.resolve_placements
-    shapes: ShapeRegistry           # one entry per static shape, in warm-up order
-    load(folder: Path) -> None      # from_pretrained from a local folder, explicit placement
-    warm_up(shape: ShapeKey) -> None  # run one shape once (compiles it); marks it ready or failed
-    cancel() -> None                # stop the running request within one step
-    describe() -> dict              # plain data for the UI
-
-Engines raise only ``errors.ShowcaseError`` subclasses for things a user can cause or fix.
+Shapes are data in the settings: a request maps onto a typed shape key (``PromptBucket``, ``ImageSize``,
+``EditSlot``; its ``label`` is what plain data carries) or is refused, never discovered at run time. Every
+engine exposes ``name``, ``model_id``, ``placement``, ``shapes`` (a ``ShapeRegistry``), ``load``,
+``warm_up``, ``cancel`` and ``describe``, and raises only ``errors.ShowcaseError`` subclasses for what a
+user can cause or fix. The surface, typed: docs/architecture.md, "The engine surface".
 """
 
 from __future__ import annotations

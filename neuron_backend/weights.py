@@ -1,19 +1,9 @@
 """Model weights: which files a model needs, where they are, whether they are whole, and fetching the rest.
 
-A model is a local folder or a Hub id at a revision (a branch, tag or commit sha; None: main); a Hub id
-is looked up in the local Hugging Face cache (``snapshot_download(local_files_only=True)``) and what its
-snapshot lacks is fetched from the Hub at that revision, only that, one file at a time with
-``hf_hub_download`` (which resumes a cut connection). Every huggingface_hub call names the revision. A model counts as
-present only when every file it needs is there: for ``chat`` (a transformers causal LM) the config, the
-tokenizer and every weight shard its index names; for ``image`` (a diffusers pipeline) model_index.json
-and, for every component it lists, what ``from_pretrained`` reads (docs/weights.md lists them). The rules
-run on any "does this path exist / read this JSON" pair, so the same code reads a local folder, a cached
-snapshot or a Hub listing. Only safetensors weights are supported.
-
-Every network call is bounded: the Hub probe by ``--hub-timeout``, each metadata request by the same
-``etag_timeout``, and a download that receives no byte for ``stall_timeout`` seconds is abandoned with an
-error that says how to fetch the files by hand (huggingface_hub retries a silent server itself, up to 60 s
-per request and 5 times per file; the watchdog does not wait for that). Offline, no network is used.
+A model is a local folder or a Hub id at a revision (None: main), looked up in the local Hugging Face
+cache; ``obtain`` fetches only what its snapshot lacks, one file at a time with ``hf_hub_download``, every
+call naming the revision and bounded in time (offline: no network at all). Only safetensors weights are
+supported. Which files count, and the timeouts: docs/weights.md.
 """
 
 from __future__ import annotations
@@ -96,12 +86,8 @@ def component_kind(library: str, class_name: str) -> str:
 
 
 def pipeline_components(model_index: dict) -> dict[str, tuple[str, str]]:
-    """Component name -> (library, class) for every component model_index.json enables.
-
-    diffusers' rule, written out: a ``[library, class]`` pair under a name without a leading underscore,
-    ``[null, null]`` disabled. Its own helpers import torch, and this runs in ``parse_settings``, before
-    the compile cache is configured (which must precede ``import torch``).
-    """
+    """Component name -> (library, class) for every component model_index.json enables (diffusers' rule,
+    written out: its helpers import torch, and this runs before the compile cache is configured)."""
     return {name: (str(value[0]), str(value[1])) for name, value in model_index.items()
             if not name.startswith("_") and isinstance(value, list | tuple) and len(value) == 2
             and None not in value}
@@ -301,12 +287,9 @@ def model_ref(model: str, revision: str | None) -> str:
 
 
 def missing_files(model: str, kind: str, revision: str | None = None) -> list[str]:
-    """Which needed files of ``model`` ("chat" or "image") are missing locally; [] when all are there.
-
-    ``model`` is a hub id (looked up at ``revision`` in the local Hugging Face cache) or a local folder. The
-    network is never used. A model that is not cached at all lists its top-level needs (``config.json`` ... or
-    ``model_index.json``). For the doctor (``--doctor``) and ``--models auto``.
-    """
+    """Which needed files of ``model`` ("chat" or "image"; a hub id at ``revision`` in the local cache, or a
+    folder) are missing locally, never using the network; [] when all are there, the top-level needs
+    (``config.json`` ... or ``model_index.json``) when it is not cached at all."""
     return _missing(local_folder(model) or cached_snapshot(model, revision), kind)
 
 
@@ -369,11 +352,9 @@ def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = No
            revision: str | None = None) -> Path:
     """Return a local folder holding every file ``model`` needs, each one whole, downloading only the missing.
 
-    A hub id is taken at ``revision`` (None: main). ``progress(fraction, text)`` is called as bytes arrive
-    (only when downloading). Raises
-    EngineUnavailableError naming every missing or damaged file (a truncated shard, an unreadable
-    config) and what to do, or the files that cannot be fetched (offline, the Hub unreachable, a
-    stalled download).
+    A hub id is taken at ``revision`` (None: main); ``progress(fraction, text)`` is called as bytes arrive
+    (downloads only). Raises EngineUnavailableError naming every missing or damaged file and what to do, or the
+    files that cannot be fetched (offline, the Hub unreachable, a stalled download).
     """
     folder = local_folder(model)
     if folder is not None:

@@ -1,41 +1,8 @@
 """What the page needs to pass axe-core with zero critical and zero serious findings: theme colours at
-4.5:1 or better, and two repairs of Gradio's own markup.
+4.5:1 or better (``THEME``, ``CSS``), whole fonts (``FONT``), and repairs of Gradio's own markup as it
+renders (``HEAD``), Arabic aria-labels included.
 
-- ``THEME``: Gradio's default theme with darker fills where its text fails WCAG AA contrast: white on
-  the primary orange (#f97316, 2.8:1) becomes white on orange-700 (5.2:1); white on the stop red
-  (#ef4444, 3.8:1) becomes red-700 (6.5:1); the subdued grey of slider limits, info lines, the
-  upload's "or" and the footer (#bbbbc2, 1.9:1) becomes neutral-600. ``CSS`` does the same for the
-  selected tab's name (the accent orange, 2.8:1 on white) and the JSON viewer's syntax colours in the
-  light theme. Its fonts come whole at weight 600 (``FONT``, below).
-- ``HEAD``: a script that repairs Gradio 6.31's markup as it appears (a MutationObserver, as the
-  components render and re-render):
-  - the chat examples' container says ``role="list"`` but holds buttons (axe
-    ``aria-required-children``, critical): it becomes a ``group``;
-  - an empty image, file or gallery box is a ``div`` with an ``aria-label`` and no role
-    (``aria-prohibited-attr``, serious): it gets ``role="img"``, which allows the label ("Empty value");
-    a chat message is such a ``div`` too ("bot's message: …", flagged while a reply is still empty): it
-    gets ``role="article"``;
-  - the fold title of a reasoning or notice bubble is a ``role="button"`` holding a nameless arrow
-    ``<button>`` (``nested-interactive``, serious; ``button-name``, critical): the arrow is disabled and
-    hidden from assistive technology, and ``CSS`` lets a click on it reach the title, which stays the one
-    control (its own keyboard handling is Gradio's);
-  - the picture in an Image box sits in a nameless ``<button>`` (``button-name``): it is named after
-    its box's label;
-  - the footer's Settings icon repeats its button's word as its alt text (Lighthouse's
-    ``image-redundant-alt``): the icon's alt is emptied;
-  - a drop zone's aria-label ("Click to upload or drop files") is not the words it shows ("Drop File
-    Here - or - Click to Upload"), and a gallery thumbnail's ("Thumbnail 1 of 2") is not its caption
-    (axe 4.14 ``label-content-name-mismatch``, serious): the label goes, so the words shown name it; the
-    thumbnail's picture repeated the caption as its alt text (``image-redundant-alt``): emptied;
-  - Gradio writes its own aria-labels in English whatever the locale ("Empty value", "range slider for
-    Steps", "Copy table data"): on an Arabic page each known one is replaced by its Arabic
-    (``GRADIO_ARIA_LABELS``, ``GRADIO_ARIA_PREFIXES``) and put back when the page turns English; the
-    picture button's label (above) is its box's label, else "Image" in the page's language;
-  - the Python snippet's syntax colours (CodeMirror with a dark palette, 2.0-3.7:1 on white) are
-    darkened token by token, keeping their hue, until each reads at 5:1 on white (light theme only).
-
-``tests/browser/test_accessibility.py`` runs axe-core (4.14.1, from npm: package.json) on every tab in both
-languages and both sizes, before and after a reply, an image and a QA run.
+Each repair and the axe rule it answers: docs/page.md, "Accessibility".
 """
 
 from __future__ import annotations
@@ -44,14 +11,10 @@ import json
 
 import gradio as gr
 
-# Gradio 6.31 ships Source Sans Pro and IBM Plex Mono semibold (600) as subsets of a few dozen glyphs
-# ("A", "B", punctuation): text in weight 600 (titles, buttons, bold) drew those in Source Sans and every other
-# letter in the system's fallback, "AWS" with an A of another font. The fonts are declared at 400 and 700
-# (complete files), so weight 600 takes the bold face, whole.
+# Declared at 400 and 700 (complete files): Gradio 6.31's semibold (600) files are subsets of a few dozen glyphs.
 FONT = [gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif", "system-ui", "sans-serif"]
-# The fonts the first view draws are asked for with the page, not when Gradio first draws text with them: a
-# font that came after the first layout re-wrapped the title, or the demo notice's code, and moved all under
-# it (a layout shift of 0.12 on a phone in Arabic with the fonts 4 s late). Relative URLs, as in theme.css.
+# The fonts the first view draws, asked for with the page (a late font re-wrapped the title). Relative URLs, as in
+# theme.css.
 FONT_PRELOAD = "".join(f'<link rel="preload" href="static/fonts/{face}.woff2" as="font" type="font/woff2" crossorigin>'
                        for face in ("SourceSansPro/SourceSansPro-Regular", "SourceSansPro/SourceSansPro-Bold",
                                     "IBMPlexMono/IBMPlexMono-Regular"))

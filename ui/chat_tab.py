@@ -1,22 +1,9 @@
 """The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats and
 conversation files; rows plug-ins add under the chatbot (``extras``: the 👍/👎 feedback row).
 
-Showing: text exactly as typed, refusals that leave the tab usable, a stopped reply keeps its stats, the
-stats line and context meter under the chatbot in reserved space (``CHAT_CSS``), the message box not focused
-on load (the page opens at its header).
-
-Saved chats: ChatInterface's ``save_history`` keeps every conversation in the browser's
-localStorage (a ``gr.BrowserState``), listed in the panel beside the chat: "New chat" starts one,
-a click reopens one, the chatbot's 🗑 (clear) deletes the open one. Nothing is stored on the server,
-so no visitor sees another's chats. The storage key is fixed and the encryption secret is kept
-under the cache root, so saved chats also survive a server restart (Gradio's default secret is
-new at every start, which would silently empty every visitor's list).
-
-Conversation files: Export JSON / Markdown, and Load JSON (an export back into the chat). The JSON
-schema is ``neuron_backend.chat.text.export_document`` (docs/api.md, "Chat history and the export
-format"); the same file's ``messages`` are accepted as ``history`` by ``/chat``. Both files are English
-in either page language (keys, headings, stats; the model's name says "demo model" in English); the
-notices in them are the text the page showed. Errors of a loaded file come in the page's language.
+Text shows exactly as typed (``LiteralChatbot``), a stopped reply keeps its stats (``StoppedReplies``),
+saved chats live in the visitor's browser, and Export / Load JSON use ``chat.text.export_document``'s
+schema. How and why: docs/page.md, "The Chat tab underneath".
 """
 
 from __future__ import annotations
@@ -65,11 +52,8 @@ MAX_SESSIONS = 1000  # stopped replies kept, one per browser session
 class LiteralChatbot(gr.Chatbot):
     """A Chatbot that shows every message's text exactly as typed or generated: Markdown, no live HTML.
 
-    Gradio's Chatbot renders Markdown with raw HTML in it: its sanitizer deletes tags it does not
-    know (``List<String>`` shows as ``List``) and keeps others live (a styled ``<div>``, ``<a>``,
-    ``<details>``). Here each text leaves escaped (``markdown_literal``) and comes back unescaped, so
-    handlers, history and exports see the text itself. Gradio's own ``inspect.cleandoc`` of string
-    messages is skipped too: indentation stays. Drawn by the frontend's Chatbot (``is_template``).
+    Texts go to the page escaped (``markdown_literal``) and come back unescaped, and Gradio's ``cleandoc`` of
+    string messages is skipped, so handlers, history and exports see the text itself, indentation included.
     """
 
     is_template = True
@@ -114,12 +98,9 @@ def refusal_note(message: str) -> list[gr.ChatMessage]:
 
 
 def chat_refusals(extra_outputs: Callable[[], int]):
-    """For the ChatInterface handler: a refusal ends the reply with a note and one warning toast.
-
-    Raising gr.Error there leaves Gradio 6.31's ChatInterface stuck (message box disabled, Stop
-    showing) and paints an error on every output; ending normally lets it re-enable the box.
-    ``extra_outputs()``: how many ``additional_outputs`` the interface has (they are left as they are).
-    """
+    """For the ChatInterface handler: a refusal ends the reply with a note and one warning toast, never
+    ``gr.Error`` (which leaves Gradio 6.31's ChatInterface stuck). ``extra_outputs()``: how many
+    ``additional_outputs`` the interface has (they are left as they are)."""
 
     def decorate(fn):
         @wraps(fn)
@@ -138,13 +119,9 @@ def chat_refusals(extra_outputs: Callable[[], int]):
 class StoppedReplies:
     """Keeps the final update (with stats, marked stopped) of a reply the visitor stopped.
 
-    Gradio ends a handler on Stop by closing its generator, so the last update, the one with the
-    stats, never reaches the page. ``stream`` catches that close: it stops this reply within one
-    token, drains it to its final update and keeps it for ``stopped`` (the Stop button's own
-    listener), which waits up to ``wait_s`` for it. How it stops only this reply: on the
-    one-reply-at-a-time path the suspended reply holds the engine's job lock, so ``cancel`` stops
-    exactly it; with ``--chat-batch`` the reply's own ``stop`` event ends its row (the other users'
-    rows run on). Thread-safety: one entry per browser session, guarded by ``_lock``.
+    ``stream`` catches Gradio closing the handler's generator on Stop, stops only this reply, drains it to its
+    final update and keeps it; ``stopped`` (the Stop button's listener) waits up to ``wait_s`` for it.
+    Thread-safety: one entry per browser session, guarded by ``_lock``.
     """
 
     def __init__(self, backend: Backend, wait_s: float = 5.0):
@@ -451,13 +428,8 @@ def idle_meter(settings) -> str:
     return bilingual_html(lambda: context_meter_text(None, settings.buckets, settings.context_length))
 
 
-# The reply's stats line and the context meter sit under the chatbot, above the message box: the last reply
-# ends right above its stats, and both stay in view while the visitor types. Their height is reserved (a
-# full stats line takes three lines on a phone, two on a tablet, one on a desktop), so a line that arrives at
-# the end of a reply moves nothing under it. Below 500 px Gradio stacks the saved chats' column over the chat's; there
-# the chat comes first, so the saved list, which grows when a reply ends, moves nothing above it. The chat's
-# column is found by its meter, which mounts before the chatbot; until the chatbot mounts, a placeholder of its
-# height holds its place (else the column moved, and what is under the chatbot jumped down, as it came).
+# Stats and context meter under the chatbot in reserved height; below 500 px the chat's column (found by its
+# meter) comes first and a placeholder holds the chatbot's place (docs/page.md, "The Chat tab underneath").
 CHAT_CSS = """
 #chat-stats p, #context-meter p { font-size: var(--text-md); line-height: 1.5; margin: 0; }
 #chat-stats { min-height: 4.5rem; }

@@ -1,22 +1,10 @@
 """The page's words in English and Arabic: Gradio's ``gr.I18n``, the visitor's language, the right-to-left glue.
 
-The English is written where the page shows it: components take ``label=t("Prompt")``; ``t`` gives Gradio
-a short id of that text, with the English and the Arabic (from the one catalog,
-``neuron_backend/arabic.json``, keyed by the English) under it, and the frontend (svelte-i18n) shows the text
-of the visitor's locale, which it takes from ``navigator.language`` (an ``ar-*`` browser gets Arabic, any
-other English); the footer's Settings menu switches it. ``HEAD`` adds ``?lang=ar|en`` as an override and
-keeps ``<html dir>`` in step with the locale (svelte-i18n writes ``<html lang>``; Gradio never sets
-``dir``). ``CSS`` makes Arabic text in messages, prompts and the QA grid read right to left in either UI
-language.
-
-Text built at run time in Python (the header and warm-up bar, stats, progress, QA tables, toasts and
-the backend's messages) is chosen on the server: ``say("{n} tokens", n=3)`` gives the text of the
-language the visitor's page shows, which ``lang()`` reads from the event's request (the
-``showcase_lang`` cookie that ``HEAD`` keeps equal to ``<html lang>``, else the ``?lang=`` of the page's
-address, else ``Accept-Language``). Backend messages (``neuron_backend/messages.py``, built with
-``tr()``) read the same catalog: ``localized(exc)`` gives an error in that language. API clients send
-none of these and read English. What stays English: model names, flags and code; the example
-prompts are in the page's language, and a click sends them as shown. docs/languages.md says so.
+Static text is ``t("Prompt")`` (a ``gr.I18n`` id with both languages; the frontend shows the visitor's
+locale); text built at run time is ``say("{n} tokens", n=3)`` in the language ``lang()`` reads from the
+event's request, and ``localized(exc)`` gives a backend message in it. ``HEAD``, ``EARLY_SCRIPT`` and
+``LanguageOverride`` add ``?lang=ar|en`` and keep ``<html dir>`` in step; ``CSS`` sets Arabic text right to
+left in either language. How the language is chosen and what stays English: docs/languages.md.
 """
 
 from __future__ import annotations
@@ -153,13 +141,9 @@ def bilingual_html(text: str | Callable[[], str]) -> str:
     return "".join(spans)
 
 
-# ?lang=ar|en: redefine navigator.language/languages before Gradio's module script reads them (its
-# svelte-i18n picks the locale from them once, at start). launch(head=) comes too late for that: Gradio adds
-# it to the page only after the config is fetched and the locale chosen; so LanguageOverride puts this
-# script at the top of every page's <head>. It also writes <html lang> and <html dir> for the locale that
-# svelte-i18n will choose (the asked language, else an ar-* browser's Arabic, else English): the header's
-# first paint then shows the right copy from its first frame, where waiting for svelte-i18n let it paint
-# in English and jump to the Arabic copy's height (and side) when the locale came.
+# First in every page's <head> (LanguageOverride; launch(head=) comes after the locale is chosen): ?lang=ar|en
+# redefines navigator.language before svelte-i18n reads it, and <html lang>/<html dir> are written for the
+# locale it will choose, before the first paint.
 EARLY_SCRIPT = """<script>
 (() => {
   const asked = (new URLSearchParams(location.search).get("lang") || "").toLowerCase();

@@ -1,11 +1,8 @@
 """The Image tab's reference images: upload, fit mode, order, and each reference shown as the model will see it.
 
-Shown only when ``--references`` declares editing. The view is the fitted image itself (the padding of a
-letterbox, the crop of a crop), made by the same ``fit_reference`` the engine runs, at the reference size of
-the size picked; a count the server does not serve is said plainly before anything is sent. One reference
-is picked (a labelled radio, or a click in the view) to move earlier, later or remove; the result shown
-beside, or an image pasted from the clipboard, can be added as a reference. The files box holds the order:
-every change goes through its value.
+Shown only when ``--references`` declares editing. The view is made by the engine's own ``fit_reference`` at
+the reference size of the size picked; the files box holds the order, and every change (move, remove, a
+result or a clipboard image added) goes through its value. What the page offers: docs/page.md, "Image".
 """
 
 from __future__ import annotations

@@ -64,12 +64,9 @@ def context_meter_text(stats, buckets: tuple[int, ...], context_length: int) -> 
 
 
 def conversation_markdown(document: dict) -> str:
-    """An exported conversation (``chat.text.export_document``) as Markdown that reads as a
-    conversation: who said what, each reply's reasoning as a quote, its notices and stats under it.
-
-    The file is English in either page language, like the JSON export (its notices are the text the
-    page showed, in the page's language). Texts read as typed in any Markdown viewer (``markdown_literal``:
-    no live HTML, no remote image), as they do in the page's chat."""
+    """An exported conversation (``chat.text.export_document``) as Markdown that reads as a conversation: who
+    said what, each reply's reasoning as a quote, its notices and stats under it; English in either page
+    language, texts as typed (``markdown_literal``)."""
     with speaking("en"):
         return _conversation_markdown(document)
 
@@ -115,16 +112,9 @@ def _outside_code(text: str, change) -> str:
 
 
 def markdown_literal(text: str) -> str:
-    """Chat text as Markdown that shows exactly what was typed: no live HTML, no lost angle brackets.
-
-    Every ``<`` and ``&`` outside code gets a backslash (backslashes already in front of one are
-    doubled), so the page's Markdown renderer shows ``List<String>`` and ``<div style=...>`` as text
-    instead of parsing a tag (which its sanitizer then deletes or keeps live). So do the ``!`` of an
-    image (``![a](url)`` shows as ``!`` and a link: nothing is fetched) and the ``:`` or ``.`` that
-    starts a bare URL (``http://x/<img>`` is text, not an autolink that swallows the backslash before
-    ``<``; bare URLs are not links, ``[text](url)`` ones are). Code spans and fenced blocks are shown
-    verbatim by the renderer and are left alone. ``markdown_unliteral`` undoes it.
-    """
+    """Chat text as Markdown that shows exactly what was typed (``markdown_unliteral`` undoes it): outside code,
+    ``<``, ``&``, an image's ``!`` and a bare URL's ``:`` or ``.`` get a backslash, backslashes already in front
+    doubled. Why each: docs/page.md, "The Chat tab underneath"."""
     return _outside_code(text, lambda part: _ESCAPABLE.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), part))
 
 

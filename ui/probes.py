@@ -1,19 +1,9 @@
 """Health, readiness and metrics routes on Gradio's FastAPI app.
 
-- ``GET /healthz``: 200 while the process serves (it never looks at the engines).
-- ``GET /readyz``: 503 until every enabled engine serves every declared shape, then 200; the JSON
-  body names the warm-up tasks still warming and those that failed (names only: no paths, no errors),
-  and under ``shapes`` each enabled engine's shapes with their state and ETA. A compile-cache bundle
-  that failed to install is listed under ``warnings`` and does not hold readiness back
-  (``neuron_backend.metrics.readiness``).
-- ``GET /readyz?shape=LABEL`` (``&engine=chat|image`` optional): the same for one shape, for a router in
-  front of several servers: 200 when it serves here, 503 while it warms up or after it failed, 404 when
-  this server does not declare it, 400 when the query names no single shape (``shape_answer``).
-- ``GET /metrics``: Prometheus text format (``neuron_backend/metrics.py``).
-
-The routes reach FastAPI through ``launch(app_kwargs={"routes": ...})`` (FastAPI's own ``routes``
-argument), so they exist from the server's first request. They check no login: with ``--auth`` a
-plug-in's middleware asks for one on ``/metrics``; the probes stay open.
+``probe_routes`` gives ``GET /healthz``, ``/readyz`` (``?shape=LABEL`` for one shape: ``shape_answer``) and
+``/metrics``, handed to FastAPI through ``launch(app_kwargs={"routes": ...})`` so they answer from the first
+request. They check no login: with ``--auth`` a plug-in's middleware asks for one on ``/metrics``; the probes
+stay open. What each answers: docs/api.md.
 """
 
 from __future__ import annotations

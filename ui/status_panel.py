@@ -29,22 +29,13 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit sha, shown by its first 7 digi
 
 
 def ltr_runs(text: str, markup: bool = False) -> str:
-    """``text`` with its Latin technical runs in left-to-right isolates, on an Arabic page only (English as it is).
-
-    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">``; otherwise (a table cell, Markdown) between
-    LRI and PDI (``neuron_backend.messages.ltr_isolated``).
-    """
+    """``text`` with its Latin technical runs isolated on an Arabic page only (English as it is): in
+    ``<bdi dir="ltr">`` when ``markup`` (HTML), else between LRI and PDI (a table cell, Markdown)."""
     return ltr_isolated(text, markup) if lang() == "ar" else text
 
 
-# The bar keeps its height from the page's first paint (the state at start) to warm-up's end: on a phone the
-# warming-up line takes two lines where "Warm-up done in 7.3 s" takes one, so two are kept there; and the
-# progress bar gets a row of its own (beside two lines of text it was squeezed to nothing), the line and the
-# recompile note share the next. Classes, not ids: the first paint's Arabic copy carries no ids. Gradio's
-# footer logo has no size of its own and moved the page as it loaded. While Gradio mounts the page piece by
-# piece: its "Loading..." overlay, centred in the growing page, moved with it (hidden once this CSS is in); the
-# footer, drawn under a half-built page, was pushed down (the main area is a screen tall from the start); the
-# details fold, drawn before the header above it, was pushed down (invisible until the header is there).
+# What holds the page still while Gradio mounts it (docs/page.md, "A page that holds still"). Classes, not ids:
+# the first paint's Arabic copy carries no ids.
 STATUS_CSS = """
 @media (max-width: 640px) {
   .warmup-row { flex-wrap: wrap; }

@@ -1,17 +1,9 @@
 """Chat prompts: the template rendered, tokenized, old turns dropped to fit the largest bucket, bucket chosen.
 
-Text a person typed stays text. The chat template is rendered once with a placeholder for every
-message's content (a "skeleton": the template's own text and markers only); the contents are put
-back in as data. Control tokens (``<|im_start|>``, ``<think>``, ...) are recognised only in the
-template's own text; the same strings inside a message are tokenized as plain characters, so
-nobody can forge a system turn. For ordinary text the ids are exactly those of
-``apply_chat_template(..., tokenize=True)``: the tokenizer splits at control tokens first and
-tokenizes the text between them independently, which is what ``_encode`` does too.
-
-Fitting a long history costs one pass: the text between two control tokens ("a unit") is tokenized
-once; a turn's length is the sum of its units, so the fewest oldest turns to drop follow from sums,
-and one more skeleton render confirms the result (falling back to a search if a template ever
-renders turns differently once others are dropped).
+The template is rendered once as a skeleton with a placeholder per message; the contents go back in as data,
+so control tokens count only in the template's own text (typed ones are plain characters) and ordinary text
+gets ``apply_chat_template``'s ids. A long history is fitted in one pass over its units (the text between two
+control tokens). How: docs/api.md, "Chat history and the export format".
 """
 
 from __future__ import annotations

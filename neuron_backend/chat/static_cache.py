@@ -1,59 +1,11 @@
 """The one static KV cache and the compiled forward over it: attention windows, static prefill chunks.
 
-Windows: decode reads only the part a conversation uses.
+``WindowedStaticCache`` attends each forward over the smallest declared window (``--cache-windows``) that
+holds the sequence so far, and ``attach`` makes ``generate()`` choose it before every forward; the prefill
+runs through the compiled forward in ``[B, chunk]`` pieces (``--prefill-chunk``), one ``Graph`` per chunk
+and window; ``packed_decode_sdpa`` is the compiled forward's attention.
 
-A ``StaticCache`` of ``context_length`` tokens keeps every shape fixed, but each step's attention
-then reads all of it: on the full-size Qwen3-0.6B on CPU a decode step over a 4096-token cache
-took 282 ms against 182 ms over 512 tokens, and at batch 4, 569 ms against 235 ms (the cache
-outweighs the weights). So the cache declares a few window lengths (``--cache-windows``, the
-context length always last) and each forward attends over the smallest window that holds the
-sequence so far: keys and values ``[:, :, :window]`` and a mask of ``window`` columns. The cache
-tensors, their addresses and the positions written stay exactly those of the plain static cache.
-
-Shapes stay declared: the window is a Python int on the cache, so a compiled decode graph is
-specialised to it (dynamo guards on its value): one graph per window, all compiled at warm-up,
-reused afterwards. The same idea as NeuronX Distributed Inference's token-generation buckets.
-
-How the window is chosen: ``attach(model)`` wraps ``model.prepare_inputs_for_generation``, which
-``generate()`` calls in Python before every forward, with the tokens that forward will write: a decode
-step passes the whole sequence with ``next_sequence_length=1``, a plain prefill the whole prompt, a
-chunked prefill (``prefill_chunk_size``, below) each ``[B, chunk]`` chunk alone.
-``WindowedStaticCache.select(new_tokens, prefill)`` adds them to the tokens the cache already holds
-(``length``, a host int reset with the cache, as transformers' own ``StaticSlidingWindowLayer`` keeps
-``cumulative_length_int`` beside its device counter: no device read) and sets the smallest window that
-holds them all. The window never comes from the 2D attention mask: ``generate()`` drops a mask that
-is all ones (a prompt that fills its bucket exactly), and a chunk's mask is cut to the chunk's end,
-so a length read there was the chunk's own (64), and chunks past the first window attended over a
-truncated context. The prefill forwards are those ``generate()`` marks ``is_first_iteration`` (one,
-or one per chunk). ``floor`` raises the decode window only (warm-up uses it to compile a window's
-graph without generating thousands of tokens).
-Layers other than plain full-attention ``StaticLayer`` (sliding-window ones) keep the full cache.
-
-Compiled prefill on static chunks (``--prefill-chunk``): the prompt runs through the compiled forward.
-
-``generate()`` compiles only the decode step; its prefill is an eager forward at the bucket's length,
-which on Neuron dispatches (and compiles, for every new shape) each op one by one. With
-``GenerationConfig.prefill_chunk_size`` set and a compiled forward, transformers 5.24's ``_prefill``
-splits the padded prompt ``[B, bucket]`` into ``[B, chunk]`` pieces and runs each through the same
-compiled call as decode (``get_compiled_call``), writing the static cache as it goes. The graphs
-of a chunk are then ``[B, chunk]`` queries over one cache window each (above): the chunk
-that ends at token ``k * chunk`` attends over the smallest window holding ``k * chunk`` tokens. So
-the prefill graphs are a fixed, declared set (``graph_windows``), compiled by each bucket's warm-up
-where they first appear, and every bucket is a whole number of chunks (settings.py checks it).
-
-Three things the stock path does not do, which a compiled chunk needs to stay one graph:
-- the cache must be initialised before the first chunk (``early_init``): a lazily initialised
-  static layer is a different graph (dynamo guards on ``is_initialized``);
-- the chunk's ``position_ids`` must have dense strides (``_dense``);
-- the 4D mask must always be built (``use_compiled_attention``'s static masks): transformers' sdpa mask skips itself
-  (returns None and lets SDPA use ``is_causal``) when it sees no padding, a decision taken in
-  Python on the mask's values, so a prompt of exactly a bucket's length got a graph of its own.
-
-The compiled forward's attention (``packed_decode_sdpa``, every compiled model): a decode step reads the
-cache's keys and values in place. Qwen3 groups 16 query heads over 8 KV heads; inside torch.compile
-transformers repeats the keys and values once per group, a copy of the whole window per layer per step,
-so the compiled decode was slower than the eager one (which packs the query heads instead) and slower
-the longer the window.
+Why and how: docs/trainium.md, "The chat's static cache".
 """
 
 from __future__ import annotations
@@ -95,9 +47,7 @@ class WindowedStaticLayer(StaticLayer):
         return self._cache.window, 0
 
     def reset(self) -> None:
-        """Start writing at position 0 again, without zeroing the tensors (86 ms for the full-size
-        model's cache at batch 4 on CPU): every forward writes its positions before attending, and
-        the causal mask hides every position after the newest one, so old entries are never read."""
+        """Start writing at position 0 again without zeroing the tensors: the causal mask hides old entries."""
         self.cumulative_length.zero_()
 
 
@@ -223,16 +173,9 @@ def label(bucket: int, chunk: int, windows: Sequence[int]) -> str:
 
 def packed_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                        position_bias=None, **kwargs):
-    """transformers' SDPA attention, except that a decode step (one query token) over grouped KV heads
-    always runs with its query heads packed onto their KV heads, reading the keys and values in place.
-
-    transformers 5.24 packs them (``pack_gqa``: the ``groups`` query heads of a KV head become ``groups``
-    query rows over that head) only outside torch.compile; inside, it repeats the keys and values once
-    per group (``repeat_kv``), which a compiled graph materialises: for Qwen3-0.6B (16 query heads over 8
-    KV heads) each layer of each decode step copies the cache window's keys and values to twice their
-    size, then attention reads the copies. Over a 4096-token cache that made the compiled decode step 3-4x
-    slower than the eager one on the CPU stand-in, and it moves the same extra bytes through HBM on any
-    device. The packed query is a plain SDPA call (no ``enable_gqa``), so every backend can lower it.
+    """transformers' SDPA attention, except that a decode step (one query token) over grouped KV heads runs
+    with its query heads packed onto their KV heads (``pack_gqa``), reading the keys and values in place,
+    inside torch.compile too. Why: docs/performance.md, section 7b.
     """
     from transformers.integrations.sdpa_attention import pack_gqa, sdpa_attention_forward, use_gqa_in_sdpa
 
@@ -249,10 +192,8 @@ def packed_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0, s
 
 def use_compiled_attention(model, static_masks: bool) -> None:
     """Give ``model`` the attention of the compiled forward: ``packed_decode_sdpa`` and, with ``static_masks``
-    (compiled prefill chunks), a 4D mask built on every forward (see the module docstring).
-
-    Only for SDPA (the default). Registered under names of their own through transformers'
-    ``AttentionInterface``/``AttentionMaskInterface``, so other models in the process keep plain ``sdpa``.
+    (compiled prefill chunks), a 4D mask built on every forward. Only for SDPA (the default); registered under
+    names of their own, so other models in the process keep plain ``sdpa``.
     """
     if model.config._attn_implementation not in ("sdpa", STATIC_SDPA, PACKED_SDPA):
         return
@@ -271,13 +212,9 @@ def use_compiled_attention(model, static_masks: bool) -> None:
 
 
 def compile_layers_once(model) -> int:
-    """Make each of ``model``'s decoder layers a nested compile region; return how many layers.
-
-    ``torch.compiler.nested_compile_region``: dynamo traces and compiles the layer's forward once and
-    calls that one subgraph for every layer, inside the same whole-model graph (one graph per shape,
-    as before), so inductor no longer compiles each of the 28 layers of Qwen3-0.6B on its own. Applied
-    through a subclass of the layer's class, made once per class, so other models of that class in the
-    process keep the library's own forward. Eager, the region is a plain call.
+    """Make each of ``model``'s decoder layers a nested compile region, traced and compiled once and called
+    for every layer inside the one whole-model graph; return how many layers. Other models of that layer class
+    keep the library's forward; eager, the region is a plain call. Why: docs/performance.md, section 7c.
     """
     names = set(getattr(model, "_no_split_modules", None) or ())  # transformers names its decoder layer here
     layers = [m for m in model.modules() if type(m).__name__ in names]

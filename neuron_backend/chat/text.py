@@ -1,17 +1,10 @@
 """The chat's text, no model needed: history in and out, request checks, the <think> splitter, and
 the plain-data results (``ChatStats``, ``ChatUpdate``, ``PromptInfo``).
 
-Everything a user types passes ``normalize_request``; streamed model text passes ``ThinkSplitter``.
-
-``normalize_history`` takes what either side sends (Gradio chatbot messages with content as text
-or a list of parts, the folded reasoning bubble, or the ``messages`` of an exported conversation)
-and returns plain ``{"role", "content"}`` turns for the prompt. Limits are checked first, before
-any text is copied or tokenized. Assistant text keeps its whitespace exactly, so the prompt stays
-token-identical to the model's own chat template.
-
-``export_document`` / ``load_document`` write and read the documented JSON export (docs/api.md, "Chat
-export format"): version, model, system prompt, settings, and messages with reasoning and per-reply
-stats kept apart from the answer.
+Everything a user types passes ``normalize_request``; ``normalize_history`` turns what either side sends
+into plain ``{"role", "content"}`` turns, assistant text whitespace and all; streamed model text passes
+``ThinkSplitter``; ``export_document`` / ``load_document`` write and read the JSON export. Formats and
+rules: docs/api.md, "Chat history and the export format".
 """
 
 from __future__ import annotations
@@ -304,19 +297,9 @@ def normalize_request(request: ChatRequest | Mapping, limit: int, max_new_tokens
 
 
 class ThinkSplitter:
-    """Split streamed text into reasoning (inside <think>...</think>) and answer.
-
-    Think tags count only where they mean something. With ``tags=False`` (thinking off: the
-    template closed an empty think block in the prompt) every tag the model writes is answer text.
-    With tags, only a ``<think>`` that opens the reply starts the reasoning and the first
-    ``</think>`` ends it; later tags, and every tag after a literal ``<think>``, are answer text.
-    A ``</think>`` with no ``<think>`` before it (a template that opens the block in the prompt)
-    turns everything so far into reasoning.
-    Tags may arrive split across chunks ("<th" + "ink>"): a tail that could begin a tag is held
-    back until the next chunk decides.
-
-    Whitespace: each part drops its leading whitespace and holds trailing whitespace back until more
-    text follows, so the deltas joined are exactly reasoning + answer (no stray leading space).
+    """Split streamed text into reasoning (inside <think>...</think>) and answer; the deltas joined are exactly
+    reasoning + answer. Only tags that mean something count (``tags=False``: none), and a tail that could begin
+    a tag is held back until the next chunk decides. The rules: docs/api.md, "Reasoning and answer".
     """
 
     def __init__(self, in_reasoning: bool = False, tags: bool = True):

@@ -1,26 +1,9 @@
 """Before and around ``Flux2KleinPipeline.from_pretrained``: check the files, the memory, the defaults.
 
-- every component folder is checked first (weights.verify_folder): a missing folder, a
-  truncated shard, an unreadable config is named with its file and cause, all at once;
-- the memory the pipeline needs is estimated from the files and compared with what the device
-  has free (memory.py); with ``--dtype auto`` a float32 load that does not fit becomes bfloat16,
-  otherwise the engine is refused with the numbers and the flags to change;
-- the VAE config's ``force_upcast: true`` is kept: AutoencoderKLFlux2 takes no such argument, so
-  diffusers drops it with a warning on every load and Flux2KleinPipeline never upcasts. Here the
-  value is registered back on the VAE's config, and on a 16-bit load the VAE stays in float32
-  with its decoder fed float32 latents, as diffusers' other pipelines do for ``force_upcast``, as long
-  as the memory plan has room for the float32 decode; otherwise the VAE decodes in the pipeline's
-  dtype, as Flux2KleinPipeline does (FLUX.2-klein-4B in bfloat16 on one 24 GiB NeuronCore);
-- a non-distilled checkpoint defaults to the pipeline's documented 50 steps instead of 4, unless
-  ``--default-steps`` is given. Distilled or not is read from the loaded pipeline's config, as
-  Flux2KleinPipeline itself reads it: a model_index.json without ``is_distilled`` (FLUX.2-klein-base-4B's
-  public copy has none) is not distilled (the pipeline's ``is_distilled=False`` default), runs 50 steps
-  and classifier-free guidance;
-- a text encoder with fewer layers than the pipeline's ``text_encoder_out_layers`` (the hidden
-  states of layers 9, 18 and 27 by default) is refused once loaded with the numbers, not at the
-  first image with a bare IndexError;
-- a load error keeps its cause: diffusers' "Unable to load weights from checkpoint file" hides
-  the reason in ``__context__``; the whole chain is in the message.
+Every component folder is verified first (all problems named at once), the memory plan picks the dtype and
+VAE decode (or refuses with the numbers), the VAE config's ``force_upcast`` is kept, a non-distilled
+checkpoint gets 50 default steps, a text encoder too shallow for the pipeline is refused, and a load
+error keeps its whole cause chain. Why each: docs/weights.md.
 """
 
 from __future__ import annotations
@@ -147,11 +130,8 @@ def keep_force_upcast(pipe, folder: Path, upcast: bool = True) -> bool:
 
 
 def is_distilled(pipe) -> bool:
-    """Whether a loaded pipeline is step-distilled: its config's ``is_distilled``, False when absent.
-
-    Flux2KleinPipeline registers ``is_distilled=False`` unless model_index.json says otherwise, and
-    uses classifier-free guidance exactly when it is False; the step default follows the same value.
-    """
+    """Whether a loaded pipeline is step-distilled: its config's ``is_distilled``, False when absent (as
+    Flux2KleinPipeline reads it)."""
     return bool(pipe.config.get("is_distilled", False))
 
 

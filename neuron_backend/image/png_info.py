@@ -1,10 +1,8 @@
 """Generated PNGs with their parameters embedded, the bounded folder they are saved in, and paste-back (an image's
 settings read from its PNG's text chunks, checked against this server; at the end).
 
-Each PNG carries two text chunks:
-- ``parameters``: A1111-style infotext (prompt, then ``Steps: 4, Sampler: ..., Seed: 42, ...``),
-  which other tools already know how to read;
-- ``showcase``: the full parameters dict as JSON, what ``read_png_parameters`` returns.
+Each PNG carries A1111-style infotext (``parameters``), which other tools read, and the full parameters as
+JSON (``showcase``), which ``read_png_parameters`` returns.
 """
 
 from __future__ import annotations
@@ -111,13 +109,9 @@ def _quoted(value: str) -> str:
 def settings_pairs(line: str) -> list[tuple[str, str]]:
     r"""The raw ``(key, value)`` pairs of one settings line, ``Key: value, Key: "quoted, value", ...``.
 
-    The same pairs as ``re.findall`` with the pattern
-    ``\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)``: the key as written (a word
-    character, then word characters, spaces and ``-/()``, up to a ``:``); the value from its first
-    non-space character: a JSON-quoted string with its quotes when a ``,`` or the end follows its
-    closing quote, else everything up to the next ``,``. That pattern takes quadratic time on a long
-    run of key characters without a ``:`` (every start inside the run rescans it to its end); this
-    scanner takes time linear in the length of ``line``.
+    The same pairs as ``re.findall`` with ``\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)`` (a quoted
+    value keeps its quotes when a ``,`` or the end follows them), in time linear in ``len(line)`` where that
+    pattern is quadratic (docs/security.md, "Untrusted PNG text").
     """
     pairs: list[tuple[str, str]] = []
     end = len(line)
@@ -301,19 +295,9 @@ def _remove_quietly(path: Path | None) -> None:
 
 
 # ----- paste-back ---------------------------------------------------------------------------------------------
-# Paste-back: the settings of an image, read from a PNG's text chunks, checked against this server.
-#
-# Reads our own PNGs (the JSON ``showcase`` chunk, else the ``parameters`` infotext) and A1111-style
-# ``parameters`` infotext from other tools (``prompt``, an optional ``Negative prompt:`` line, then
-# ``Steps: 20, Sampler: ..., CFG scale: 7, Seed: 1, Size: 512x512, ...``).
-#
-# The file is never trusted: at most ``MAX_PNG_BYTES`` are read; the chunk stream is walked by hand
-# and only text chunks (tEXt, zTXt, iTXt) are kept, so no pixel data is ever decompressed (no
-# decompression bomb); compressed text is inflated to at most ``MAX_TEXT_BYTES``; nothing read from
-# the file is used as a path; text is parsed in time linear in its length, and a settings line over
-# ``MAX_SETTINGS_CHARS`` is refused. Values are checked like a request: a size not served here is refused
-# with the allowed list. An edited image's references cannot come back (a PNG holds their sha256, sizes
-# and fit modes, not their pixels): the settings name them, and a note says to add them again.
+# Paste-back: the settings of an image, read from a PNG's text chunks (ours: the JSON ``showcase`` chunk, else
+# the infotext; other tools': A1111-style infotext), checked like a request. The file is never trusted: bounded
+# reads, text chunks only (no pixel is decompressed), nothing used as a path (docs/security.md).
 
 MAX_PNG_BYTES = 64 * 2**20  # a 1024x1024 PNG of ours is ~1.5 MB; other tools' are rarely over 20 MB
 MAX_TEXT_BYTES = 2**20  # all text chunks together, after inflating

@@ -1,29 +1,9 @@
 """Live preview of a denoising image: latents -> RGB by a fixed linear projection, on the host.
 
-The approach of ComfyUI's Latent2RGB previewer: each latent pixel (8x8 image pixels with FLUX.2's
-four-level VAE, ``scale`` x ``scale`` in general) is mapped to a colour by
-``rgb = latent @ factors + bias``, a table fitted once against the VAE. It needs no extra model,
-runs on the CPU from the latents the step callback already has (copied off the device), and adds
-no graph and no device compile: a preview is a few small host ops.
+``LatentRGB`` is the fitted table (``fit_latent_rgb``; read, written and cached by ``cached_or_fitted``);
+``unpack`` turns the step callback's packed latents back into the VAE's grid.
 
-How a table is made (``fit_latent_rgb``): draw random latents in the space the transformer denoises
-(patchified, batch-normalised), decode them with the pipeline's own VAE exactly as the pipeline's
-last step does, average-pool the decoded RGB down to the latent grid (``scale`` x ``scale`` pixels
-per latent pixel; ``scale`` = 2 ** (VAE levels - 1), the pipeline's ``vae_scale_factor``), and
-solve least squares from the latent channels (plus a constant) to those colours.
-
-Where tables come from:
-- the demo pipeline: fitted at build time by ``demo_models`` and stored in its folder as
-  ``latent_rgb.json`` (``TABLE_FILE``);
-- the real FLUX.2-klein VAE: its weights could not be downloaded where this code was written, so no
-  table for it ships in the code. The first load of a model folder without a table fits one the
-  same way on a CPU copy of its VAE (a few seconds, once) and caches it under
-  ``<cache-dir>/preview/`` (``cached_or_fitted``).
-
-Packed latents (what the step callback gets) are ``[B, (H/2s)*(W/2s), 4*C]`` (s: ``scale``; with
-FLUX.2's VAE ``[B, (H/16)*(W/16), 4*C]``) in row-major order (the pipeline's ``_pack_latents``);
-channel ``4*c + 2*i + j`` is channel ``c`` of the sub-pixel ``(i, j)`` of a 2x2 patch
-(``_patchify_latents``). ``unpack`` undoes both on the host.
+How the table is fitted and where it comes from: docs/page.md, "How the live preview is drawn".
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Reference images for editing: read, checked and fitted to the size the pipeline keeps unchanged.
 
-``Flux2KleinPipeline`` (diffusers 0.42) prepares each reference itself: one over 1024x1024 in area
-is resized (LANCZOS) to that area, then both sides are rounded down to a multiple of 16 and the
-image is resized and centre-cropped to them (``resize_mode="crop"``). Every reference size is a new
-transformer sequence length, so a new compiled graph on Neuron. So the fitting is ours, done before
-the pipeline: each reference becomes exactly ``reference_size(output size)`` pixels, RGB, a size the
-pipeline passes through unchanged (area at most 1024x1024, sides multiples of 16, at least 64, aspect
-at most 8:1), and the pipeline never resizes again.
+``read_reference`` reads only a file's header (its pixels checked against ``reference_pixel_limit``) and
+keeps the compressed bytes; ``fit_reference`` decodes it, one reference at a time in the process, and fits
+it by ``letterbox`` or ``crop`` to ``reference_size(output size)``: same file, mode and size, same pixels.
 
-Two fit modes, chosen per reference:
-- ``letterbox``: the whole image, scaled to fit inside and centred on a fixed ``LETTERBOX_FILL``;
-- ``crop``: the image scaled to cover and centre-cropped.
-
-Everything here is deterministic: same file, same mode, same output size, same pixels.
-
-Memory: reading a file (``read_reference``) reads only its header and keeps the compressed bytes; its
-pixels are checked against ``reference_pixel_limit(sizes)`` (derived from the largest declared size)
-before anything is decoded. Decoding happens in ``fit_reference``, which the engine calls once the
-request holds the engine, and one reference at a time in the whole process (``_DECODING``), so a
-reference's decoded pixels exist only while it is being fitted.
+Why the fitting is ours: docs/editing.md, "Fitting"; the memory bounds: docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """One pipeline call of the image engine: the denoising loop's step callback, stop and preview frames.
 
-The step callback (``callback_on_step_end``) runs on the engine's thread at every step boundary:
-- it reports progress;
-- it checks the request's cancel event and, if set, sets ``pipe._interrupt`` so that no further
-  step runs (the pipeline still decodes the latents it has: a stopped request returns an image);
-- when a preview is wanted, it copies the latents to the host (at most every
-  ``PREVIEW_INTERVAL_S``, never for the last step) and hands them over; turning them into pixels
-  happens later, on whichever thread shows the frame (``PreviewFrame.image``).
+The step callback (``callback_on_step_end``) runs on the engine's thread at every step boundary: it reports
+progress, ends the loop once the request's cancel event is set (``pipe._interrupt``: the latents so far are
+still decoded), and hands over host copies of the latents for preview frames (docs/page.md, "How the live
+preview is drawn").
 """
 
 from __future__ import annotations
