@@ -22,6 +22,7 @@ from neuron_backend.neuron_install import interpreter_bin_first, load_failure  #
 from neuron_backend.plugins import Parts, plug_all
 from neuron_backend.settings import parse_settings
 from tools import doctor
+from tools.aot import plugin as saved_forwards
 from tools.cache import plugin as cache_bundles
 from tools.login import plugin as login_hardening
 from tools.mcp import plugin as mcp
@@ -33,7 +34,7 @@ log = logging.getLogger("showcase.app")
 
 # Everything that is not the two models, each a module with add_flags(parser) and plug(settings) -> Parts
 # (neuron_backend/plugins.py); --help lists each one's flags under its title. None of them imports torch.
-PLUGINS = (remote_engines, cache_bundles, openai_api, login_hardening, mcp, qa_bench, doctor)
+PLUGINS = (remote_engines, cache_bundles, saved_forwards, openai_api, login_hardening, mcp, qa_bench, doctor)
 
 LOAD_FAILURE = """\
 error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             folder = model_folder(settings, settings.tp_engine)
             parallel.init(settings, placement)
             if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
-                run_follower(settings, placement, folder)
+                run_follower(settings, placement, folder, parts.compiled)
                 parallel.end_process()
         backend = Backend(settings, parts=parts)
     except ShowcaseError as exc:

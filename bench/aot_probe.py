@@ -79,7 +79,7 @@ def child(side: str, root: Path, batches: tuple[int, ...]) -> dict:
     """One decode graph per batch size: compiled and saved, loaded, traced warm, or run eager."""
     import torch
 
-    from neuron_backend import aot  # what the engine saves beside each forward, found the same way
+    from tools.aot import forward as aot  # what the engine saves beside each forward, found the same way
 
     steps, seconds, sums = _setup(root, batches), {}, {}
     warm = torch.compile(step, fullgraph=True, dynamic=False)

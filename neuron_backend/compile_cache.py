@@ -239,7 +239,8 @@ class CompileCounter:
 
     @staticmethod
     def loaded() -> int:
-        """Compiled programs loaded whole so far (``aot.py``): no trace and no compile, a cache hit."""
+        """Compiled programs loaded whole so far (each counted by a ``Parts.compiled`` wrapper in dynamo's
+        ``counters["showcase"]["aot_loaded"]``): no trace and no compile, a cache hit."""
         from torch._dynamo.utils import counters
 
         return int(counters["showcase"]["aot_loaded"])

@@ -323,7 +323,7 @@ def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
     """``attempt(*args)``, warming up shape ``key``; on Neuron, when it fails, note the error in
     ``engine.shapes.eager[key]`` and run it once more. A second failure is raised, and so is an out-of-memory
     (``refuse_out_of_memory``: DeviceMemoryError). A compiled forward that could not be saved is no failure
-    here: ``aot.AotForward`` keeps it serving and counts the refused save.
+    here: a plug-in's wrapper (``Parts.compiled``) keeps it serving and counts the refused save.
 
     The image engine runs a size listed in ``shapes.eager`` with its transformer uncompiled, in
     warm-up and when serving. The chat engine, whose buckets share graphs, falls back per graph
@@ -520,20 +520,6 @@ def repeated_blocks(settings: Settings, placement: Placement) -> bool:
     """
     mode = settings.compile_repeated_blocks
     return placement.compile and (mode == "on" or (mode == "auto" and placement.kind == "neuron"))
-
-
-def aot(settings: Settings, engine: str, placement: Placement) -> bool:
-    """Whether ``engine`` saves its compiled forwards and loads them on a warm start (``aot.py``).
-
-    --chat-aot / --image-aot on/off decides; auto turns it on where the engine compiles with inductor (CPU,
-    CUDA), whose compiled artifact ``aot_compile`` saves. On Neuron the forward compiles with the ``neuron``
-    backend, which torch's ahead-of-time save is not known to accept: auto leaves it off there (a key that
-    cannot be saved would run the plain compiled call anyway, after a failed try per graph). The image
-    transformer compiled per block (``repeated_blocks``) is not saved: its blocks are compiled, not the module."""
-    mode = settings.chat_aot if engine == "chat" else settings.image_aot
-    if engine == "image" and repeated_blocks(settings, placement):
-        return False
-    return placement.compile and (mode == "on" or (mode == "auto" and placement.compile_backend == "inductor"))
 
 
 def refuse_idle_compile_flags(settings: Settings, placements: dict[str, Placement]) -> None:

@@ -49,6 +49,7 @@ class Parts:
     page_hooks: tuple = ()  # hook(demo, backend) -> a FastAPI lifespan or None, called with the built page
     launch: Mapping[str, object] = field(default_factory=dict)  # keywords for Gradio's launch()
     command: Callable[[object, Parts], int] | None = None  # run instead of serving: command(settings, parts) -> exit
+    compiled: tuple = ()  # wrap(engine, target, config, placement, settings, variant) -> handle|None (wrap_compiled)
 
 
 def merged(parts: Iterable[Parts]) -> Parts:
@@ -69,3 +70,14 @@ def merged(parts: Iterable[Parts]) -> Parts:
 def plug_all(plugins: Iterable, settings) -> Parts:
     """Each plug-in's parts for these settings, merged."""
     return merged(plugin.plug(settings) for plugin in plugins)
+
+
+def wrap_compiled(wrappers: Iterable[Callable], engine: str, target, compile_config: dict, placement, settings,
+                  variant: str = ""):
+    """The handle of the first of ``wrappers`` that takes ``engine``'s compiled forward (``target``: the chat model,
+    the image transformer), or None: the engine keeps its plain compiled call. ``variant``: the engine's own choices
+    that change its graphs. A handle's ``refused_saves`` and ``save_errors`` reach the warm-up's notes."""
+    for wrap in wrappers:
+        if (handle := wrap(engine, target, compile_config, placement, settings, variant)) is not None:
+            return handle
+    return None

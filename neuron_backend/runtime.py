@@ -63,22 +63,23 @@ def asked_model(settings: Settings, engine: str) -> tuple[str, str | None]:
     return settings.image_model, settings.image_revision
 
 
-def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str):
-    """A new, unloaded engine of kind ``name`` (imported here: the engines pull in transformers/diffusers)."""
+def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str, compiled: tuple = ()):
+    """A new, unloaded engine of kind ``name`` (imported here: the engines pull in transformers/diffusers);
+    ``compiled``: the plug-ins' wrappers of its compiled forward (``Parts.compiled``)."""
     if name == "chat":
         from .chat.engine import ChatEngine as cls
     else:
         from .image.engine import ImageEngine as cls
-    return cls(settings, placement, model_id)
+    return cls(settings, placement, model_id, compiled)
 
 
-def run_follower(settings: Settings, placement: devices.Placement, folder: Path) -> int:
+def run_follower(settings: Settings, placement: devices.Placement, folder: Path, compiled: tuple = ()) -> int:
     """The whole life of a tensor-parallel follower rank: load its shard of the ``--tp-engine`` engine,
-    then mirror rank 0's generations until it shuts down (``parallel.follow``)."""
+    then mirror rank 0's generations until it shuts down (``parallel.follow``). ``compiled``: as rank 0's."""
     from . import parallel
 
     name = settings.tp_engine
-    engine = create_engine(settings, name, placement, model_ref(*asked_model(settings, name)))
+    engine = create_engine(settings, name, placement, model_ref(*asked_model(settings, name)), compiled)
     engine.load(folder)
     served = parallel.follow(engine)
     parallel.close()
@@ -90,7 +91,8 @@ class Backend:
     """Owns the engines and their warm-up. Safe to call from many request threads."""
 
     def __init__(self, settings: Settings, host: devices.HostDevices | None = None, parts: Parts = Parts()):
-        """``parts``: what the plug-ins add here (plugins.py): warm-up hooks, engines run elsewhere."""
+        """``parts``: what the plug-ins add here (plugins.py): warm-up hooks, engines run elsewhere, wrappers of
+        the engines' compiled forwards."""
         self.settings = settings
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
@@ -105,6 +107,7 @@ class Backend:
         if parts.elsewhere and parts.remote is None:
             raise ValueError(f"parts place {sorted(parts.elsewhere)} elsewhere but give no remote to connect them")
         self._remote = parts.remote(settings) if parts.elsewhere else None
+        self._compiled = parts.compiled  # handed to each engine it creates
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
@@ -283,7 +286,7 @@ class Backend:
 
     def _create(self, name: str):
         placement = self.placements[name]
-        engine = create_engine(self.settings, name, placement, self.model_id(name))
+        engine = create_engine(self.settings, name, placement, self.model_id(name), self._compiled)
         if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generation
             from .parallel import announcer, stop_flag
 
@@ -293,7 +296,7 @@ class Backend:
 
     def _warm_up(self, shape: ShapeKey, task: Task) -> None:
         engine = self.engine(task.engine)
-        saved = getattr(engine, "aot", None)  # aot.AotForward: compiled forwards saved for the next start
+        saved = getattr(engine, "saved_forwards", None)  # a wrapper's handle (Parts.compiled): saves it refused
         refused_before = saved.refused_saves if saved is not None else 0
         engine.warm_up(shape)
         if task.state == "failed":  # it ran past the compile time limit: its shape stays refused

@@ -51,10 +51,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("compile-repeated-blocks", "tri", "auto|on|off: compile each repeated transformer block once (faster compile; "
                                        "alone: on; auto: on where the image engine compiles on neuron)"),
     ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
-    ("chat-aot", "tri", "auto|on|off: save the chat's compiled forwards; a warm start loads them (auto: not neuron)"),
-    ("image-aot", "tri", "auto|on|off: the same for the image transformer compiled whole (auto: not neuron)"),
-    ("aot-key-file", "str", "the key that signs saved compiled forwards, outside --cache-dir (docs/security.md)"),
-    ("aot-trust", "bool", "also load saved compiled forwards this installation did not sign (a bundle you trust)"),
     ("compile-timeout-min", "float", "minutes per graph; a neuronx-cc still making progress is never ended (0: none)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
@@ -124,7 +120,7 @@ def _raw_values(argv: Sequence[str] | None, env: Mapping[str, str], plugins: Seq
     return raw
 
 
-def _tri(flag: str, value: object) -> str:
+def as_tri(flag: str, value: object) -> str:
     """auto|on|off from a flag or its environment variable (1/0, true/false, yes/no also accepted)."""
     text = str(value).strip().lower()
     return ("on" if _BOOLS[text] else "off") if text in _BOOLS else _choice(flag, text, ("auto", "on", "off"))
@@ -309,12 +305,10 @@ class Settings:
     compile: str = "auto"
     compile_repeated_blocks: str = "auto"  # auto|on|off; devices.repeated_blocks resolves it per placement
     chat_compile_layers_once: bool = False
-    chat_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
-    aot_key_file: Path = field(default_factory=lambda: Path.home() / ".config" / "trainium-showcase" / "aot.key")
-    aot_trust: bool = False  # load saved forwards this installation did not sign (aot.py)
-    image_aot: str = "auto"  # auto|on|off; devices.aot resolves it per placement
     compile_timeout_min: float = 60.0  # one graph's compile time limit (0: none); warmup.py
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
+    # this installation's own files, never in the cache (a signing key): $XDG_CONFIG_HOME/trainium-showcase
+    config_dir: Path = field(default_factory=lambda: Path.home() / ".config" / "trainium-showcase")
     host: str = "127.0.0.1"
     port: int = 7860
     share: bool = False
@@ -402,16 +396,12 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         default_steps_set="default_steps" in raw,
         max_steps=as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
-        compile_repeated_blocks=_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
+        compile_repeated_blocks=as_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
         chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
-        chat_aot=_tri("chat-aot", raw.get("chat_aot", "auto")),
-        image_aot=_tri("image-aot", raw.get("image_aot", "auto")),
-        aot_key_file=Path(str(raw["aot_key_file"])).expanduser() if "aot_key_file" in raw
-        else Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "trainium-showcase" / "aot.key",
-        aot_trust=bool(raw.get("aot_trust", False)),
         compile_timeout_min=as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",
+        config_dir=Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "trainium-showcase",
         host=str(raw.get("host", host_default)), port=as_int("port", raw.get("port", port_default)),
         share=bool(raw.get("share", False)),
         auth=_parse_auth(raw["auth"]) if "auth" in raw else None,
@@ -470,8 +460,6 @@ def validate(s: Settings) -> Settings:
             raise ConfigError(flag, f"unknown device {value!r}", "auto, neuron, cuda, cpu, optionally with :N")
     # --references: 0 included, each count in range, every size's references kept unchanged by the pipeline
     s = dataclasses.replace(s, references=served_counts(s.references, s.sizes, s.references_set))
-    if s.aot_key_file.resolve().is_relative_to(Path(s.cache_dir).resolve()):  # whoever writes the cache forges then
-        raise ConfigError("--aot-key-file", "it is inside --cache-dir, where a bundle or a host may write", "outside")
     if s.context_length < 2:
         raise ConfigError("--context-length", f"{s.context_length} is too small", "a whole number of 2 or more")
     if s.buckets[0] < 1:

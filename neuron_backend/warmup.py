@@ -281,7 +281,7 @@ class WarmupRunner:
         if task.kind == "compile" and CompileCounter.graphs() > graphs_before:
             hits, misses = (a - b for a, b in zip(CompileCounter.cache_hits(), hits_before, strict=True))
             cache_hit = hits > 0 and misses == 0
-        elif task.kind == "compile" and CompileCounter.loaded() > loaded_before:  # saved whole, loaded (aot.py)
+        elif task.kind == "compile" and CompileCounter.loaded() > loaded_before:  # saved whole, loaded (Parts.compiled)
             cache_hit = True
         self._end(task, READY, seconds=seconds, cache_hit=cache_hit)
         self._history.record(step.history_key, seconds, cache_hit)

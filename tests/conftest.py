@@ -64,9 +64,10 @@ def tiny_settings(tmp_path, session_root):
     """Settings for the demo models on CPU with a per-test cache root."""
     from neuron_backend.settings import parse_settings
 
-    # The engine tests' small shapes (the demo preset's are larger: a pasted paragraph must fit there)
-    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), *SMALL_SHAPES,
-                           "--aot-key-file", str(session_root / "keys" / "aot.key")], env={})
+    # The engine tests' small shapes (the demo preset's are larger: a pasted paragraph must fit there); this
+    # installation's own files (a signing key) under the session's root, not the user's home
+    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), *SMALL_SHAPES],
+                          env={"XDG_CONFIG_HOME": str(session_root / "config")})
 
 
 @pytest.fixture

@@ -42,10 +42,11 @@ from transformers import (
 )
 from transformers.utils import is_accelerate_available
 
-from .. import aot, devices
+from .. import devices
 from ..devices import CompileCounter, GraphFallbacks, Placement, on_device, synchronize
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import joined, tr
+from ..plugins import wrap_compiled
 from ..settings import Settings
 from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
 from . import static_cache
@@ -75,7 +76,8 @@ class ChatEngine:
 
     name = "chat"
 
-    def __init__(self, settings: Settings, placement: Placement, model_id: str):
+    def __init__(self, settings: Settings, placement: Placement, model_id: str, compiled: tuple = ()):
+        """``compiled``: the plug-ins' wrappers of the compiled forward (``Parts.compiled``)."""
         self.settings, self.placement, self.model_id = settings, placement, model_id
         self.buckets = tuple(settings.buckets)
         self.shapes = ShapeRegistry(self.name, shape_keys(settings, self.name))
@@ -107,7 +109,8 @@ class ChatEngine:
         self.on_generate = None
         self.agree_stop: Callable[[bool], bool] | None = None
         self._compile_config = None
-        self.aot: aot.AotForward | None = None  # the compiled forwards saved and loaded (load, --chat-aot)
+        self._wrappers = compiled
+        self.saved_forwards = None  # the handle a wrapper returned for the compiled forward (load); None: none took it
         if placement.compile:
             self._compile_config = CompileConfig(
                 backend=placement.compile_backend, fullgraph=True, dynamic=False, mode="default"
@@ -144,10 +147,10 @@ class ChatEngine:
             static_cache.use_compiled_attention(model, static_masks=bool(self.prefill_chunk))
             if self.settings.chat_compile_layers_once:
                 static_cache.compile_layers_once(model)
-            if devices.aot(self.settings, "chat", self.placement):  # a warm start loads the graphs (aot.py)
-                self.aot = aot.attach(model, aot.folder(self.settings), self._compile_config.to_dict(),
-                                      variant=repr((self.settings.chat_compile_layers_once, bool(self.prefill_chunk))),
-                                      **aot.signing(self.settings))
+            # generate() calls model.get_compiled_call for its compiled forward: a wrapper may replace it
+            self.saved_forwards = wrap_compiled(
+                self._wrappers, self.name, model, self._compile_config.to_dict(), self.placement, self.settings,
+                variant=repr((self.settings.chat_compile_layers_once, bool(self.prefill_chunk))))
         if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (static_cache.py)
             wanted = static_cache.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)

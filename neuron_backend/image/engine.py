@@ -42,10 +42,11 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from .. import aot, devices, parallel
+from .. import parallel
 from ..devices import Placement, compile_or_eager, on_device, repeated_blocks, uncompiled
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError, whole_number
 from ..messages import tr
+from ..plugins import wrap_compiled
 from ..settings import Settings
 from ..shapes import EditSlot, ImageSize, SerialJobs, ShapeRegistry, image_shape, parse_size, reference_size, shape_keys
 from . import loading
@@ -115,7 +116,8 @@ class ImageEngine:
 
     name = "image"
 
-    def __init__(self, settings: Settings, placement: Placement, model_id: str):
+    def __init__(self, settings: Settings, placement: Placement, model_id: str, compiled: tuple = ()):
+        """``compiled``: the plug-ins' wrappers of the compiled transformer (``Parts.compiled``)."""
         self.settings = settings
         self.placement = placement
         self.model_id = model_id
@@ -125,7 +127,8 @@ class ImageEngine:
         self.memory_note: str | None = None  # what loading needs and what was free (memory.py)
         self.default_steps = settings.default_steps  # 50 for a non-distilled checkpoint once loaded (loading.py)
         self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
-        self.aot: aot.AotForward | None = None  # the transformer's compiled forwards saved and loaded (--image-aot)
+        self._wrappers = compiled
+        self.saved_forwards = None  # the handle a wrapper returned for the compiled transformer (load); None: none
         self._jobs = SerialJobs()
         self._pipe = None
         self.preview_table: LatentRGB | None = None  # latents -> RGB for live previews (preview.py)
@@ -174,11 +177,11 @@ class ImageEngine:
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)
             if repeated_blocks(self.settings, self.placement):
                 pipe.transformer.compile_repeated_blocks(**options)  # one graph per block class and size
-            elif devices.aot(self.settings, "image", self.placement):  # a warm start loads the graphs (aot.py)
-                self.aot = aot.attach_module(pipe.transformer, aot.folder(self.settings), options,
-                                             **aot.signing(self.settings))
             else:
                 pipe.transformer.compile(**options)
+            # Module.__call__ runs the transformer's _compiled_call_impl: a wrapper may replace it
+            self.saved_forwards = wrap_compiled(self._wrappers, self.name, pipe.transformer, options, self.placement,
+                                                self.settings)
         table = cached_or_fitted(folder, pipe.vae, self.settings.cache_dir) if self.settings.image_preview else None
         with self._jobs.job():  # never swap the pipeline under a running request
             self._pipe, self.preview_table = pipe, table

@@ -25,6 +25,8 @@ def test_help_lists_each_plug_ins_flags_under_its_own_title():
     assert "--models" in core and "--api-key" not in core and "--chat-server" not in core
     for title, flags in {"engines on other servers (tools/remote)": ("--chat-server", "--image-server"),
                          "compile-cache bundles (tools/cache)": ("--cache-bundle", "--cache-bundle-sha256"),
+                         "saved compiled forwards (tools/aot)": ("--chat-aot", "--image-aot", "--aot-key-file",
+                                                                 "--aot-trust"),
                          "OpenAI-compatible /v1 (tools/openai_api)": ("--api-key",),
                          "MCP (tools/mcp)": ("--mcp",), "QA bench and feedback (tools/qa)": ("--feedback-max-bytes",),
                          "first-run checklist (tools/doctor.py)": ("--doctor",)}.items():

@@ -20,6 +20,7 @@ from neuron_backend.chat.batch import BatchRow, Sampling
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.settings import parse_settings
+from tools.aot import plugin as saved_forwards
 
 NEW_TOKENS = 4
 LENGTHS = (63, 64, 65, 255, 256, 257, 513, 1023, 1024, 1025, 2049, 3071, 3072)
@@ -46,7 +47,9 @@ def engine(folder, tmp_path, *flags: str) -> ChatEngine:
                                "--cache-dir", str(tmp_path), *flags], env={})
     assert (settings.buckets, settings.cache_windows, settings.context_length) == (
         (64, 256, 1024, 3072), (512, 1024, 2048), 4096)
-    chat = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "qwen3 2 layers")
+    # as app.py runs it: with the saved-forwards plug-in (auto: on where the chat compiles with inductor)
+    chat = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "qwen3 2 layers",
+                      saved_forwards.plug(settings).compiled)
     chat.load(folder)
     return chat
 
@@ -118,7 +121,7 @@ def test_compiled_prefill_gives_plain_generates_tokens(qwen3_2_layers, reference
     warmed up first, then no compile at all and plain generate()'s tokens for every prompt; the same with
     each decoder layer compiled once (a nested compile region)."""
     chat = engine(qwen3_2_layers, tmp_path, "--compile", "on", *flags)
-    assert chat.prefill_chunk == 64
+    assert chat.prefill_chunk == 64 and chat.saved_forwards is not None  # through the saved forwards, as the app
     torch._dynamo.reset()
     for key in chat.shapes.keys():
         chat.warm_up(key)

@@ -22,6 +22,7 @@ from neuron_backend.image.engine import ImageRequest
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
+from tools.aot import plugin as saved_forwards
 from ui.presentation import visitor_status
 from ui.probes import probe_routes
 from ui.status_panel import counters_lines, task_rows
@@ -43,9 +44,11 @@ def neuron(monkeypatch):
 
 
 def neuron_backend(root, *extra) -> Backend:
+    """On the fake cores, with the saved-forwards plug-in as the app has it (auto: off on Neuron)."""
     settings = parse_settings(["--models", "tiny", "--cache-dir", str(root), "--sizes", "64x64",
-                               "--chat-buckets", "32", "--max-new-tokens", "4", *extra], env={})
-    return Backend(settings, devices.HostDevices(neuron_cores=2, cuda_devices=0))
+                               "--chat-buckets", "32", "--max-new-tokens", "4", *extra], env={},
+                              plugins=(saved_forwards,))
+    return Backend(settings, devices.HostDevices(neuron_cores=2, cuda_devices=0), saved_forwards.plug(settings))
 
 
 def in_thread(fn):
@@ -151,7 +154,7 @@ def test_a_refused_save_is_no_compile_failure_and_the_status_says_it_once(neuron
     backend.runner.run()
     compile_tasks = [t for t in backend.runner.tasks if t.kind == "compile"]
     assert [t.state for t in compile_tasks] == ["ready", "ready"], [(t.name, t.error) for t in compile_tasks]
-    forward = backend.engine("chat").aot
+    forward = backend.engine("chat").saved_forwards
     assert forward.refused_saves >= 2 and neuron.save_attempts == forward.refused_saves and forward.saved == 0
     details = [t.detail or "" for t in compile_tasks]
     assert not any("eager fallback" in d for d in details), details  # every graph still runs compiled

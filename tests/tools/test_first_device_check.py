@@ -202,7 +202,7 @@ def test_a_phase_reports_each_engines_saved_forwards():
     def engine(name):
         if name == "image":
             raise EngineUnavailableError("the image engine failed to load")
-        return SimpleNamespace(aot=forwards)
+        return SimpleNamespace(saved_forwards=forwards)
 
     backend = SimpleNamespace(placements={"chat": None, "image": None}, engine=engine)
     assert _saved_forwards(backend) == {"chat": {"saved": 2, "loaded": 0, "refused": 1, "refused_saves": 2,

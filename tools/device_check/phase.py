@@ -23,7 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from tools.aot import plugin as saved_forwards  # --chat-aot, --image-aot (imports no torch)
+from tools.cache import plugin as cache  # the warm phase's --cache-bundle (imports no torch)
+
 ROLES = ("cold", "warm", "aot")  # aot: the saved-forwards variant (report.saved_forwards_phases)
+PLUGINS = (cache, saved_forwards)  # the plug-ins whose flags and parts a phase takes
 
 
 def _tasks(backend) -> list[dict]:
@@ -53,7 +57,7 @@ def _saved_forwards(backend) -> dict:
     out = {}
     for name in backend.placements:
         try:
-            forwards = getattr(backend.engine(name), "aot", None)
+            forwards = getattr(backend.engine(name), "saved_forwards", None)
         except Exception:  # noqa: BLE001 - an engine that did not load: its error is in the tasks
             forwards = None
         out[name] = None if forwards is None else {"saved": forwards.saved, "loaded": forwards.loaded,
@@ -100,15 +104,15 @@ def run_phase(settings, role: str, host=None) -> dict:
     ``host``: the devices to use (default: detected). Returns plain data (see docs/trainium.md)."""
     from neuron_backend import devices
     from neuron_backend.compile_cache import CompileCounter, use_neuron_counters
+    from neuron_backend.plugins import plug_all
     from neuron_backend.runtime import Backend
-    from tools.cache import plugin as cache
     from tools.cache import warm_start
 
     from . import parity
 
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
-    backend = Backend(settings, host, cache.plug(settings))  # its bundle installed, the cache recorded
+    backend = Backend(settings, host, plug_all(PLUGINS, settings))  # its bundle installed, the cache recorded
     if any(p.kind == "neuron" for p in backend.placements.values()):
         use_neuron_counters()  # TorchNeuron's metrics: every NEFF, eager or graph, and the NEFF cache's hits
     started = time.perf_counter()
@@ -153,9 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     from neuron_backend.compile_cache import configure_compile_cache  # imports no torch
     from neuron_backend.neuron_install import interpreter_bin_first
     from neuron_backend.settings import parse_settings
-    from tools.cache import plugin as cache  # the warm phase's --cache-bundle
 
-    settings = parse_settings(flags, plugins=(cache,))
+    settings = parse_settings(flags, plugins=PLUGINS)
     interpreter_bin_first()
     configure_compile_cache(settings.cache_dir)  # before import torch (autoload reads it)
     result = run_phase(settings, args.role)

@@ -245,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the check and write the report; exit 0 when every phase ran (findings are in the report), else 1."""
     args, app_flags = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        from tools.cache import plugin as cache
+        from .phase import PLUGINS
 
-        settings = parse_settings(app_flags, plugins=(cache,))
+        settings = parse_settings(app_flags, plugins=PLUGINS)
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

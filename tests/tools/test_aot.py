@@ -1,5 +1,5 @@
-"""--chat-aot: the chat's compiled forwards are saved at the first warm-up and loaded by the next without
-tracing: no compile, the same replies."""
+"""--chat-aot (tools/aot): the chat's compiled forwards are saved at the first warm-up and loaded by the next
+without tracing: no compile, the same replies. The same for the image transformer (--image-aot)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import pytest
 import torch
 from transformers import StaticCache
 
-from neuron_backend import aot, devices
 from neuron_backend.chat.engine import ChatEngine, ChatRequest
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.settings import parse_settings
+from tools.aot import forward as aot
+from tools.aot import plugin
 
 # With the chat template: a short prompt, one that fills bucket 32 exactly, one over it, one that fills 64.
 MESSAGES = ("hello there", "word " * 2, "word " * 3, "word " * 18)
 
 
 def engine(settings, folder) -> ChatEngine:
-    chat = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "demo Qwen3")
+    chat = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "demo Qwen3",
+                      plugin.plug(settings).compiled)
     chat.load(folder)
     return chat
 
@@ -33,11 +35,12 @@ def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_
                                                                                         demo_models):
     compiled = tiny_settings.replace(compile="on")
     first = engine(compiled, demo_models.chat)
-    assert first.aot is not None  # auto: on where the chat compiles with inductor
+    assert first.saved_forwards is not None  # auto: on where the chat compiles with inductor
     assert [len(first._prompts.fit(ChatRequest(m))[0]) for m in MESSAGES[1:]] == [32, 34, 64]
     for key in first.shapes.keys():
         first.warm_up(key)
-    assert first.aot.saved >= 2 and first.aot.loaded == 0 and not first.aot._unsaved  # a prefill chunk and decode
+    saved = first.saved_forwards
+    assert saved.saved >= 2 and saved.loaded == 0 and not saved._unsaved  # a prefill chunk and decode
     expected = replies(first)
 
     torch._dynamo.reset()  # nothing left in this process's dynamo caches: a trace would compile
@@ -47,7 +50,7 @@ def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_
         second.warm_up(key)
     got = replies(second)
     assert CompileCounter.graphs() == before, "the warm start traced a graph"
-    assert (second.aot.loaded, second.aot.saved) == (first.aot.saved, 0)
+    assert (second.saved_forwards.loaded, second.saved_forwards.saved) == (first.saved_forwards.saved, 0)
     assert got == expected
     assert got == replies(engine(tiny_settings.replace(compile="off"), demo_models.chat))  # eager: the same
 
@@ -86,11 +89,11 @@ def test_saved_forwards_live_in_the_apps_compile_cache_not_beside_a_foreign_kern
     # Someone else's TORCHINDUCTOR_CACHE_DIR (a shared kernel cache, as the test suite keeps): forwards stay home
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared-kernels"))
     monkeypatch.delenv("SHOWCASE_COMPILE_CACHE_SET", raising=False)
-    assert aot.folder(tiny_settings) == tiny_settings.cache_dir / "compile-cache" / "aot"
+    assert plugin.folder(tiny_settings) == tiny_settings.cache_dir / "compile-cache" / "aot"
     # The app pointed the caches (a temp folder when its root is not writable): the forwards go with them
     root = tmp_path / "app-root"
     setup = configure_compile_cache(root, mounts="")
-    assert aot.folder(tiny_settings) == root / "compile-cache" / "aot" == setup.folder / "aot"
+    assert plugin.folder(tiny_settings) == root / "compile-cache" / "aot" == setup.folder / "aot"
 
 
 def test_a_torn_saved_forward_is_compiled_again(demo_models, tmp_path):
@@ -110,18 +113,20 @@ def test_a_torn_saved_forward_is_compiled_again(demo_models, tmp_path):
 ])
 @pytest.mark.parametrize("engine", ["chat", "image"])
 def test_auto_saves_where_the_engine_compiles_with_inductor(mode, kind, compile, on, engine):
-    settings = parse_settings(["--models", "tiny", f"--{engine}-aot", mode, "--compile-repeated-blocks", "off"], env={})
+    settings = parse_settings(["--models", "tiny", f"--{engine}-aot", mode, "--compile-repeated-blocks", "off"], env={},
+                              plugins=(plugin,))
     backend = "neuron" if kind == "neuron" else "inductor"
     placement = SimpleNamespace(compile=compile, compile_backend=backend, kind=kind)
-    assert devices.aot(settings, engine, placement) is on
+    assert plugin.saves(settings, engine, placement) is on
     other = "image" if engine == "chat" else "chat"  # each engine follows its own flag
-    assert devices.aot(settings, other, placement) is (compile and kind != "neuron")
+    assert plugin.saves(settings, other, placement) is (compile and kind != "neuron")
 
 
 def test_an_image_transformer_compiled_per_block_is_not_saved():
-    settings = parse_settings(["--models", "tiny", "--image-aot", "on", "--compile-repeated-blocks", "on"], env={})
+    settings = parse_settings(["--models", "tiny", "--image-aot", "on", "--compile-repeated-blocks", "on"], env={},
+                              plugins=(plugin,))
     placement = SimpleNamespace(compile=True, compile_backend="inductor", kind="cpu")
-    assert devices.aot(settings, "image", placement) is False
+    assert plugin.saves(settings, "image", placement) is False
 
 
 # -- the image transformer ----------------------------------------------------------------------------------
@@ -129,7 +134,8 @@ def test_an_image_transformer_compiled_per_block_is_not_saved():
 def image_engine(settings, folder):
     from neuron_backend.image.engine import ImageEngine
 
-    image = ImageEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["image"], "demo FLUX.2-klein")
+    image = ImageEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["image"], "demo FLUX.2-klein",
+                        plugin.plug(settings).compiled)
     image.load(folder)
     return image
 
@@ -153,10 +159,10 @@ def test_an_image_warm_start_loads_the_transformers_graphs_and_paints_the_same(t
     compiled = tiny_settings.replace(sizes=(ImageSize(64, 64), ImageSize(96, 64), ImageSize(64, 96)), compile="on",
                                      compile_repeated_blocks="off", max_steps=2, default_steps=2)
     first = image_engine(compiled, demo_models.image)
-    assert first.aot is not None  # auto: on where the transformer compiles whole with inductor
+    assert first.saved_forwards is not None  # auto: on where the transformer compiles whole with inductor
     for key in first.shapes.keys():
         first.warm_up(key)
-    assert (first.aot.saved, first.aot.loaded) == (2, 0) and not first.aot._unsaved
+    assert (first.saved_forwards.saved, first.saved_forwards.loaded) == (2, 0) and not first.saved_forwards._unsaved
     expected = paint(first)
 
     torch._dynamo.reset()  # nothing left in this process's dynamo caches: a trace would compile
@@ -166,7 +172,7 @@ def test_an_image_warm_start_loads_the_transformers_graphs_and_paints_the_same(t
         second.warm_up(key)
     got = paint(second)
     assert CompileCounter.graphs() == before, "the warm start traced a graph"
-    assert (second.aot.loaded, second.aot.saved) == (2, 0)
+    assert (second.saved_forwards.loaded, second.saved_forwards.saved) == (2, 0)
     assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
     # the plain pipeline, eager: the same picture up to float rounding of the compiled kernels
     eager = paint(image_engine(compiled.replace(compile="off"), demo_models.image))
@@ -239,9 +245,70 @@ def test_a_saved_forward_this_installation_did_not_sign_is_never_loaded(demo_mod
 def test_the_key_file_may_not_live_in_the_cache(tmp_path):
     from neuron_backend.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="--aot-key-file: it is inside --cache-dir"):
-        parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
-                        "--aot-key-file", str(tmp_path / "compile-cache" / "aot.key")], env={})
+    inside = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
+                             "--aot-key-file", str(tmp_path / "compile-cache" / "aot.key")], env={}, plugins=(plugin,))
+    with pytest.raises(ConfigError, match="--aot-key-file: it is inside --cache-dir.*allowed: a path outside"):
+        plugin.plug(inside)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path / "cache")],
-                              env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
-    assert settings.aot_key_file == tmp_path / "config" / "trainium-showcase" / "aot.key" and not settings.aot_trust
+                              env={"XDG_CONFIG_HOME": str(tmp_path / "config")}, plugins=(plugin,))
+    given = plugin.choices(settings)
+    assert given.key_file == tmp_path / "config" / "trainium-showcase" / "aot.key" and not given.trust
+
+
+# -- the plug-in's seam -------------------------------------------------------------------------------------
+
+CORE_ALONE = """
+import sys
+from neuron_backend.runtime import Backend
+from support.app import app_backend, app_settings
+
+root, config = sys.argv[1:3]
+args = ["--models", "tiny", "--device", "cpu", "--compile", "on", "--no-image", "--cache-dir", root,
+        "--chat-buckets", "32,64", "--context-length", "256"]
+
+
+def chat(backend):
+    for step in backend.runner._steps:  # weights and load only: nothing compiles
+        if step.task.kind in ("weights", "load"):
+            backend.runner._run_step(step)
+    return backend.engine("chat")
+
+
+settings = app_settings(args, env={"XDG_CONFIG_HOME": config})
+alone = chat(Backend(settings))  # the plug-in left out: auto would have saved here
+assert alone.saved_forwards is None and "get_compiled_call" not in vars(alone.model), "not the plain compile"
+off = chat(app_backend(app_settings([*args, "--chat-aot", "off"], env={"XDG_CONFIG_HOME": config})))
+assert off.saved_forwards is None and "get_compiled_call" not in vars(off.model), "wrapped though off"
+assert "tools.aot.forward" not in sys.modules, "imported without the plug-in's part"
+on = chat(app_backend(settings))  # as app.py: auto saves where the chat compiles with inductor
+assert type(on.saved_forwards).__module__ == "tools.aot.forward" and "tools.aot.forward" in sys.modules
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_the_core_never_imports_saved_forwards_and_compiles_plainly_without_them(demo_models, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from support.app import link_demo_models
+
+    root = Path(__file__).resolve().parents[2]
+    link_demo_models(tmp_path / "root", demo_models)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    done = subprocess.run([sys.executable, "-c", CORE_ALONE, str(tmp_path / "root"), str(tmp_path / "config")],
+                          capture_output=True, text=True, timeout=300, cwd=root, env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_the_plug_in_adds_a_wrapper_only_where_a_flag_may_save(tmp_path):
+    base = ["--models", "tiny", "--cache-dir", str(tmp_path / "cache")]
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    assert plugin.plug(parse_settings(base, env=env, plugins=(plugin,))).compiled == (plugin.wrap,)
+    off = parse_settings([*base, "--chat-aot", "off"], env={**env, "SHOWCASE_IMAGE_AOT": "0"}, plugins=(plugin,))
+    assert plugin.plug(off).compiled == ()  # both off: nothing wraps, nothing of forward.py is imported
+    assert plugin.choices(off).image == "off"  # the variable, read as the core's tri flags are
+    eager = SimpleNamespace(compile=False, compile_backend="inductor", kind="cpu")
+    assert plugin.wrap("chat", object(), {}, eager, parse_settings(base, env=env, plugins=(plugin,))) is None

@@ -1,52 +1,11 @@
-"""Compiled forwards saved whole, and loaded on a warm start without tracing the model again.
+"""Compiled forwards saved whole and loaded on a warm start without tracing the model again: ``AotForward``.
 
-A compile cache (inductor's, Neuron's NEFFs) skips code generation on a warm start, not dynamo's tracing:
-each graph still costs a trace of the whole model (about 1.3 s per graph for the demo chat model on CPU,
-more for a 28-layer one). torch 2.13 can compile a function ahead of time and save the result
-(``torch.compile(fn).aot_compile(...)``, ``save_compiled_function``) and load it in a later process
-(``torch.compiler.load_compiled_function``) without tracing: about 0.05 s per graph after inductor's
-first load in a process.
-
-Two engines use it, each through its own stand-in for the compiled call (``AotForward``):
-
-- the chat (``attach``, ``--chat-aot``): ``model.get_compiled_call``, which ``generate()`` (its decode
-  steps and its compiled prefill chunks) calls for the compiled forward; the saved function returns the
-  logits, and ``generate()`` reads ``logits`` and ``cache`` (the one it passed in, written in place);
-- the image transformer (``attach_module``, ``--image-aot``): the module's ``_compiled_call_impl``, which
-  ``Module.compile`` sets and ``Module.__call__`` runs; the saved function returns the denoiser's output,
-  handed back as the ``(sample,)`` tuple the pipeline asks for (``return_dict=False``).
-
-How a call finds its function:
-
-- Each call is keyed by what a compiled graph is specialised to: every argument's shape, strides, dtype and
-  device, every plain argument's value, a KV cache's window, batch and initialised layers, and grad mode.
-  The engines declare their shapes, so a warm-up meets every key once.
-- A key seen for the first time is compiled with ``aot_compile`` (the compile a warm-up pays anyway) and
-  saved as ``<folder>/<namespace>/<key hash>.aot``; a key saved by an earlier process is loaded from there.
-- A loaded function keeps no guards: dynamo cannot serialise the ID_MATCH guards on the model, so they are
-  dropped at compile (``guard_filter_fn``) and the key above picks the function instead. The namespace
-  hashes everything else a saved graph depends on (torch, transformers and diffusers versions, the model's
-  class, config and dtype, this code and the chat's cache code, the compile options), so a changed model or
-  version compiles anew.
-- The saved code names some module objects by alias (``___module_collections_<id>_c0``) that torch does
-  not record: they are found by id in the saving process and written beside it (``.modules.json``).
-- ``fullgraph`` is required (a graph break cannot be saved). A call whose key cannot be saved or whose
-  compile refuses to save (``aot_compile`` raising) runs through the plain ``torch.compile`` call instead,
-  once logged: the same graph, traced again on each start.
-- A save that fails after the compile (a full or read-only disk, or a backend result whose artifacts do not
-  pickle: ``save_compiled_function`` serialises them then) is a refused save: counted in ``save_errors``,
-  logged once, never retried in this process; the compiled function keeps serving the key.
-
-A saved forward is code (a pickle that ``load_compiled_function`` runs, and module names it imports): it is
-loaded only when this installation wrote it, or when the operator trusts the folder (``--aot-trust``). Each
-save writes ``<key hash>.sig`` beside it, an HMAC-SHA256 over the graph's and the aliases' bytes with this
-installation's key (``--aot-key-file``, kept outside the cache folder, made on first use); a load checks it and
-loads exactly the bytes it checked. A file without a valid signature (written by another host sharing the cache,
-carried by a bundle, or planted) is compiled again and saved over, with a log line that says why.
-
-On Neuron the forwards compile with the ``neuron`` backend, whose compiled artifact ``aot_compile`` is not
-known to save: ``--chat-aot``/``--image-aot auto`` are on where the backend is inductor, off on Neuron
-(``devices.aot``).
+``attach`` makes it the chat model's ``get_compiled_call`` (``generate()``'s forward), ``attach_module`` the
+``_compiled_call_impl`` of a module compiled whole (the image transformer). Each call is keyed by what its graph
+is specialised to (``call_key``); a new key is compiled with ``aot_compile`` and saved under
+``<folder>/<namespace>/``, signed with this installation's key; a saved key is loaded only when its signature
+verifies or the folder is trusted. A key that cannot be saved runs the plain compiled call. How it works and
+why: docs/bundles.md, "Saved compiled forwards".
 """
 
 from __future__ import annotations
@@ -70,10 +29,11 @@ from torch._dynamo.utils import counters
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .compile_cache import compile_cache_folder
+import neuron_backend
 
 log = logging.getLogger(__name__)
-SOURCES = ("aot.py", "chat/static_cache.py")  # the code a saved graph was traced through, besides the libraries
+# the code a saved graph was traced through, besides the libraries
+SOURCES = (Path(__file__), Path(neuron_backend.__file__).parent / "chat" / "static_cache.py")
 
 
 def forward(model, **kwargs):
@@ -134,7 +94,6 @@ def call_key(kwargs: dict) -> str | None:
 def namespace(model, compile_config: dict, variant: str = "") -> str:
     """A hash of what a saved graph depends on besides its call key (``variant``: the engine's own choices
     that change the graph, e.g. the decoder layer compiled once, the compiled attention's static masks)."""
-    here = Path(__file__).parent
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else dict(model.config)  # diffusers: a dict
     facts = {"torch": torch.__version__, "python": sys.version, "class": type(model).__qualname__,
              "libraries": {name: _version(name) for name in ("transformers", "diffusers")},
@@ -142,7 +101,7 @@ def namespace(model, compile_config: dict, variant: str = "") -> str:
              "dtype": str(model.dtype),
              "device": str(model.device), "compile": repr(sorted(compile_config.items())), "variant": variant,
              "attention": str(getattr(model.config, "_attn_implementation", None)),
-             "sources": [hashlib.sha256((here / name).read_bytes()).hexdigest() for name in SOURCES]}
+             "sources": [hashlib.sha256(path.read_bytes()).hexdigest() for path in SOURCES]}
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -318,20 +277,9 @@ def installation_key(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def signing(settings) -> dict:
-    """``AotForward``'s ``key`` and ``trusted`` from the settings (the key file made on first use)."""
-    return {"key": installation_key(Path(settings.aot_key_file)), "trusted": settings.aot_trust}
-
-
-def folder(settings) -> Path:
-    """``<compile-cache>/aot``, which a bundle carries: the folder the app pointed the compile caches into (a
-    temp one when the cache root is not writable), else the settings' cache root's. A ``TORCHINDUCTOR_CACHE_DIR``
-    set by someone else moves only inductor's kernels: saved forwards stay with this app's cache root."""
-    return (compile_cache_folder() or Path(settings.cache_dir) / "compile-cache") / "aot"
-
-
 def attach(model, folder: Path, compile_config: dict, variant: str = "", **signing) -> AotForward:
-    """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder`` (``signing()``'s key)."""
+    """Make ``generate()``'s compiled forward an ``AotForward`` saving under ``folder`` (``signing``: its ``key``
+    and ``trusted``)."""
     aot = AotForward(model, folder, compile_config, variant, **signing)
     model.get_compiled_call = lambda config: aot
     return aot
@@ -339,9 +287,10 @@ def attach(model, folder: Path, compile_config: dict, variant: str = "", **signi
 
 def attach_module(module: torch.nn.Module, folder: Path, compile_config: dict, variant: str = "",
                   **signing) -> AotForward:
-    """Make a module compiled whole (``Module.compile``) call an ``AotForward`` saving under ``folder``; its
-    plain compiled call serves the keys that cannot be saved."""
-    module.compile(**compile_config)
+    """Make a module compiled whole (``Module.compile``, done here when not yet) call an ``AotForward`` saving
+    under ``folder``; its plain compiled call serves the keys that cannot be saved."""
+    if module._compiled_call_impl is None:
+        module.compile(**compile_config)
     aot = AotForward(module, folder, compile_config, variant, compiled=module_forward, output=_module_output,
                      plain=module._compiled_call_impl, **signing)
     module._compiled_call_impl = aot
