@@ -8,8 +8,8 @@ compile:
 
 - ``whole``: generate()'s compiled decode as the engine runs it by default: dynamo inlines every layer
   and inductor compiles each one's code;
-- ``layers once``: ``static_cache.compile_layers_once``: the layer is a nested compile region, traced and
-  compiled once and called for every layer inside the same whole-model graph.
+- ``layers once``: ``compile_layers_once`` (bench/layers_once.py): the layer is a nested compile region,
+  traced and compiled once and called for every layer inside the same whole-model graph.
 
 Per run: the seconds of the first reply (a 64-token prompt, 3 tokens: the eager prefill and the decode
 graph's cold compile), then the decode step ((time of a 36-token reply - time of a 4-token one) / 32).
@@ -48,10 +48,11 @@ def child(side: str, layers: int, threads: int) -> dict:
     """One cold run of ``side`` in this process (called in a fresh subprocess)."""
     sys.path.insert(0, str(ROOT))
     import torch
+    from layers_once import compile_layers_once
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM, StaticCache
     from transformers.generation.configuration_utils import CompileConfig
 
-    from neuron_backend.chat.static_cache import compile_layers_once, use_compiled_attention
+    from neuron_backend.chat.static_cache import use_compiled_attention
 
     torch.set_num_threads(threads)
     torch._inductor.config.fx_graph_cache = False

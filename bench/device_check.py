@@ -99,7 +99,7 @@ def parse_args():
     p.add_argument("--chat-compile", choices=("on", "off"), default="on", help="the chat engine's --compile")
     p.add_argument("--image-compile", choices=("on", "off"), default="off", help="the image engine's --compile")
     p.add_argument("--chat-layers-once", action="store_true",
-                   help="--chat-compile-layers-once: the decoder layer compiled once (a nested compile region); "
+                   help="the decoder layer compiled once, a nested compile region (bench/layers_once.py); "
                         "run once without and once with it to compare warm-up seconds, tok/s and tokens")
     p.add_argument("--buckets", default=None, help="chat prompt buckets (default 64,256,1024; dry run 32,64)")
     p.add_argument("--context", type=int, default=None, help="static KV cache in tokens (default 4096; dry run 256)")
@@ -241,6 +241,8 @@ def measured_bandwidth(device: str, gib: float, passes: int = 10) -> float:
 # ----- chat -----------------------------------------------------------------------------------------
 def load_chat(args, folder: Path):
     """A ChatEngine on ``folder``, warmed up bucket by bucket: (engine, [{bucket, seconds, graphs}])."""
+    import layers_once
+
     from neuron_backend.chat.engine import ChatEngine
     from neuron_backend.compile_cache import CompileCounter
     from neuron_backend.devices import resolve_placements
@@ -250,9 +252,9 @@ def load_chat(args, folder: Path):
                                "--dtype", "bfloat16", "--compile", args.chat_compile, "--chat-buckets", args.buckets,
                                "--context-length", str(args.context), "--cache-windows", str(args.window),
                                "--max-new-tokens", str(max(args.new_tokens, 64)),
-                               "--cache-dir", str(args.root / "device-check"),
-                               *(["--chat-compile-layers-once"] if args.chat_layers_once else [])], env={})
-    engine = ChatEngine(settings, resolve_placements(settings)["chat"], "Qwen3-0.6B architecture, random weights")
+                               "--cache-dir", str(args.root / "device-check")], env={})
+    engine = ChatEngine(settings, resolve_placements(settings)["chat"], "Qwen3-0.6B architecture, random weights",
+                        compiled=(layers_once.wrap,) if args.chat_layers_once else ())
     engine.load(folder)
     warm = []
     for key in engine.shapes.keys():

@@ -523,13 +523,7 @@ def repeated_blocks(settings: Settings, placement: Placement) -> bool:
 
 
 def refuse_idle_compile_flags(settings: Settings, placements: dict[str, Placement]) -> None:
-    """ConfigError when --compile-repeated-blocks or --chat-compile-layers-once would be ignored: the engine
-    it is for runs eager here."""
-    chat = placements.get("chat")
-    if settings.chat_compile_layers_once and chat is not None and not chat.compile:
-        raise ConfigError("--chat-compile-layers-once", f"compiles nothing here: the chat engine runs eager on "
-                          f"{chat.device} (--compile {settings.compile}; auto compiles only on neuron)",
-                          "--compile on, or leave out --chat-compile-layers-once")
+    """ConfigError when --compile-repeated-blocks on would be ignored: the image engine runs eager here."""
     image = placements.get("image")
     if settings.compile_repeated_blocks == "on" and image is not None and not image.compile:  # auto never
         raise ConfigError("--compile-repeated-blocks", f"compiles nothing here: the image engine runs eager on "

@@ -50,7 +50,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("compile", "str", "auto|on|off: torch.compile (auto: on for neuron, off elsewhere)"),
     ("compile-repeated-blocks", "tri", "auto|on|off: compile each repeated transformer block once (faster compile; "
                                        "alone: on; auto: on where the image engine compiles on neuron)"),
-    ("chat-compile-layers-once", "bool", "compile the chat model's decoder layer once, for all its layers"),
     ("compile-timeout-min", "float", "minutes per graph; a neuronx-cc still making progress is never ended (0: none)"),
     ("cache-dir", "str", "root folder for compile caches, timing history, demo models, outputs"),
     ("host", "str", "address to bind (default 127.0.0.1; a Space sets GRADIO_SERVER_NAME)"),
@@ -304,7 +303,6 @@ class Settings:
     max_steps: int = 50
     compile: str = "auto"
     compile_repeated_blocks: str = "auto"  # auto|on|off; devices.repeated_blocks resolves it per placement
-    chat_compile_layers_once: bool = False
     compile_timeout_min: float = 60.0  # one graph's compile time limit (0: none); warmup.py
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "trainium-showcase")
     # this installation's own files, never in the cache (a signing key): $XDG_CONFIG_HOME/trainium-showcase
@@ -397,7 +395,6 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         max_steps=as_int("max-steps", raw.get("max_steps", 50)),
         compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
         compile_repeated_blocks=as_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
-        chat_compile_layers_once=bool(raw.get("chat_compile_layers_once", False)),
         compile_timeout_min=as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
         else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainium-showcase",

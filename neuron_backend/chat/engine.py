@@ -145,12 +145,10 @@ class ChatEngine:
         attach(model)  # generate() picks the cache window before every forward (static_cache.py)
         if self.placement.compile:  # a decode step reads the cache in place; chunks build their masks (static_cache.py)
             static_cache.use_compiled_attention(model, static_masks=bool(self.prefill_chunk))
-            if self.settings.chat_compile_layers_once:
-                static_cache.compile_layers_once(model)
             # generate() calls model.get_compiled_call for its compiled forward: a wrapper may replace it
             self.saved_forwards = wrap_compiled(
                 self._wrappers, self.name, model, self._compile_config.to_dict(), self.placement, self.settings,
-                variant=repr((self.settings.chat_compile_layers_once, bool(self.prefill_chunk))))
+                variant=repr(bool(self.prefill_chunk)))
         if self.prefill_chunk:  # the chunks run compiled: one graph each, whatever the prompt (static_cache.py)
             wanted = static_cache.recompile_limit(self._windows(), self.buckets, self.prefill_chunk) + 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, wanted)

@@ -211,26 +211,6 @@ def use_compiled_attention(model, static_masks: bool) -> None:
     model.set_attn_implementation(STATIC_SDPA if static_masks else PACKED_SDPA)
 
 
-def compile_layers_once(model) -> int:
-    """Make each of ``model``'s decoder layers a nested compile region, traced and compiled once and called
-    for every layer inside the one whole-model graph; return how many layers. Other models of that layer class
-    keep the library's forward; eager, the region is a plain call. Why: docs/performance.md, section 7c.
-    """
-    names = set(getattr(model, "_no_split_modules", None) or ())  # transformers names its decoder layer here
-    layers = [m for m in model.modules() if type(m).__name__ in names]
-    for layer in layers:
-        layer.__class__ = _layer_region(type(layer))
-    return len(layers)
-
-
-@functools.cache
-def _layer_region(cls: type) -> type:
-    if getattr(cls, "_compiled_once", False):
-        return cls
-    return type(cls.__name__, (cls,), {"forward": torch.compiler.nested_compile_region(cls.forward),
-                                       "_compiled_once": True, "__module__": cls.__module__})
-
-
 def early_init(cache, model, batch: int) -> None:
     """Allocate the static cache's tensors now, as transformers does for its own chunked prefill
     (``_prepare_static_cache``), so the first chunk's graph sees an initialised cache. A model whose

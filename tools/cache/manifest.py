@@ -50,7 +50,7 @@ NEFF_KEY_FIELDS = ("device.platform_target", "device.instance_family", "device.l
                    "paths.app")
 ENGINE_FIELDS = {
     "chat": ("model", "fingerprint", "kind", "dtype", "compile", "backend", "fullgraph", "dynamic", "library",
-             "context_length", "cache_windows", "batch", "prefill_chunk", "layers_once"),
+             "context_length", "cache_windows", "batch", "prefill_chunk"),
     "image": ("model", "fingerprint", "kind", "dtype", "compile", "backend", "fullgraph", "dynamic", "library",
               "repeated_blocks"),
 }
@@ -155,8 +155,7 @@ def describe(settings, placements: Mapping, folders: Mapping[str, Path], models:
         if name == "chat":
             entry.update(library=f"transformers {libraries['transformers']}",
                          context_length=settings.context_length, cache_windows=list(settings.cache_windows),
-                         batch=settings.chat_batch, prefill_chunk=getattr(settings, "prefill_chunk", None),
-                         layers_once=getattr(settings, "chat_compile_layers_once", False))
+                         batch=settings.chat_batch, prefill_chunk=getattr(settings, "prefill_chunk", None))
         else:
             entry.update(library=f"diffusers {libraries['diffusers']}",
                          repeated_blocks=repeated_blocks(settings, p))

@@ -47,7 +47,7 @@ def reference_engine(settings, name: str, folder, model_id: str):
 
     placement = devices.resolve_placements(settings)[name]
     cpu = settings.replace(device="cpu", chat_device=None, image_device=None, compile="off",
-                           dtype=placement.dtype_name, compile_repeated_blocks="off", chat_compile_layers_once=False)
+                           dtype=placement.dtype_name, compile_repeated_blocks="off")
     engine = create_engine(cpu, name, devices.resolve_placements(cpu)[name], model_id)
     engine.load(folder)
     return engine

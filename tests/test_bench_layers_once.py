@@ -1,17 +1,18 @@
-"""--chat-compile-layers-once: the decoder layer is one nested compile region, traced and compiled once and
-called for every layer inside the one whole-model graph. Token parity with plain ``generate()`` is in
-tests/core/test_prefill_parity.py; here the graph, the class swap and the flag's refusals."""
+"""bench/layers_once.py, the experiment off the app: the decoder layer is one nested compile region, traced and
+compiled once and called for every layer inside the one whole-model graph. Here the graph, the class swap and
+the wrapper; token parity with the whole-model compile is what ``bench/compile_layers_once.py`` reports."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM, StaticCache
 
-from neuron_backend.chat.static_cache import compile_layers_once
-from neuron_backend.devices import HostDevices, refuse_idle_compile_flags, resolve_placements
-from neuron_backend.errors import ConfigError
-from neuron_backend.settings import parse_settings
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from layers_once import compile_layers_once, wrap  # noqa: E402
 
 LAYERS = 3
 
@@ -75,10 +76,16 @@ def test_the_swap_is_per_model_and_done_once():
     assert layer_class.__name__ == "Qwen3DecoderLayer"
 
 
-def test_the_flag_needs_a_compiled_chat_engine():
-    for compile_flag in ("off", "auto"):  # auto: eager on CPU
-        settings = parse_settings(["--chat-compile-layers-once", "--device", "cpu", "--compile", compile_flag], env={})
-        with pytest.raises(ConfigError, match="chat engine runs eager"):
-            refuse_idle_compile_flags(settings, resolve_placements(settings, HostDevices(0, None, 0)))
-    on = parse_settings(["--chat-compile-layers-once", "--device", "cpu", "--compile", "on"], env={})
-    refuse_idle_compile_flags(on, resolve_placements(on, HostDevices(0, None, 0)))
+def test_the_wrapper_swaps_the_chat_models_layers_only_and_hands_the_forward_on():
+    chat, image = model(), model()
+    library_class = type(chat.model.layers[0])
+    assert wrap("chat", chat, {}, None, None) is None  # None: the next wrapper (saved forwards) still sees it
+    assert getattr(type(chat.model.layers[0]), "_compiled_once", False)
+    assert wrap("image", image, {}, None, None) is None and type(image.model.layers[0]) is library_class
+
+
+def test_the_app_no_longer_knows_the_experiment():
+    from neuron_backend.settings import parse_settings
+
+    with pytest.raises(SystemExit):
+        parse_settings(["--chat-compile-layers-once"], env={})
