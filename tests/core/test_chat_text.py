@@ -92,6 +92,7 @@ def test_the_real_tokenizer_has_the_real_ids(qwen_tokenizer):
 @pytest.mark.parametrize("thinking", [False, True])
 @pytest.mark.parametrize("system", [None, "You are terse."])
 @pytest.mark.parametrize("turns", [0, 1, 2])
+@pytest.mark.parity
 def test_prompts_are_token_identical_to_the_official_template(builder, qwen_tokenizer, thinking, system, turns):
     history = HISTORY[: 2 * turns]
     ids, dropped = fitted(builder, "And  now?", history, system, thinking)

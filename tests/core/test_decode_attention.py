@@ -66,6 +66,7 @@ def test_plain_sdpa_repeats_the_cache_inside_a_compiled_decode_step():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("static_masks", [False, True])
+@pytest.mark.parity
 def test_the_engines_attention_reads_the_cache_in_place_with_the_same_logits(static_masks):
     model = gqa_model()
     reference, _ = decode_step(model, compiled=False)  # transformers' sdpa, eager

@@ -254,7 +254,8 @@ def test_an_undeclared_count_is_refused_naming_the_allowed_ones(edit_engine):
                          "sizes": {"64x64": "64x64", "96x64": "96x64"}}
 
 
-def test_edit_equals_the_plain_pipeline_pixel_for_pixel(edit_engine, demo_models):
+@pytest.mark.parity
+def test_edit_and_text_to_image_equal_the_plain_pipeline_pixel_for_pixel(edit_engine, demo_models):
     from diffusers import Flux2KleinPipeline
 
     size, seed, steps = ImageSize(96, 64), 1234, 3
@@ -270,6 +271,9 @@ def test_edit_equals_the_plain_pipeline_pixel_for_pixel(edit_engine, demo_models
     assert np.array_equal(np.asarray(result.image), np.asarray(plain))
     text_only = edit_engine.generate(ImageRequest("make it blue", size, steps=steps, seed=seed))
     assert not np.array_equal(np.asarray(result.image), np.asarray(text_only.image))  # the references count
+    plain_text = pipe(prompt="make it blue", height=size.height, width=size.width, num_inference_steps=steps,
+                      guidance_scale=1.0, generator=torch.Generator().manual_seed(seed)).images[0]
+    assert np.array_equal(np.asarray(text_only.image), np.asarray(plain_text))  # the same engine, no reference
     assert "references" not in text_only.params
     assert result.params["references"] == [
         {"sha256": fit_reference(sources[0], size).sha256, "original_size": "150x90", "fitted_size": "96x64",

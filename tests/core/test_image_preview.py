@@ -70,6 +70,7 @@ def test_demo_model_ships_a_fitted_table_that_beats_a_flat_colour(demo_models):
     assert fresh.channels == table.channels
 
 
+@pytest.mark.parity
 def test_unpack_matches_the_pipelines_own_unpacking(demo_models):
     from diffusers import Flux2KleinPipeline
 

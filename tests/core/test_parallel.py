@@ -179,6 +179,7 @@ def run(tmp_path, nproc: int, source: str = SCRIPT, timeout: int = 600) -> list[
 
 
 @pytest.mark.slow
+@pytest.mark.parity
 def test_tensor_parallel_chat_matches_unsharded_and_followers_exit(tmp_path):
     single = run(tmp_path, 1)[0]
     leader, follower = run(tmp_path, 2)
@@ -218,6 +219,7 @@ def test_tp_placement_on_neuron_uses_the_local_core(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parity
 def test_tensor_parallel_image_matches_unsharded_and_stops_in_lockstep(tmp_path):
     import numpy as np
     from PIL import Image

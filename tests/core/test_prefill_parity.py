@@ -22,6 +22,8 @@ from neuron_backend.devices import CompileCounter, HostDevices, resolve_placemen
 from neuron_backend.settings import parse_settings
 from tools.aot import plugin as saved_forwards
 
+pytestmark = pytest.mark.parity
+
 NEW_TOKENS = 4
 LENGTHS = (63, 64, 65, 255, 256, 257, 513, 1023, 1024, 1025, 2049, 3071, 3072)
 

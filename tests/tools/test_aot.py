@@ -31,6 +31,7 @@ def replies(chat: ChatEngine) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parity
 def test_a_warm_start_loads_every_compiled_forward_compiles_nothing_and_answers_the_same(tiny_settings,
                                                                                         demo_models):
     compiled = tiny_settings.replace(compile="on")
@@ -150,6 +151,7 @@ def paint(image) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.parity
 def test_an_image_warm_start_loads_the_transformers_graphs_and_paints_the_same(tiny_settings, demo_models):
     import numpy as np
 
