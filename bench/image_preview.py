@@ -38,7 +38,7 @@ def main() -> None:
     import numpy as np
 
     from neuron_backend.devices import resolve_placements
-    from neuron_backend.image import steps as steps_module
+    from neuron_backend.image import engine as engine_module
     from neuron_backend.image.engine import ImageEngine, ImageRequest
     from neuron_backend.settings import parse_settings
 
@@ -84,7 +84,7 @@ def main() -> None:
     common.report("Live preview cost", {
         "model": "tiny demo FLUX.2-klein (random weights), float32, eager, CPU",
         "request": f"{size.label} (largest configured), {steps} steps, seed {SEED}",
-        "preview": f"a frame at most every {steps_module.PREVIEW_INTERVAL_S} s, never for the last step; "
+        "preview": f"a frame at most every {engine_module.PREVIEW_INTERVAL_S} s, never for the last step; "
                    f"median {common.median([r['frames'] for r in results['preview on']])} frames per image, "
                    "each rendered on the engine thread (upper bound)",
         "repeats": f"{repeats} timed per side after 1 untimed, interleaved (order reversed every repeat); medians",

@@ -28,7 +28,7 @@ HOST_OVERHEAD = 1 * GIB
 DEVICE_HEADROOM = 2 * GIB  # kept free on an accelerator beside the estimate (the runtime's own allocations)
 TOKEN_FACTOR = 16  # activations alive per token of one transformer block, in units of its width
 PATCH = 16  # pixels per token side: FLUX.2's VAE downsamples by 8, the transformer patchifies 2x2
-TEXT_TOKENS = 512  # the prompt's tokens in the joint sequence (image/steps.py MAX_SEQUENCE_LENGTH)
+TEXT_TOKENS = 512  # the prompt's tokens in the joint sequence (image/engine.py MAX_SEQUENCE_LENGTH)
 _SIZES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
 
 

@@ -522,7 +522,7 @@ class ImageCall:
 
     def __init__(self, backend: Backend, request, preview: bool = False):
         self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s), over the whole run
-        self.preview = None  # the latest image.steps.PreviewFrame (assigned whole: safe to read from any thread)
+        self.preview = None  # the latest image.preview.PreviewFrame (assigned whole: safe to read from any thread)
         self._cancel = threading.Event()
         self._results: list = []
         self._error: BaseException | None = None

@@ -10,7 +10,7 @@ Pipeline quirks handled here:
 - stopping: ``callback_on_step_end`` sets ``pipe._interrupt``; the pipeline then skips the
   remaining steps but still decodes the latents, so a stopped request returns a (noisy) image.
   A request cancelled before its first step (still waiting for the engine) is dropped: no step
-  runs, nothing is saved, ``CancelledError`` is raised (steps.py holds the step callback);
+  runs, nothing is saved, ``CancelledError`` is raised (``run_pipeline`` holds the step callback);
 - several images per run (``ImageRequest.count``) are generated one after another inside one job
   with consecutive seeds: the same shape as one image, so nothing new to compile or warm up;
 - live preview: host-side latents -> RGB (preview.py); no graph, no compile;
@@ -43,7 +43,7 @@ import torch
 from PIL import Image
 
 from .. import parallel
-from ..devices import Placement, compile_or_eager, on_device, repeated_blocks, uncompiled
+from ..devices import CompileCounter, Placement, compile_or_eager, on_device, repeated_blocks, synchronize, uncompiled
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError, whole_number
 from ..messages import tr
 from ..plugins import wrap_compiled
@@ -52,7 +52,7 @@ from ..shapes import EditSlot, ImageSize, SerialJobs, ShapeRegistry, image_shape
 from . import loading
 from .inputs import GUIDANCE_MAX, GUIDANCE_MIN, clean_prompt, guidance_value
 from .png_info import OutputFolder, read_png_parameters
-from .preview import LatentRGB, cached_or_fitted
+from .preview import LatentRGB, PreviewFn, PreviewFrame, cached_or_fitted
 from .references import (
     FIT_MODES,
     FittedReference,
@@ -64,7 +64,6 @@ from .references import (
     fit_reference,
     reference_pixel_limit,
 )
-from .steps import MAX_SEQUENCE_LENGTH, PreviewFn, PreviewFrame, ProgressFn, Run, prompt_tokens, run_pipeline
 
 __all__ = ["GUIDANCE_MAX", "GUIDANCE_MIN", "MAX_SEQUENCE_LENGTH", "ImageEngine", "ImageRequest", "ImageResult",
            "PreviewFrame", "ReferenceImage", "clean_prompt", "read_png_parameters"]
@@ -72,6 +71,9 @@ __all__ = ["GUIDANCE_MAX", "GUIDANCE_MIN", "MAX_SEQUENCE_LENGTH", "ImageEngine",
 log = logging.getLogger("showcase.image")
 
 SEED_MAX = 2**32 - 1  # seeds are 0 .. SEED_MAX
+MAX_SEQUENCE_LENGTH = 512  # tokens the pipeline pads/truncates every prompt to (its default)
+PREVIEW_INTERVAL_S = 0.2  # shortest time between two preview frames: short steps are previewed every k steps
+ProgressFn = Callable[[int, int, float], None]
 DEFAULT_GUIDANCE = 4.0  # Flux2KleinPipeline's default, for the non-distilled (base) models
 SAMPLER = "FlowMatchEuler"
 WARMUP_PROMPT = "a warm-up image"
@@ -479,3 +481,80 @@ class ImageEngine:
             params["guidance_note"] = tr("guidance {value} ignored: {model} is step-distilled and runs without "
                                          "classifier-free guidance", value=request.guidance, model=self.model_id)
         return params
+
+
+# ----- one pipeline call: the step callback (progress, stop, preview frames) -------------------------
+
+@dataclass
+class Run:
+    """What one pipeline call made."""
+
+    image: Image.Image
+    steps_done: int
+    stopped: bool
+    seconds: float
+    graphs: int
+    previews: int = 0  # preview frames handed out
+
+
+def run_pipeline(pipe, request, seed: int, cancelled: threading.Event, placement,
+                 progress: ProgressFn | None = None, preview: PreviewFn | None = None,
+                 table: LatentRGB | None = None, agree_stop: Callable[[bool], bool] | None = None,
+                 index: int = 0) -> Run:
+    """Call the pipeline once for a validated request; the caller holds the engine's job lock."""
+    total = request.steps
+    start = time.perf_counter()
+    state = {"done": 0, "stopped": False, "previews": 0, "last_preview": float("-inf")}
+    want_preview = preview is not None and table is not None
+
+    def on_step_end(pipeline, step: int, timestep, tensors: dict) -> dict:
+        state["done"] = step + 1
+        now = time.perf_counter()
+        if progress is not None:
+            progress(step + 1, total, now - start)
+        stop = cancelled.is_set()
+        if agree_stop is not None:  # tensor parallel: a broadcast every step, all ranks stop at rank 0's step
+            stop = agree_stop(stop)
+        if stop and step + 1 < total:
+            pipeline._interrupt = True  # the pipeline skips the remaining steps, then decodes
+            state["stopped"] = True
+        elif want_preview and step + 1 < total and now - state["last_preview"] >= PREVIEW_INTERVAL_S:
+            host = tensors["latents"][:1].detach().to("cpu", copy=True)  # no device op beyond the copy
+            state["last_preview"], state["previews"] = now, state["previews"] + 1
+            preview(PreviewFrame(step + 1, total, host, table, request.size.width, request.size.height, index))
+        return tensors
+
+    # The noise is drawn on a CPU generator on every device. On Neuron a device-side random op
+    # would be one more thing to compile, and its generator need not match any other device's;
+    # on the CPU a seed gives the same starting noise on neuron, cuda and cpu alike.
+    # diffusers' randn_tensor draws on the generator's device and moves the noise to the model.
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    # An edit's references are already fitted to a size the pipeline keeps unchanged (references.py).
+    edit = {"image": [reference.image for reference in request.references]} if request.references else {}
+    graphs_before = CompileCounter.graphs()
+    output = pipe(
+        **edit,
+        prompt=request.prompt,
+        height=request.size.height,
+        width=request.size.width,
+        num_inference_steps=total,
+        # 1.0 disables classifier-free guidance (and the pipeline's warning on distilled models).
+        guidance_scale=1.0 if request.guidance is None else request.guidance,
+        generator=generator,
+        max_sequence_length=MAX_SEQUENCE_LENGTH,
+        callback_on_step_end=on_step_end,
+        output_type="pil",
+    )
+    synchronize(placement)
+    seconds = time.perf_counter() - start
+    return Run(output.images[0], state["done"], state["stopped"], seconds, CompileCounter.graphs() - graphs_before,
+               state["previews"])
+
+
+def prompt_tokens(pipe, prompt: str) -> int:
+    """Tokens the text encoder would see, counted exactly as the pipeline builds its input."""
+    messages = [{"role": "user", "content": prompt}]
+    text = pipe.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    return len(pipe.tokenizer(text, verbose=False)["input_ids"])

@@ -12,8 +12,10 @@ import copy
 import hashlib
 import json
 import logging
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -154,3 +156,28 @@ def cached_or_fitted(folder: Path, vae, cache_dir: Path) -> LatentRGB | None:
         return None
     log.info("fitted the preview table in %.1f s (%s); cached in %s", time.perf_counter() - start, table.note, cached)
     return table
+
+
+@dataclass
+class PreviewFrame:
+    """Host latents of one step and how to draw them; ``image()`` renders once, on first use (thread-safe)."""
+
+    step: int
+    total: int
+    latents: torch.Tensor  # [1, seq, 4C] on the CPU
+    table: LatentRGB
+    width: int
+    height: int
+    index: int = 0  # which image of a several-image run
+    _image: Image.Image | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def image(self) -> Image.Image:
+        """The preview at 1/scale of the image's size (one pixel per latent pixel; 1/8 with FLUX.2's VAE)."""
+        with self._lock:
+            if self._image is None:
+                self._image = self.table.render(self.latents, self.width, self.height)
+            return self._image
+
+
+PreviewFn = Callable[[PreviewFrame], None]

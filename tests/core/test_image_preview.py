@@ -96,9 +96,9 @@ def test_a_model_without_a_table_gets_one_fitted_once_and_cached(tmp_path, demo_
 @pytest.mark.slow
 def test_a_one_level_vae_gets_a_preview_at_its_own_scale(tmp_path, settings, demo_models, monkeypatch):
     # vae_scale_factor 1: one latent pixel per image pixel (FLUX.2's four-level VAE: 8x8 pixels)
-    from neuron_backend.image import steps
+    from neuron_backend.image import engine as image_engine
 
-    monkeypatch.setattr(steps, "PREVIEW_INTERVAL_S", 0.0)
+    monkeypatch.setattr(image_engine, "PREVIEW_INTERVAL_S", 0.0)
     folder = with_one_level_vae(demo_models.image, tmp_path / "one-level")
     engine = ImageEngine(settings, resolve_placements(settings)["image"], "tiny/one-level-vae")
     engine.load(folder)
@@ -114,9 +114,9 @@ def test_a_one_level_vae_gets_a_preview_at_its_own_scale(tmp_path, settings, dem
 
 @pytest.mark.slow
 def test_preview_frames_arrive_during_denoising_and_the_flag_turns_them_off(settings, demo_models, monkeypatch):
-    from neuron_backend.image import steps
+    from neuron_backend.image import engine as image_engine
 
-    monkeypatch.setattr(steps, "PREVIEW_INTERVAL_S", 0.0)  # every step, to count them
+    monkeypatch.setattr(image_engine, "PREVIEW_INTERVAL_S", 0.0)  # every step, to count them
     frames = []
     engine = make_engine(settings, demo_models)
     result = engine.generate(ImageRequest("fox", "96x64", steps=8, seed=3), preview=frames.append)
@@ -335,9 +335,9 @@ def test_api_cancel_while_waiting_for_the_engine_runs_no_step_and_saves_nothing(
 
 @pytest.mark.slow
 def test_preview_and_several_images_compile_nothing_after_warm_up(tiny_settings, demo_models, monkeypatch):
-    from neuron_backend.image import steps
+    from neuron_backend.image import engine as image_engine
 
-    monkeypatch.setattr(steps, "PREVIEW_INTERVAL_S", 0.0)  # a preview at every step
+    monkeypatch.setattr(image_engine, "PREVIEW_INTERVAL_S", 0.0)  # a preview at every step
     settings = tiny_settings.replace(sizes=SIZES, compile="on", max_steps=4, default_steps=2)
     engine = make_engine(settings, demo_models)
     assert engine.placement.compile and engine.preview_table is not None

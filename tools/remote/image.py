@@ -76,7 +76,7 @@ class Worker:
 
 @dataclass
 class RemoteFrame:
-    """A preview frame as a worker sends it (a small PNG), with what ``image/steps.PreviewFrame`` offers."""
+    """A preview frame as a worker sends it (a small PNG), with what ``image/preview.PreviewFrame`` offers."""
 
     step: int
     total: int
