@@ -35,7 +35,7 @@ MAX_BODY = 8 * 1024 * 1024  # a /queue/join body larger than this is passed on u
 MULTIPART_FRAMING = 64 * 1024  # an upload's body beyond its file: boundaries, part headers, the file name
 
 
-async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
     payload = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
@@ -43,8 +43,8 @@ async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, b
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _read_body(receive) -> tuple[bytes, list[dict]]:
-    """The whole request body and the messages it came in (to replay them to the app)."""
+async def read_body(receive, limit: int = MAX_BODY) -> tuple[bytes, list[dict]]:
+    """The request body (cut once past ``limit``) and the messages it came in (to replay them to the app)."""
     messages, chunks, size = [], [], 0
     while True:
         message = await receive()
@@ -53,12 +53,12 @@ async def _read_body(receive) -> tuple[bytes, list[dict]]:
             break
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
-        if not message.get("more_body") or size > MAX_BODY:
+        if not message.get("more_body") or size > limit:
             break
     return b"".join(chunks), messages
 
 
-def _replay(messages: list[dict], receive):
+def replay(messages: list[dict], receive):
     pending = list(messages)
 
     async def replayed():
@@ -67,7 +67,7 @@ def _replay(messages: list[dict], receive):
     return replayed
 
 
-def _json_object(body: bytes) -> dict:
+def json_object(body: bytes) -> dict:
     try:
         value = json.loads(body)
     except (ValueError, RecursionError):
@@ -138,9 +138,9 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         upload = scope["path"].rstrip("/").endswith(UPLOAD_PATH)
         limit = self.max_upload_bytes + MULTIPART_FRAMING if upload else self.max_bytes
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > limit:
-            return await _send_json(send, 413, {"detail": _too_large(upload, limit)})
+            return await send_json(send, 413, {"detail": _too_large(upload, limit)})
         state = {"read": 0, "refused": False, "started": False}
 
         async def counted_receive():
@@ -150,7 +150,7 @@ class BodyLimit:
                 if state["read"] > limit:
                     state["refused"] = True
                     if not state["started"]:
-                        await _send_json(send, 413, {"detail": _too_large(upload, limit)})
+                        await send_json(send, 413, {"detail": _too_large(upload, limit)})
                     return {"type": "http.disconnect"}
             return message
 
@@ -171,7 +171,7 @@ def _too_large(upload: bool, limit: int) -> str:
               kb=limit // 1024)
 
 
-def _content_length(scope) -> int | None:
+def content_length(scope) -> int | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == b"content-length":
             try:
@@ -221,15 +221,15 @@ class Guards:
         path = scope["path"].rstrip("/") if scope["type"] == "http" and scope["method"] == "POST" else None
         if path not in (CANCEL_PATH, JOIN_PATH):
             return await self.app(scope, receive, send)
-        body, messages = await _read_body(receive)
+        body, messages = await read_body(receive)
         counted = self._capped_session(body) if path == JOIN_PATH else None
         if counted is False:
-            return await _send_json(send, 429, {"detail": tr(
+            return await send_json(send, 429, {"detail": tr(
                 "This session already has {limit} jobs waiting or running, the most one session may have "
                 "(--max-session-jobs): wait for the running job to finish, then try again.",
                 limit=self.max_session_jobs)})
         try:
-            return await self._early_cancels(scope, body, _replay(messages, receive), send)
+            return await self._early_cancels(scope, body, replay(messages, receive), send)
         finally:
             if counted:
                 self._joining[counted] -= 1
@@ -239,7 +239,7 @@ class Guards:
     def _capped_session(self, body: bytes) -> str | bool | None:
         """A join: False when its session is at the cap; else the session, now counted as joining until
         answered (a join's job enters the queue before its answer); None when the join is not capped."""
-        request = _json_object(body)
+        request = json_object(body)
         session, fn_index = request.get("session_hash"), request.get("fn_index")
         if self.session_jobs is None or not (isinstance(session, str) and isinstance(fn_index, int)):
             return None
@@ -253,7 +253,7 @@ class Guards:
 
     async def _early_cancels(self, scope, body: bytes, receive, send):
         """Note each join's event id; give a cancel without one the id of the job it meant (EarlyCancels)."""
-        request = _json_object(body)
+        request = json_object(body)
         session, fn_index = request.get("session_hash"), request.get("fn_index")
         if not (isinstance(session, str) and isinstance(fn_index, int)):
             return await self.app(scope, receive, send)
@@ -265,14 +265,14 @@ class Guards:
             payload = json.dumps(request).encode()
             headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"]
             scope = {**scope, "headers": [*headers, (b"content-length", str(len(payload)).encode())]}
-            return await self.app(scope, _replay([{"type": "http.request", "body": payload}], receive), send)
+            return await self.app(scope, replay([{"type": "http.request", "body": payload}], receive), send)
         answer = bytearray()
 
         async def watching_send(message):
             if message["type"] == "http.response.body" and len(answer) < 4096:
                 answer.extend(message.get("body", b""))
                 if not message.get("more_body"):
-                    event_id = _json_object(bytes(answer)).get("event_id")
+                    event_id = json_object(bytes(answer)).get("event_id")
                     if isinstance(event_id, str):
                         self.early_cancels.joined(event_id, session, fn_index)
             await send(message)

@@ -29,18 +29,17 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import json
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
+from ui.guards import CANCEL_PATH, JOIN_PATH, content_length, json_object, read_body, replay, send_json
+
 from .throttle import MAX_TRACKED, LoginThrottle
 
 LOGIN_PATHS = ("/login", "/login/")
-CANCEL_PATH = "/gradio_api/cancel"
-JOIN_PATH = "/gradio_api/queue/join"
 PROTECTED_PREFIXES = ("/metrics", "/gradio_api/mcp")
 
 
@@ -77,22 +76,22 @@ class LoginGuard:
             return await self._gate(scope, receive, send, tokens, cookie_id)
         if scope["method"] != "POST" or (path not in LOGIN_PATHS and path.rstrip("/") not in (CANCEL_PATH, JOIN_PATH)):
             return await self.app(scope, receive, send)
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_body:
             return await self.app(scope, receive, send)  # the body limit inside refuses it unread
-        body, messages = await _read_body(receive, self.max_body)
+        body, messages = await read_body(receive, self.max_body)
         if path in LOGIN_PATHS:
-            return await self._login(scope, body, _replay(messages, receive), send, cookie_id)
+            return await self._login(scope, body, replay(messages, receive), send, cookie_id)
         if refusal := self._refusal(scope, body, tokens, cookie_id):
-            return await _send_json(send, *refusal)
-        return await self.app(scope, _replay(messages, receive), send)
+            return await send_json(send, *refusal)
+        return await self.app(scope, replay(messages, receive), send)
 
     async def _login(self, scope, body: bytes, receive, send, cookie_id: str):
         client = (_address(scope), _login_user(scope, body))
         wait = self.throttle.retry_after(client)
         if wait > 0:
             seconds = math.ceil(wait)
-            return await _send_json(send, 429, {"detail": f"Too many failed logins: try again in {seconds} s."},
+            return await send_json(send, 429, {"detail": f"Too many failed logins: try again in {seconds} s."},
                                     [(b"retry-after", str(seconds).encode())])
         status = {}
 
@@ -149,13 +148,13 @@ class LoginGuard:
             client = (_address(scope), credentials[0])  # (address, user), as /login
             wait = self.throttle.retry_after(client)
             if wait > 0:
-                return await _send_json(send, 429, {"detail": "Too many failed logins: try again later."},
+                return await send_json(send, 429, {"detail": "Too many failed logins: try again later."},
                                         [(b"retry-after", str(int(wait) + 1).encode())])
             if self._matches(credentials):
                 self.throttle.succeeded(client)
                 return await self.app(scope, receive, send)
             self.throttle.failed(client)
-        return await _send_json(send, 401, {"detail": "Not authenticated: send HTTP Basic credentials (the --auth "
+        return await send_json(send, 401, {"detail": "Not authenticated: send HTTP Basic credentials (the --auth "
                                             "user and password) or the login cookie of POST /login."},
                                 [(b"www-authenticate", b'Basic realm="showcase", charset="UTF-8"')])
 
@@ -169,54 +168,8 @@ def _address(scope) -> str:
     return (scope.get("client") or ("unknown", 0))[0]
 
 
-async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            *headers]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def _read_body(receive, limit: int) -> tuple[bytes, list[dict]]:
-    """The request body (cut once past ``limit``) and the messages it came in (to replay them to the app)."""
-    messages, chunks, size = [], [], 0
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if not message.get("more_body") or size > limit:
-            break
-    return b"".join(chunks), messages
-
-
-def _replay(messages: list[dict], receive):
-    pending = list(messages)
-
-    async def replayed():
-        return pending.pop(0) if pending else await receive()
-
-    return replayed
-
-
-def _content_length(scope) -> int | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
 def _session_hash(body: bytes) -> str | None:
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    session = value.get("session_hash") if isinstance(value, dict) else None
+    session = json_object(body).get("session_hash")
     return session if isinstance(session, str) else None
 
 
