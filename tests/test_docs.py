@@ -27,6 +27,13 @@ def test_the_architecture_page_names_every_source_file():
     assert not gone, f"docs/architecture.md names files that do not exist: {gone}"
 
 
+def test_every_file_the_docs_name_exists():
+    pattern = re.compile(r"\b((?:app|neuron_backend/[\w/]+|ui/[\w/]+|tools/[\w/]+|bench/[\w/]+|tests/[\w/]+)\.py)\b")
+    gone = sorted({(page.name, path) for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+                   for path in pattern.findall(page.read_text(encoding="utf-8")) if not (ROOT / path).exists()})
+    assert not gone, f"named in the docs, not in the tree: {gone}"
+
+
 def test_the_readme_is_a_front_door_and_its_links_resolve():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 200
