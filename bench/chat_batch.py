@@ -46,13 +46,15 @@ BUCKETS, CONTEXT = "64", 4096  # the full preset's smallest bucket and its conte
 def load_backend(root: Path, batch: int, new_tokens: int, compile_mode: str, *extra: str):
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
+    from tools.chat_batch import plugin as chat_batch
 
     folder = common.ensure_full_size_chat(root)
     settings = parse_settings(["--models", "full", "--chat-model", str(folder), "--no-image", "--device", "cpu",
                                "--dtype", "bfloat16", "--compile", compile_mode, "--chat-buckets", BUCKETS,
                                "--context-length", str(CONTEXT), "--max-new-tokens", str(max(new_tokens, 64)),
-                               "--chat-batch", str(batch), "--cache-dir", str(root / "chat-batch"), *extra], env={})
-    backend = Backend(settings)
+                               "--chat-batch", str(batch), "--cache-dir", str(root / "chat-batch"), *extra], env={},
+                              plugins=(chat_batch,))
+    backend = Backend(settings, parts=chat_batch.plug(settings))  # the batch plug-in, as app.py has it
     return backend, common.run_warm_up(backend)
 
 

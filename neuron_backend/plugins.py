@@ -33,9 +33,18 @@ class Elsewhere:
 
 
 @dataclass(frozen=True)
+class ChatBatch:
+    """Chat replies served together: every compiled chat shape has ``rows`` rows."""
+
+    rows: int
+    runner: Callable[[object], object]  # runner(the loaded chat engine) -> an object with warm_up(ids, bucket,
+    #                                     floor) and stream(request, prompt, stop) -> ChatUpdates
+
+
+@dataclass(frozen=True)
 class Parts:
     """What plug-ins add. Merged in the plug-ins' order (``merged``): sequences joined, mappings updated, the
-    first ``remote`` and ``command`` kept."""
+    first ``remote``, ``command`` and ``chat_batch`` kept."""
 
     hooks: tuple = ()  # warm-up hook factories: make(backend) -> an object with plan/started/ended (warmup.py)
     elsewhere: Mapping[str, Elsewhere] = field(default_factory=dict)  # engines run on other servers
@@ -50,10 +59,16 @@ class Parts:
     launch: Mapping[str, object] = field(default_factory=dict)  # keywords for Gradio's launch()
     command: Callable[[object, Parts], int] | None = None  # run instead of serving: command(settings, parts) -> exit
     compiled: tuple = ()  # wrap(engine, target, config, placement, settings, variant) -> handle|None (wrap_compiled)
+    chat_batch: ChatBatch | None = None  # the chat's replies served N at a time; None: one at a time
+
+    @property
+    def chat_rows(self) -> int:
+        """The rows of every compiled chat shape: the chat batch's, else 1."""
+        return 1 if self.chat_batch is None else self.chat_batch.rows
 
 
 def merged(parts: Iterable[Parts]) -> Parts:
-    """One ``Parts`` of many: sequences joined, mappings updated, the first ``remote`` and ``command``."""
+    """One ``Parts`` of many: sequences joined, mappings updated, the first ``remote``, ``command``, ``chat_batch``."""
     out: dict[str, object] = {f.name: getattr(Parts(), f.name) for f in dataclasses.fields(Parts)}
     for part in parts:
         for f in dataclasses.fields(Parts):

@@ -19,7 +19,7 @@ from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .image import loading
 from .messages import tr
 from .metrics import Metrics, app_version, readiness, shape_readiness
-from .plugins import Parts
+from .plugins import ChatBatch, Parts
 from .settings import Settings
 from .shapes import ShapeKey, engine_name, shape_keys
 from .warmup import (
@@ -63,14 +63,18 @@ def asked_model(settings: Settings, engine: str) -> tuple[str, str | None]:
     return settings.image_model, settings.image_revision
 
 
-def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str, compiled: tuple = ()):
+def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str, compiled: tuple = (),
+                  chat_batch: ChatBatch | None = None):
     """A new, unloaded engine of kind ``name`` (imported here: the engines pull in transformers/diffusers);
-    ``compiled``: the plug-ins' wrappers of its compiled forward (``Parts.compiled``)."""
+    ``compiled``: the plug-ins' wrappers of its compiled forward (``Parts.compiled``); ``chat_batch``: the chat's
+    (``Parts.chat_batch``)."""
     if name == "chat":
-        from .chat.engine import ChatEngine as cls
-    else:
-        from .image.engine import ImageEngine as cls
-    return cls(settings, placement, model_id, compiled)
+        from .chat.engine import ChatEngine
+
+        return ChatEngine(settings, placement, model_id, compiled, chat_batch)
+    from .image.engine import ImageEngine
+
+    return ImageEngine(settings, placement, model_id, compiled)
 
 
 def run_follower(settings: Settings, placement: devices.Placement, folder: Path, compiled: tuple = ()) -> int:
@@ -92,7 +96,7 @@ class Backend:
 
     def __init__(self, settings: Settings, host: devices.HostDevices | None = None, parts: Parts = Parts()):
         """``parts``: what the plug-ins add here (plugins.py): warm-up hooks, engines run elsewhere, wrappers of
-        the engines' compiled forwards."""
+        the engines' compiled forwards, the chat's batch."""
         self.settings = settings
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
@@ -107,7 +111,8 @@ class Backend:
         if parts.elsewhere and parts.remote is None:
             raise ValueError(f"parts place {sorted(parts.elsewhere)} elsewhere but give no remote to connect them")
         self._remote = parts.remote(settings) if parts.elsewhere else None
-        self._compiled = parts.compiled  # handed to each engine it creates
+        self._compiled, self._chat_batch = parts.compiled, parts.chat_batch  # handed to the engines it creates
+        self.chat_rows = parts.chat_rows  # the rows of every compiled chat shape
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
         self._folders: dict[str, Path] = {}
@@ -144,9 +149,9 @@ class Backend:
         return model_ref(model, self.revision(engine)) if with_revision else model
 
     def chat_slots(self) -> int:
-        """How many chat replies stream at once: --chat-batch here; with --chat-server up to --queue-size (the
+        """How many chat replies stream at once: the chat's rows here; with --chat-server up to --queue-size (the
         server batches them, vLLM continuously, and answers 429 when full)."""
-        return self.settings.queue_size if self.remote("chat") else self.settings.chat_batch
+        return self.settings.queue_size if self.remote("chat") else self.chat_rows
 
     def image_slots(self) -> int:
         """How many image requests run at once: one per --image-server worker, else one (the engine's own line)."""
@@ -218,7 +223,7 @@ class Backend:
             head.append(Step(Task(tr("{engine} · load on {device}",
                                      engine=said, device=p.device), engine, "load"), self._load,
                              key("load")))
-            batch = self.settings.chat_batch if engine == "chat" else 1
+            batch = self.chat_rows if engine == "chat" else 1
             chunk = static_cache.chunk_size(self.settings, p.compile) if engine == "chat" else 0
             shapes = shape_keys(self.settings, engine)
             for i, shape in enumerate(shapes):
@@ -286,7 +291,7 @@ class Backend:
 
     def _create(self, name: str):
         placement = self.placements[name]
-        engine = create_engine(self.settings, name, placement, self.model_id(name), self._compiled)
+        engine = create_engine(self.settings, name, placement, self.model_id(name), self._compiled, self._chat_batch)
         if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generation
             from .parallel import announcer, stop_flag
 

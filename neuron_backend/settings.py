@@ -42,7 +42,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("cache-windows", "str", "comma-separated KV-cache windows in tokens (one decode graph each; 'none': only "
                              "the whole cache); a step attends over the smallest window that holds the text so far"),
     ("max-new-tokens", "int", "most tokens one reply may generate"),
-    ("chat-batch", "int", "chat replies generated together in one fixed batch of N slots (1: one at a time)"),
     ("prefill-chunk", "str", "N|auto|0: with compile on, the prompt runs compiled in chunks of N tokens, which must "
                              "divide every bucket (auto: the largest such N; 0 or off: eager prefill)"),
     ("default-steps", "int", "default denoising steps"),
@@ -296,7 +295,6 @@ class Settings:
     context_length: int = TINY_PRESET.context_length
     cache_windows: tuple[int, ...] = TINY_PRESET.cache_windows  # context_length is always the last window
     max_new_tokens: int = TINY_PRESET.max_new_tokens
-    chat_batch: int = 1  # chat batch slots: replies generated together (1: one at a time)
     prefill_chunk: int | None = None  # compiled prefill chunk in tokens (None: auto; 0: eager prefill)
     default_steps: int = TINY_PRESET.default_steps
     default_steps_set: bool = False  # --default-steps given; else a non-distilled image model defaults to 50
@@ -388,7 +386,6 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
             w for w in preset.cache_windows  # the preset's, within the context length actually chosen
             if w < as_int("context-length", raw.get("context_length", preset.context_length))),
         max_new_tokens=as_int("max-new-tokens", raw.get("max_new_tokens", preset.max_new_tokens)),
-        chat_batch=as_int("chat-batch", raw.get("chat_batch", 1)),
         prefill_chunk=_parse_prefill_chunk(raw["prefill_chunk"]) if "prefill_chunk" in raw else None,
         default_steps=as_int("default-steps", raw.get("default_steps", preset.default_steps)),
         default_steps_set="default_steps" in raw,
@@ -479,11 +476,6 @@ def validate(s: Settings) -> Settings:
                           f"a divisor of every bucket, e.g. {math.gcd(*s.buckets)} (auto), or 0 for eager prefill")
     if s.max_new_tokens < 1:
         raise ConfigError("--max-new-tokens", f"{s.max_new_tokens} is not positive", "1 or more")
-    if not 1 <= s.chat_batch <= 16:
-        raise ConfigError("--chat-batch", f"{s.chat_batch} is out of range", "1 to 16")
-    if s.chat_batch > 1 and s.tp > 1 and s.tp_engine == "chat":  # followers mirror only the single path
-        raise ConfigError("--chat-batch", f"batching {s.chat_batch} replies is not supported with --tp {s.tp} yet",
-                          "--chat-batch 1 with --tp, --tp 1 with --chat-batch, or --tp-engine image")
     if not 1 <= s.max_steps <= 1000:
         raise ConfigError("--max-steps", f"{s.max_steps} is out of range", "1 to 1000")
     if not 1 <= s.default_steps <= s.max_steps:

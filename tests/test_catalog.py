@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tools.cache.panel  # noqa: F401 - registers the bundles' Arabic
+import tools.chat_batch  # noqa: F401 - registers the chat batch's Arabic
 import tools.qa.tab  # noqa: F401 - registers the QA bench's Arabic
 import tools.remote  # noqa: F401 - registers the remote engines' Arabic
 from neuron_backend.messages import CATALOG, fields, register

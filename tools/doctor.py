@@ -21,7 +21,9 @@ from neuron_backend.compile_cache import NEFF_CACHE_ENV, configure_compile_cache
 from neuron_backend.neuron_install import COMPILER, WHEELS_OS, WHEELS_OS_NAME, glibc_version, load_failure, os_release
 from neuron_backend.plugins import Parts
 from neuron_backend.settings import Settings, add_flag, parse_settings
+from tools.chat_batch import plugin as chat_batch  # the chat's memory counts --chat-batch rows (imports no torch)
 from tools.neuron_ls import NEURON_LS_FORMS, read_neuron_ls, summarize_neuron_ls
+from tools.remote import plugin as remote_engines  # the checklist looks at --chat-server, --image-server
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 NEURON_PYTHONS = ((3, 12), (3, 13), (3, 14))  # torch-neuronx 2.13.3.* / 2.14.3.* wheels (Neuron 2.33, 2.34)
@@ -431,7 +433,7 @@ def check_models(settings: Settings) -> list[Check]:
     return checks
 
 
-def check_memory_fit(settings: Settings, placements: dict) -> list[Check]:
+def check_memory_fit(settings: Settings, placements: dict, chat_rows: int = 1) -> list[Check]:
     """Each chosen model's memory estimate against what its device reports free (on Neuron: the runtime's
     total less what is allocated), with the headroom kept beside it: for the image model the plan loading
     makes (weights, the decode at the largest size, the declared reference tokens), made before loading;
@@ -465,7 +467,7 @@ def check_memory_fit(settings: Settings, placements: dict) -> list[Check]:
             needs[kind] = plan.needs
             continue
         chunk = settings.prefill_chunk_tokens if placement.compile else 0
-        chat = memory.estimate_chat(folder, placement.dtype, settings.context_length, settings.chat_batch,
+        chat = memory.estimate_chat(folder, placement.dtype, settings.context_length, chat_rows,
                                     chunk or settings.buckets[-1], placement.kind == "cpu")
         checks.append(_fits(name, chat.text(), chat.total, placement, "smaller --context-length or --chat-batch, or "
                             "--no-chat"))
@@ -511,10 +513,10 @@ def check_disk(settings: Settings) -> list[Check]:
     return checks
 
 
-def run(settings: Settings, out=None, collect: list | None = None) -> int:
+def run(settings: Settings, out=None, collect: list | None = None, chat_rows: int = 1) -> int:
     """Print the checklist; return the exit status (1 when a needed check failed).
 
-    ``collect``: a list that receives every ``Check`` as it is made (the device check's report)."""
+    ``collect``: receives every ``Check`` as it is made (the device check's report); ``chat_rows``: Parts.chat_rows."""
     out = out or sys.stdout
     checks: list[Check] = [] if collect is None else collect
 
@@ -538,9 +540,7 @@ def run(settings: Settings, out=None, collect: list | None = None) -> int:
         host = devices.detect()
         emit(check_cores(host, neuron_devices))
         try:
-            from tools.remote import plugin as remote
-
-            placements = devices.resolve_placements(settings, host, remote.plug(settings).elsewhere)
+            placements = devices.resolve_placements(settings, host, remote_engines.plug(settings).elsewhere)
         except ShowcaseError as exc:
             emit(Check(FAIL, "placements", str(exc), "change --device / --chat-device / --image-device"))
             placements = {}
@@ -549,7 +549,7 @@ def run(settings: Settings, out=None, collect: list | None = None) -> int:
         emit(*check_counters_and_memory(placements))
     emit(*check_models(settings), *check_disk(settings))
     if torch is not None:
-        emit(*check_memory_fit(settings, placements))
+        emit(*check_memory_fit(settings, placements, chat_rows))
     failed = [c for c in checks if c.status == FAIL and c.needed]
     print(f"{len(failed)} needed check(s) failed" if failed else "everything needed is in place", file=out)
     return 1 if failed else 0
@@ -562,7 +562,8 @@ def add_flags(parser) -> None:
 
 def plug(settings: Settings) -> Parts:
     """``--doctor``: the checklist runs instead of the app."""
-    return Parts(command=lambda settings, parts: run(settings)) if settings.options.get("doctor") else Parts()
+    return Parts(command=lambda s, parts: run(s, chat_rows=parts.chat_rows)) if settings.options.get("doctor") \
+        else Parts()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -579,15 +580,14 @@ def main(argv: list[str] | None = None) -> int:
     if "--report-json" in argv:  # the checks as JSON too (the device check runs the doctor this way)
         at = argv.index("--report-json")
         report, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
-    from tools.remote import plugin as remote_engines  # the checklist looks at --chat-server, --image-server
-
     try:
-        settings = parse_settings(argv, plugins=(remote_engines,))
+        settings = parse_settings(argv, plugins=(remote_engines, chat_batch))
+        rows = chat_batch.plug(settings).chat_rows
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     checks: list[Check] = []
-    status = run(settings, collect=checks)
+    status = run(settings, collect=checks, chat_rows=rows)
     if report is not None:
         report.write_text(json.dumps({"exit": status, "checks": [
             {"status": c.status, "name": c.name, "detail": c.detail, "fix": c.fix, "needed": c.needed}

@@ -140,7 +140,7 @@ class StoppedReplies:
     def stream(self, session: str, request) -> Iterator:
         """``Backend.stream_chat(request)``, keeping the final update if the consumer stops early."""
         done, kept = self._fresh(session)
-        stop = threading.Event()  # --chat-batch: this reply's own row stop (ChatEngine.stream)
+        stop = threading.Event()  # in a chat batch: this reply's own row stop (ChatEngine.stream)
         stream = self.backend.stream_chat(request, stop)
         finished = False
         try:

@@ -15,7 +15,7 @@ the consumer). The pieces of that single path are at the end of this file: the c
 engine's one generate thread, the worker that keeps a call's output or exception, and the loop
 that reads text until the call ends.
 
-With ``--chat-batch N`` > 1, requests go to ``batch.BatchScheduler`` instead: up to N replies
+Given a chat batch of N rows (``Parts.chat_batch``), requests go to its runner instead: up to N replies
 share one ``generate()`` over a fixed batch of N rows (warm-up then uses batch N too).
 """
 
@@ -27,7 +27,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -46,11 +45,10 @@ from .. import devices
 from ..devices import CompileCounter, GraphFallbacks, Placement, on_device, synchronize
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import joined, tr
-from ..plugins import wrap_compiled
+from ..plugins import ChatBatch, wrap_compiled
 from ..settings import Settings
 from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
 from . import static_cache
-from .batch import BatchModel, BatchRow, BatchScheduler, Sampling
 from .prompt import Prompt as _Prompt
 from .prompt import PromptBuilder
 from .static_cache import WindowedStaticCache, attach, declared, window_for
@@ -76,8 +74,10 @@ class ChatEngine:
 
     name = "chat"
 
-    def __init__(self, settings: Settings, placement: Placement, model_id: str, compiled: tuple = ()):
-        """``compiled``: the plug-ins' wrappers of the compiled forward (``Parts.compiled``)."""
+    def __init__(self, settings: Settings, placement: Placement, model_id: str, compiled: tuple = (),
+                 batch: ChatBatch | None = None):
+        """``compiled``: the plug-ins' wrappers of the compiled forward (``Parts.compiled``); ``batch``: replies
+        served N at a time by its runner (``Parts.chat_batch``); None: one at a time."""
         self.settings, self.placement, self.model_id = settings, placement, model_id
         self.buckets = tuple(settings.buckets)
         self.shapes = ShapeRegistry(self.name, shape_keys(settings, self.name))
@@ -97,11 +97,11 @@ class ChatEngine:
         self._prompts: PromptBuilder | None = None  # made by load()
         self._jobs = SerialJobs()
         self._thread: GenerateThread | None = None  # made by load() (or on first use, under the job lock)
-        # --chat-batch N > 1: every shape is warmed up and served at batch N (batch.py)
-        self._batches: BatchScheduler | None = None  # made on first use, after load()
-        self._batches_lock = threading.Lock()
-        if settings.chat_batch > 1:
-            self.shape_labels = {k: tr("{shape}, batch {batch}", shape=v, batch=settings.chat_batch)
+        # a batch of N > 1 rows: every shape is warmed up and served at batch N, by the batch's runner
+        self._batch, self.rows = batch, 1 if batch is None else batch.rows
+        self._runner, self._runner_lock = None, threading.Lock()  # made on first use, after load()
+        if self.rows > 1:
+            self.shape_labels = {k: tr("{shape}, batch {batch}", shape=v, batch=self.rows)
                                  for k, v in self.shape_labels.items()}
         # Tensor parallel only (set by the runtime on rank 0, by parallel.follow on the others): on_generate is
         # called under the job lock before generate() with (request, prompt, min_new_tokens, seed); agree_stop
@@ -182,8 +182,8 @@ class ChatEngine:
 
             def attempt():
                 for floor in floors:
-                    if self.settings.chat_batch > 1:  # [N, bucket] prefill and the [N, 1] decode graphs
-                        self._warm_up_batch(ids, bucket, floor)
+                    if self.rows > 1:  # [N, bucket] prefill and the [N, 1] decode graphs
+                        self.runner().warm_up(ids, bucket, floor)
                         continue
                     prompt = _Prompt(ids, bucket, 0, 2, False, floor)
                     for _ in self._run(request, prompt, min_new_tokens=2):  # min: eos must not skip the decode step
@@ -209,7 +209,7 @@ class ChatEngine:
 
         Raises InvalidRequestError/PromptTooLongError/ShapeNotReadyError at once, before anything
         runs. Closing the returned iterator early cancels the generation and frees the engine.
-        ``stop``: set, it ends this reply within one token (with --chat-batch: only this reply's row),
+        ``stop``: set, it ends this reply within one token (in a batch: only this reply's row),
         and the stream still ends with its final update (stats, finish reason "stopped"), unlike
         ``cancel()``, which stops whatever reply runs now.
         """
@@ -218,8 +218,8 @@ class ChatEngine:
         prompt = self._prepare(request)
         key = PromptBucket(prompt.bucket)
         self.shapes.require(key, self.shape_labels[key])
-        if self.settings.chat_batch > 1:
-            return self._run_batched(request, prompt, stop)
+        if self.rows > 1:
+            return self.runner().stream(request, prompt, stop)
         return self._run(request, prompt, stop=stop)
 
     def reply(self, request: ChatRequest | Mapping) -> ChatUpdate:
@@ -230,7 +230,7 @@ class ChatEngine:
         return final
 
     def cancel(self) -> bool:
-        """Stop the running reply (with --chat-batch: every reply of the running batch) within one token."""
+        """Stop the running reply (in a batch: every reply of the running batch) within one token."""
         return self._jobs.cancel()
 
     @property
@@ -258,7 +258,7 @@ class ChatEngine:
         return {
             "name": self.name, "model_id": self.model_id, "placement": self.placement.label(),
             "loaded": self.model is not None, "busy": self.busy, "buckets": list(self.buckets),
-            "chat_batch": self.settings.chat_batch,
+            "chat_batch": self.rows,
             "context_length": self.settings.context_length, "cache_windows": list(self._windows()),
             "max_new_tokens": self.settings.max_new_tokens,
             "max_prompt_chars": self.settings.max_prompt_chars, "shapes": shapes,
@@ -400,54 +400,21 @@ class ChatEngine:
             stopped=reason == "stopped", finish_reason=reason, seed=seed,
         )
 
-    # ----- many users: --chat-batch N > 1 (batch.py) ------------------------------------------------
-    def _scheduler(self) -> BatchScheduler:
-        """The batch scheduler, made on first use (it needs the loaded tokenizer and model)."""
-        with self._batches_lock:
-            if self._batches is None:
-                model = BatchModel(self._generate_batch, self.tokenizer, self._pad_id, frozenset(self._eos_ids),
-                                   self.placement.input_device, lambda: synchronize(self.placement))
-                self._batches = BatchScheduler(model, self.settings.chat_batch, self.settings.context_length,
-                                               self._jobs)
-            return self._batches
+    # ----- many users: a batch of N > 1 rows (Parts.chat_batch) --------------------------------------
+    def runner(self):
+        """The batch's runner of this engine, made on first use (it needs the loaded tokenizer and model)."""
+        with self._runner_lock:
+            if self._runner is None:
+                self._runner = self._batch.runner(self)
+            return self._runner
 
-    def _generate_batch(self, window_floor: int = 0, **kwargs) -> torch.Tensor:
-        """model.generate with what every call shares: the fixed static cache and the compile choice."""
+    def generate_rows(self, window_floor: int = 0, **kwargs) -> torch.Tensor:
+        """model.generate for the runner: the engine's static cache of N rows and its compile choice."""
         batch = kwargs["input_ids"].shape[0]
         kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor),
                       **self._compile_kwargs(kwargs["input_ids"].shape[1]))
-        with on_device(self.placement):  # the scheduler's thread, or the warm-up thread (devices.on_device)
+        with on_device(self.placement):  # the runner's thread, or the warm-up thread (devices.on_device)
             return self.model.generate(**kwargs)
-
-    def _warm_up_batch(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:
-        """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""
-        scheduler = self._scheduler()
-        row = BatchRow(ids, bucket, 2, Sampling(greedy=True))
-        scheduler.run([row], min_new_tokens=2, window_floor=window_floor)
-        for _ in scheduler.follow(row):  # raises the error of a failed generate()
-            pass
-
-    def _run_batched(self, request: ChatRequest, prompt: _Prompt, stop: threading.Event | None = None
-                     ) -> Iterator[ChatUpdate]:
-        """Stream one reply from a slot of a shared batch; closing this, or setting ``stop``, stops only this reply."""
-        scheduler, splitter = self._scheduler(), ThinkSplitter(prompt.starts_in_reasoning, tags=prompt.thinking)
-        row = BatchRow(prompt.ids, prompt.bucket, prompt.max_new_tokens, Sampling.of(request),
-                       None if request.greedy else request.seed)
-        row.cancel = stop if stop is not None else row.cancel  # the row's own stop event
-        scheduler.submit(row)
-        texts = scheduler.follow(row)
-        try:
-            for chunk in texts:
-                delta = splitter.feed(chunk)
-                if delta:
-                    yield ChatUpdate(splitter.reasoning, splitter.answer, delta, False, None, prompt.dropped_turns)
-        finally:
-            texts.close()  # early close: sets the row's own cancel event
-        r = row.result
-        stats = self._stats(replace(prompt, bucket=r.bucket), r.new_ids, r.finish_reason == "stopped", r.started,
-                            r.first_token_at, r.ended, r.compiled_graphs, r.seed)
-        stats = replace(stats, batch_size=r.batch_size, queued_s=r.queued_s)
-        yield ChatUpdate(splitter.reasoning, splitter.answer, splitter.finish(), True, stats, prompt.dropped_turns)
 
 
 class CancelCriteria(StoppingCriteria):

@@ -401,7 +401,7 @@ class ChatStats:
     stopped: bool  # cancelled by the user
     finish_reason: str  # "eos" | "length" | "stopped"
     seed: int | None = None  # the seed used for sampling (None when greedy, or sampled in a shared batch)
-    batch_size: int = 1  # rows of the generate() call (--chat-batch), padding rows included
+    batch_size: int = 1  # rows of the generate() call (a chat batch's N), padding rows included
     queued_s: float | None = None  # batched path: waiting for a batch to start (None on the single path)
 
 

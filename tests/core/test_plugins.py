@@ -11,7 +11,7 @@ import pytest
 
 from app import PLUGINS
 from neuron_backend.errors import ConfigError
-from neuron_backend.plugins import Elsewhere, Parts, Tab, merged, plug_all
+from neuron_backend.plugins import ChatBatch, Elsewhere, Parts, Tab, merged, plug_all
 from neuron_backend.settings import add_flag, build_parser, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,10 +58,11 @@ def test_parts_merge_in_the_plug_ins_order():
                                                command=None))
     two = SimpleNamespace(plug=lambda s: Parts(hooks=("b",), elsewhere={"chat": Elsewhere(("u",), "a server")},
                                                remote=len, launch={"y": 2}, command=max))
-    three = SimpleNamespace(plug=lambda s: Parts(remote=min, command=min))
+    three = SimpleNamespace(plug=lambda s: Parts(remote=min, command=min, chat_batch=ChatBatch(2, print)))
     parts = plug_all([one, two, three], None)
     assert parts.hooks == ("a", "b") and [t.label for t in parts.tabs] == ["A"]
     assert parts.launch == {"x": 1, "y": 2} and parts.remote is len and parts.command is max
+    assert parts.chat_rows == 2 and merged([]).chat_rows == 1  # no batch: the chat's shapes have one row
     assert merged([]) == Parts()
 
 

@@ -10,16 +10,20 @@ import torch
 from support.window_probe import record_windows
 
 from neuron_backend.chat import static_cache
-from neuron_backend.chat.batch import BatchRow, Sampling
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import PromptBucket
+from tools.chat_batch import plugin as chat_batch
+from tools.chat_batch.batch import BatchRow, Sampling
 
 
-def make_engine(settings, folder) -> ChatEngine:
-    engine = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "demo Qwen3")
+def make_engine(settings, folder, rows: int = 1) -> ChatEngine:
+    """The chat engine of --chat-batch ``rows`` (the plug-in's batch, as app.py hands it over)."""
+    batch = chat_batch.plug(settings.replace(options={"chat_batch": rows})).chat_batch
+    engine = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "demo Qwen3",
+                        batch=batch)
     engine.load(folder)
     return engine
 
@@ -165,9 +169,9 @@ def test_compiled_chunks_compile_only_in_warm_up_and_reply_as_eager_prefill(wind
 def test_compiled_chunks_at_batch_n_compile_only_in_warm_up(windowed, demo_models):
     """--chat-batch 4: [4, 32] chunks and [4, 1] decode steps; batches of 1 to 4 real rows (padding rows
     for the rest) of every prompt length; the same tokens per row as the eager prefill."""
-    settings = windowed.replace(compile="on", chat_batch=4)
-    chunked, eager = make_engine(settings, demo_models.chat), make_engine(settings.replace(prefill_chunk=0),
-                                                                          demo_models.chat)
+    settings = windowed.replace(compile="on")
+    chunked, eager = make_engine(settings, demo_models.chat, 4), make_engine(settings.replace(prefill_chunk=0),
+                                                                             demo_models.chat, 4)
     torch._dynamo.reset()
     assert warm_up(chunked) == [3, 0, 1]
     assert warm_up(eager) == [2, 0, 0]
@@ -187,7 +191,7 @@ def test_compiled_chunks_at_batch_n_compile_only_in_warm_up(windowed, demo_model
                     ids, bucket = prompt_ids(engine, length)
                     max_new = min((3, 40, 1)[n % 3], 256 - max(prompt_ids(engine, g)[1] for g in group))
                     rows.append(BatchRow(ids, bucket, max_new, Sampling(greedy=True)))
-                engine._scheduler().run(rows)
+                engine.runner().scheduler.run(rows)
                 assert all(r.result is not None and r.result.compiled_graphs == 0 for r in rows), group
                 results.append([r.result.new_ids for r in rows])
             assert results[0] == results[1], group

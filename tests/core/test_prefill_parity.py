@@ -16,11 +16,12 @@ import pytest
 import torch
 from support.qwen3 import qwen3_folder
 
-from neuron_backend.chat.batch import BatchRow, Sampling
 from neuron_backend.chat.engine import ChatEngine, ChatRequest, _Prompt
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.settings import parse_settings
 from tools.aot import plugin as saved_forwards
+from tools.chat_batch import plugin as chat_batch
+from tools.chat_batch.batch import BatchRow, Sampling
 
 pytestmark = pytest.mark.parity
 
@@ -46,12 +47,13 @@ def references(qwen3_2_layers, tmp_path_factory) -> dict[int, tuple[list[int], l
 
 def engine(folder, tmp_path, *flags: str) -> ChatEngine:
     settings = parse_settings(["--models", "full", "--device", "cpu", "--dtype", "float32",
-                               "--cache-dir", str(tmp_path), *flags], env={})
+                               "--cache-dir", str(tmp_path), *flags], env={}, plugins=(saved_forwards, chat_batch))
     assert (settings.buckets, settings.cache_windows, settings.context_length) == (
         (64, 256, 1024, 3072), (512, 1024, 2048), 4096)
-    # as app.py runs it: with the saved-forwards plug-in (auto: on where the chat compiles with inductor)
+    # as app.py runs it: with the saved-forwards plug-in (auto: on where the chat compiles with inductor) and the
+    # batch of --chat-batch
     chat = ChatEngine(settings, resolve_placements(settings, HostDevices(0, None, 0))["chat"], "qwen3 2 layers",
-                      saved_forwards.plug(settings).compiled)
+                      saved_forwards.plug(settings).compiled, chat_batch.plug(settings).chat_batch)
     chat.load(folder)
     return chat
 
@@ -142,7 +144,7 @@ def test_a_batch_of_full_rows_gives_plain_generates_tokens(qwen3_2_layers, tmp_p
     """--chat-batch 2 with both rows filling bucket 1024 exactly (no padding anywhere, so no mask), in
     64-token chunks; and one full row beside a padding row."""
     chat = engine(qwen3_2_layers, tmp_path, "--chat-batch", "2", "--prefill-chunk", "64")
-    scheduler = chat._scheduler()
+    scheduler = chat.runner().scheduler
     first = chat_prompt(chat.tokenizer, 1024)
     second = first[::-1]  # another 1024 tokens: the two rows differ
     references = [plain_generate(chat.model, ids) for ids in (first, second)]

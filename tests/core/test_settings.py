@@ -198,7 +198,7 @@ def test_tp_engine_names_the_sharded_engine():
         parse("--models", "tiny", "--tp", "2", "--tp-engine", "image", "--no-image", env=torchrun)
     # Chat batch slots are refused only where the followers would have to mirror them (sharded chat).
     batched = parse("--models", "tiny", "--tp", "2", "--tp-engine", "image", "--chat-batch", "4", env=torchrun)
-    assert batched.chat_batch == 4
+    assert plug_all(PLUGINS, batched).chat_rows == 4
     with pytest.raises(ConfigError, match=r"^--chat-batch: .*--tp-engine image"):
         parse("--models", "tiny", "--tp", "2", "--chat-batch", "4", env=torchrun)
     with pytest.raises(ConfigError, match="--tp-engine"):

@@ -19,10 +19,12 @@ from neuron_backend import devices
 from neuron_backend.compile_cache import CompileCounter
 from neuron_backend.errors import ShapeFailedError
 from neuron_backend.image.engine import ImageRequest
+from neuron_backend.plugins import plug_all
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
 from tools.aot import plugin as saved_forwards
+from tools.chat_batch import plugin as chat_batch
 from ui.presentation import visitor_status
 from ui.probes import probe_routes
 from ui.status_panel import counters_lines, task_rows
@@ -44,11 +46,11 @@ def neuron(monkeypatch):
 
 
 def neuron_backend(root, *extra) -> Backend:
-    """On the fake cores, with the saved-forwards plug-in as the app has it (auto: off on Neuron)."""
+    """On the fake cores, with the saved-forwards (auto: off on Neuron) and chat batch plug-ins as the app has them."""
+    plugins = (saved_forwards, chat_batch)
     settings = parse_settings(["--models", "tiny", "--cache-dir", str(root), "--sizes", "64x64",
-                               "--chat-buckets", "32", "--max-new-tokens", "4", *extra], env={},
-                              plugins=(saved_forwards,))
-    return Backend(settings, devices.HostDevices(neuron_cores=2, cuda_devices=0), saved_forwards.plug(settings))
+                               "--chat-buckets", "32", "--max-new-tokens", "4", *extra], env={}, plugins=plugins)
+    return Backend(settings, devices.HostDevices(neuron_cores=2, cuda_devices=0), plug_all(plugins, settings))
 
 
 def in_thread(fn):

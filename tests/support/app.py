@@ -61,12 +61,14 @@ def link_demo_models(root: Path, demo_models) -> None:
         (root / DEMO_DIR_NAME).symlink_to(demo_models.chat.parent, target_is_directory=True)
 
 
-def warm_backend(root: Path, demo_models, *extra) -> Backend:
-    """A warm backend on the tiny models under ``root`` (the session's demo models linked in), no page."""
+def warm_backend(root: Path, demo_models, *extra, plugins=()) -> Backend:
+    """A warm backend on the tiny models under ``root`` (the session's demo models linked in), no page;
+    ``plugins``: whose flags ``extra`` may give and whose parts it gets."""
     link_demo_models(root, demo_models)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
-                               "--port", str(free_port()), "--max-new-tokens", "200", *NO_EDITS, *extra], env={})
-    backend = Backend(settings)
+                               "--port", str(free_port()), "--max-new-tokens", "200", *NO_EDITS, *extra], env={},
+                              plugins=plugins)
+    backend = Backend(settings, parts=plug_all(plugins, settings))
     backend.runner.run()
     return backend
 

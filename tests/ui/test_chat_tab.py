@@ -433,11 +433,13 @@ def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
 @pytest.mark.slow
 def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_runs_on(tmp_path, demo_models):
     """With --chat-batch 2, Stop ends only that reply's row: it keeps its stats, the other user's reply goes on."""
-    from neuron_backend.chat.batch import BatchRow, Sampling
     from neuron_backend.chat.text import ChatRequest
+    from tools.chat_batch import plugin as chat_batch
+    from tools.chat_batch.batch import BatchRow, Sampling
     from ui.chat_tab import StoppedReplies
 
-    backend = warm_backend(tmp_path, demo_models, "--no-image", "--chat-batch", "2", "--max-new-tokens", "2000")
+    backend = warm_backend(tmp_path, demo_models, "--no-image", "--chat-batch", "2", "--max-new-tokens", "2000",
+                           plugins=(chat_batch,))
     replies = StoppedReplies(backend)
     # 2000 tokens: a few seconds on the demo model, so the stop lands mid-reply (200 could end before it)
     request = ChatRequest(message="long story", greedy=True, max_new_tokens=2000)
@@ -456,7 +458,7 @@ def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_run
     assert rest[-1].done and rest[-1].stats.batch_size == 2 and not rest[-1].stats.stopped
     assert rest[-1].stats.new_tokens > final.stats.new_tokens
     # A row stopped before its turn ends with a result (no tokens), not a wait for a batch that never comes.
-    scheduler = backend.engine("chat")._scheduler()
+    scheduler = backend.engine("chat").runner().scheduler
     row = BatchRow([1, 2, 3], 32, 5, Sampling(greedy=True))
     row.cancel.set()
     scheduler.submit(row)

@@ -137,11 +137,13 @@ def fingerprint(folder: Path) -> str:
 
 
 def describe(settings, placements: Mapping, folders: Mapping[str, Path], models: Mapping[str, str],
-             env: Mapping[str, str] | None = None, revisions: Mapping[str, str | None] | None = None) -> dict:
+             env: Mapping[str, str] | None = None, revisions: Mapping[str, str | None] | None = None,
+             chat_rows: int = 1) -> dict:
     """This server's manifest (no file list): what its compile cache holds graphs for.
 
     ``revisions``: the commit sha (or revision) each engine's model was loaded at, recorded only: graphs
-    depend on the fingerprint, not on the weights' values, so ``compare`` never reads it.
+    depend on the fingerprint, not on the weights' values, so ``compare`` never reads it. ``chat_rows``: the rows
+    of the chat's graphs (``Backend.chat_rows``).
     """
     from neuron_backend.devices import repeated_blocks  # torch: imported only when a manifest is described
 
@@ -155,7 +157,7 @@ def describe(settings, placements: Mapping, folders: Mapping[str, Path], models:
         if name == "chat":
             entry.update(library=f"transformers {libraries['transformers']}",
                          context_length=settings.context_length, cache_windows=list(settings.cache_windows),
-                         batch=settings.chat_batch, prefill_chunk=getattr(settings, "prefill_chunk", None))
+                         batch=chat_rows, prefill_chunk=getattr(settings, "prefill_chunk", None))
         else:
             entry.update(library=f"diffusers {libraries['diffusers']}",
                          repeated_blocks=repeated_blocks(settings, p))

@@ -33,7 +33,8 @@ class WarmStart:
         b = self.backend
         models = {n: b.model_id(n, with_revision=False) for n in b.placements}
         revisions = {n: b.revision(n) for n in b.placements}
-        described = manifest.describe(b.settings, b.placements, b.model_folders(), models, revisions=revisions)
+        described = manifest.describe(b.settings, b.placements, b.model_folders(), models, revisions=revisions,
+                                      chat_rows=b.chat_rows)
         if only_ready:
             ready = {(t.engine, t.shape) for t in b.runner.tasks if t.kind == "compile" and t.state == READY}
             for name, entry in described["engines"].items():

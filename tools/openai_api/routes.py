@@ -266,7 +266,7 @@ class OpenAIRoutes:
             entry.update(context_length=context, max_new_tokens=s.max_new_tokens)
         elif engine == "chat":
             entry.update(buckets=list(s.buckets), context_length=s.context_length, cache_windows=list(s.cache_windows),
-                         max_new_tokens=s.max_new_tokens, chat_batch=s.chat_batch)
+                         max_new_tokens=s.max_new_tokens, chat_batch=b.chat_rows)
         else:
             entry.update(sizes=[size.label for size in s.sizes], default_steps=b.image_default_steps(),
                          max_steps=s.max_steps, max_images=s.max_images_per_run,

@@ -1,5 +1,8 @@
 """Many chat users on one device: N fixed batch slots, one ``generate()`` per batch (``--chat-batch N``).
 
+``BatchRunner`` is what the chat engine calls (``Parts.chat_batch``): it warms up a shape at batch N and streams
+one reply from a slot of a shared batch; ``BatchScheduler`` forms and runs the batches.
+
 Static shapes (one compiled graph per input shape) make the batch size part of every graph, so a batch is always
 exactly N rows: the eager prefill only sees ``[N, bucket]`` and the decode graphs are ``[N, 1]``
 (one per cache window, static_cache.py) against the one static cache of ``context_length`` tokens.
@@ -45,17 +48,18 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
-from ..devices import CompileCounter
-from ..errors import EngineUnavailableError
-from ..messages import tr
-from ..shapes import SerialJobs
+from neuron_backend.chat.text import ChatRequest, ChatUpdate, ThinkSplitter
+from neuron_backend.devices import CompileCounter, synchronize
+from neuron_backend.errors import EngineUnavailableError
+from neuron_backend.messages import tr
+from neuron_backend.shapes import SerialJobs
 
 GATHER_S = 0.02  # how long the oldest waiting request waits for company before its batch starts
 POLL_S = 0.5  # a waiting consumer checks the scheduler thread is alive this often
@@ -395,6 +399,48 @@ class BatchScheduler:
             compiled_graphs=CompileCounter.graphs() - batch.graphs_before, seed=batch.seed,
         )
         row._events.put((_DONE, row.result))
+
+
+class BatchRunner:
+    """A loaded chat engine's replies, N at a time: the engine calls ``warm_up`` and ``stream`` (``Parts.chat_batch``).
+
+    Every ``generate()`` goes through the engine's ``generate_rows`` and holds its job lock, as its single path does.
+    """
+
+    def __init__(self, engine):
+        model = BatchModel(engine.generate_rows, engine.tokenizer, engine._pad_id, frozenset(engine._eos_ids),
+                           engine.placement.input_device, lambda: synchronize(engine.placement))
+        self.engine = engine
+        self.scheduler = BatchScheduler(model, engine.rows, engine.settings.context_length, engine._jobs)
+
+    def warm_up(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:
+        """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""
+        row = BatchRow(ids, bucket, 2, Sampling(greedy=True))
+        self.scheduler.run([row], min_new_tokens=2, window_floor=window_floor)
+        for _ in self.scheduler.follow(row):  # raises the error of a failed generate()
+            pass
+
+    def stream(self, request: ChatRequest, prompt, stop: threading.Event | None = None) -> Iterator[ChatUpdate]:
+        """Stream one reply from a slot of a shared batch; closing this, or setting ``stop``, stops only this reply.
+        ``prompt``: the engine's fitted prompt (chat/prompt.py)."""
+        splitter = ThinkSplitter(prompt.starts_in_reasoning, tags=prompt.thinking)
+        row = BatchRow(prompt.ids, prompt.bucket, prompt.max_new_tokens, Sampling.of(request),
+                       None if request.greedy else request.seed)
+        row.cancel = stop if stop is not None else row.cancel  # the row's own stop event
+        self.scheduler.submit(row)
+        texts = self.scheduler.follow(row)
+        try:
+            for chunk in texts:
+                delta = splitter.feed(chunk)
+                if delta:
+                    yield ChatUpdate(splitter.reasoning, splitter.answer, delta, False, None, prompt.dropped_turns)
+        finally:
+            texts.close()  # early close: sets the row's own cancel event
+        r = row.result
+        stats = self.engine._stats(replace(prompt, bucket=r.bucket), r.new_ids, r.finish_reason == "stopped",
+                                   r.started, r.first_token_at, r.ended, r.compiled_graphs, r.seed)
+        stats = replace(stats, batch_size=r.batch_size, queued_s=r.queued_s)
+        yield ChatUpdate(splitter.reasoning, splitter.answer, splitter.finish(), True, stats, prompt.dropped_turns)
 
 
 _SCHEDULERS: weakref.WeakSet[BatchScheduler] = weakref.WeakSet()

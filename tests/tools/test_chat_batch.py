@@ -1,4 +1,5 @@
-"""Many chat users (--chat-batch N): one generate() over N fixed rows, per-row streaming and stop (tiny Qwen3, CPU)."""
+"""Many chat users (--chat-batch N, tools/chat_batch): one generate() over N fixed rows, per-row streaming and stop
+(tiny Qwen3, CPU)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.app import app_parts, app_settings
 
 from neuron_backend.chat.engine import ChatEngine, ChatRequest
 from neuron_backend.devices import CompileCounter, HostDevices, resolve_placements
 from neuron_backend.errors import ConfigError
-from neuron_backend.settings import parse_settings
+from tools.chat_batch import plugin as chat_batch
 
 CPU_ONLY = HostDevices(neuron_cores=0, cuda_devices=0)
 # Prompts of every tiny bucket (32, 64, 128 tokens), each with its own max_new_tokens.
 PROMPTS = {"hello": 9, "the garden": 14, "quiet blue window " * 6: 20, "the quiet river " * 20: 24}
 
 
-def make_engine(settings, folder, gather_s: float | None = None) -> ChatEngine:
-    engine = ChatEngine(settings, resolve_placements(settings, CPU_ONLY)["chat"], "demo Qwen3")
+def make_engine(settings, folder, rows: int = 1, gather_s: float | None = None) -> ChatEngine:
+    """The chat engine of --chat-batch ``rows``, with the plug-in's batch as app.py hands it over."""
+    batch = chat_batch.plug(settings.replace(options={"chat_batch": rows})).chat_batch
+    engine = ChatEngine(settings, resolve_placements(settings, CPU_ONLY)["chat"], "demo Qwen3", batch=batch)
     engine.load(folder)
     if gather_s is not None:  # the batch starts once N requests wait, or after this long
-        engine._scheduler().gather_s = gather_s
+        engine.runner().scheduler.gather_s = gather_s
     return engine
 
 
@@ -36,7 +40,7 @@ def single(tiny_settings, demo_models):
 
 @pytest.fixture
 def batched(tiny_settings, demo_models):
-    return make_engine(tiny_settings.replace(chat_batch=4), demo_models.chat, gather_s=5.0)
+    return make_engine(tiny_settings, demo_models.chat, rows=4, gather_s=5.0)
 
 
 class Forwards:
@@ -132,7 +136,7 @@ def test_four_concurrent_replies_match_the_single_path(single, batched):
 
 def test_padding_rows_leave_the_real_rows_exact(single, tiny_settings, demo_models):
     """Two requests in a batch of 4: two padding rows; every real row's logits equal the single path's."""
-    batched = make_engine(tiny_settings.replace(chat_batch=4), demo_models.chat, gather_s=0.5)
+    batched = make_engine(tiny_settings, demo_models.chat, rows=4, gather_s=0.5)
     messages = ["hello", "the quiet river " * 8]  # buckets 32 and 64: the short one is padded to 64
     alone = {}
     for message in messages:
@@ -217,7 +221,7 @@ def test_engine_cancel_stops_the_whole_batch_and_errors_reach_every_row(batched)
     hook.remove()
     assert time.perf_counter() - started < 10
     assert all(isinstance(r, RuntimeError) and "boom" in str(r) for r in results.values())
-    batched._scheduler().gather_s = 0.05
+    batched.runner().scheduler.gather_s = 0.05
     assert batched.reply(greedy("hello")).done  # the scheduler lives on
 
 
@@ -226,7 +230,7 @@ def test_engine_cancel_stops_the_whole_batch_and_errors_reach_every_row(batched)
 def test_seeded_request_runs_alone_and_is_reproducible(batched):
     seeded = ChatRequest("hello", seed=42, max_new_tokens=24)
     unseeded = {f"u{i}": ChatRequest(m, max_new_tokens=12) for i, m in enumerate(["hello", "the garden"])}
-    batched._scheduler().gather_s = 0.3
+    batched.runner().scheduler.gather_s = 0.3
     log = Forwards(batched.model)
     results = concurrently(batched, {"seeded": seeded, **unseeded, "greedy": greedy("hello")})
     log.remove()
@@ -249,9 +253,11 @@ def test_a_script_may_exit_right_after_a_batched_reply(demo_models, tmp_path):
         "from neuron_backend.chat.engine import ChatEngine\n"
         "from neuron_backend.devices import HostDevices, resolve_placements\n"
         "from neuron_backend.settings import parse_settings\n"
+        "from tools.chat_batch import plugin\n"
         f"s = parse_settings(['--models', 'tiny', '--device', 'cpu', '--chat-batch', '2', '--cache-dir', "
-        f"{str(tmp_path)!r}], env={{}})\n"
-        "engine = ChatEngine(s, resolve_placements(s, HostDevices(0, 0))['chat'], 'demo')\n"
+        f"{str(tmp_path)!r}], env={{}}, plugins=(plugin,))\n"
+        "batch = plugin.plug(s).chat_batch\n"
+        "engine = ChatEngine(s, resolve_placements(s, HostDevices(0, 0))['chat'], 'demo', batch=batch)\n"
         f"engine.load({str(demo_models.chat)!r})\n"
         "print(engine.reply({'message': 'hello', 'greedy': True, 'max_new_tokens': 3}).stats.batch_size)\n"
     )
@@ -262,17 +268,22 @@ def test_a_script_may_exit_right_after_a_batched_reply(demo_models, tmp_path):
 
 
 # ----- settings ------------------------------------------------------------------------------------------------
+def rows(argv, env=None) -> int:
+    """The chat's rows as app.py gets them: its plug-ins' flags parsed, their parts merged."""
+    return app_parts(app_settings(argv, env)).chat_rows
+
+
 def test_chat_batch_setting():
     base = ["--models", "tiny", "--device", "cpu"]
-    assert parse_settings(base, env={}).chat_batch == 1
-    assert parse_settings(base, env={"SHOWCASE_CHAT_BATCH": "4"}).chat_batch == 4
-    assert parse_settings([*base, "--chat-batch", "16"], env={"SHOWCASE_CHAT_BATCH": "4"}).chat_batch == 16
+    assert rows(base) == 1 and app_parts(app_settings(base)).chat_batch is None  # 1: the single path, no batch
+    assert rows(base, env={"SHOWCASE_CHAT_BATCH": "4"}) == 4
+    assert rows([*base, "--chat-batch", "16"], env={"SHOWCASE_CHAT_BATCH": "4"}) == 16
     for value, problem in (("0", "out of range"), ("17", "out of range"), ("two", "not a whole number")):
         with pytest.raises(ConfigError, match=f"--chat-batch: .*{problem}") as info:
-            parse_settings([*base, "--chat-batch", value], env={})
+            rows([*base, "--chat-batch", value])
         assert info.value.flag == "--chat-batch"
     with pytest.raises(ConfigError, match=r"--chat-batch: .*--tp"):
-        parse_settings([*base, "--chat-batch", "2", "--tp", "2"], env={"WORLD_SIZE": "2"})
+        rows([*base, "--chat-batch", "2", "--tp", "2"], env={"WORLD_SIZE": "2"})
 
 
 # ----- compile ---------------------------------------------------------------------------------------------------
@@ -281,8 +292,8 @@ def test_compiled_batch_never_recompiles_after_warm_up(tiny_settings, demo_model
     """Warm-up runs [4, bucket] prefills and the [4, 1] decode graphs (windows 128, 256); later batches compile
     nothing."""
     # the eager prefill (--prefill-chunk 0); tests/core/test_prefill.py covers the compiled prefill chunks
-    settings = tiny_settings.replace(compile="on", chat_batch=4, cache_windows=(128,), prefill_chunk=0)
-    engine = make_engine(settings, demo_models.chat, gather_s=0.3)
+    settings = tiny_settings.replace(compile="on", cache_windows=(128,), prefill_chunk=0)
+    engine = make_engine(settings, demo_models.chat, rows=4, gather_s=0.3)
     torch._dynamo.reset()
     log = Forwards(engine.model)
     counts = []
@@ -304,3 +315,40 @@ def test_compiled_batch_never_recompiles_after_warm_up(tiny_settings, demo_model
             results = concurrently(engine, mixed)
             assert all(r.stats.compiled_graphs == 0 for r in results.values())
     assert CompileCounter.graphs() == before
+
+
+# ----- the plug-in's seam ----------------------------------------------------------------------------------------
+SINGLE_THEN_BATCHED = """
+import sys
+from support.app import app_backend, app_settings
+
+args = ["--models", "tiny", "--device", "cpu", "--no-image", "--cache-dir", sys.argv[1], "--chat-buckets", "32",
+        "--context-length", "256", "--max-new-tokens", "3"]
+
+
+def reply(backend):
+    backend.runner.run()
+    return list(backend.stream_chat({"message": "hello", "history": [], "greedy": True}))[-1]
+
+
+single = reply(app_backend(app_settings(args)))  # as app.py: every plug-in, no --chat-batch
+assert single.done and single.stats.batch_size == 1
+assert "tools.chat_batch.batch" not in sys.modules, "a single-reply chat imported the batch module"
+batched = reply(app_backend(app_settings([*args, "--chat-batch", "2"])))
+assert batched.done and batched.stats.batch_size == 2 and "tools.chat_batch.batch" in sys.modules
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_a_single_reply_chat_never_imports_the_batch_module(demo_models, tmp_path):
+    import os
+
+    from support.app import link_demo_models
+
+    root = Path(__file__).resolve().parents[2]
+    link_demo_models(tmp_path / "root", demo_models)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    done = subprocess.run([sys.executable, "-c", SINGLE_THEN_BATCHED, str(tmp_path / "root")], capture_output=True,
+                          text=True, timeout=300, cwd=root, env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
