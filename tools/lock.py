@@ -107,7 +107,7 @@ def drift(keep: bool = False) -> int:
         print("== the fast loop with it: python " + " ".join(FAST_LOOP), flush=True)
         started = time.monotonic()
         env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-               "VIRTUAL_ENV": str(venv)}
+               "VIRTUAL_ENV": str(venv), "SHOWCASE_INSTALLED_LOCK": str(work / "requirements-dev.txt")}
         status = subprocess.run([str(python), *FAST_LOOP], cwd=ROOT, env=env).returncode
         verdict = "passes" if status == 0 else f"FAILS (exit {status})"
         print(f"== the fast loop {verdict} on today's packages ({time.monotonic() - started:.0f} s)", flush=True)
