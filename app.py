@@ -1,6 +1,6 @@
 """Gradio app: Qwen3 chat and FLUX.2-klein images on AWS Trainium (or whatever this host has).
 
-The entry point only: settings, the compile-cache folders, the torchrun branch, the ``Backend``,
+The entry point only: settings, the compile-cache folders, a sharding plug-in's process group, the ``Backend``,
 ``ui.serve``. The page lives in ``ui/``, the engines in ``neuron_backend/``. Run ``python app.py
 --help`` for every flag, ``python app.py --doctor`` for a first-run checklist of this host.
 
@@ -28,6 +28,7 @@ from tools.chat_batch import plugin as chat_batch
 from tools.login import plugin as login_hardening
 from tools.mcp import plugin as mcp
 from tools.openai_api import plugin as openai_api
+from tools.parallel import plugin as tensor_parallel
 from tools.qa import plugin as qa_bench
 from tools.remote import plugin as remote_engines
 
@@ -35,8 +36,8 @@ log = logging.getLogger("showcase.app")
 
 # Everything that is not the two models, each a module with add_flags(parser) and plug(settings) -> Parts
 # (neuron_backend/plugins.py); --help lists each one's flags under its title. None of them imports torch.
-PLUGINS = (remote_engines, cache_bundles, saved_forwards, chat_batch, openai_api, login_hardening, mcp, qa_bench,
-           doctor)
+PLUGINS = (remote_engines, cache_bundles, saved_forwards, chat_batch, tensor_parallel, openai_api, login_hardening,
+           mcp, qa_bench, doctor)
 
 LOAD_FAILURE = """\
 error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}
@@ -68,11 +69,9 @@ def backend_load_failure(exc: BaseException) -> str | None:
 
 def _import_runtime():
     """The torch-importing modules, imported only after the cache folders are set."""
-    from neuron_backend import parallel
-    from neuron_backend.devices import resolve_placements
-    from neuron_backend.runtime import Backend, model_folder, run_follower
+    from neuron_backend.runtime import Backend
 
-    return parallel, resolve_placements, Backend, model_folder, run_follower
+    return Backend
 
 
 def launch(backend, parts: Parts = Parts(), **kwargs):
@@ -101,24 +100,19 @@ def main(argv: list[str] | None = None) -> None:
     interpreter_bin_first()  # before import torch: TorchNeuron runs the neuronx-cc it finds on PATH
     if parts.command is not None:  # e.g. --doctor: a plug-in's command instead of the app
         raise SystemExit(parts.command(settings, parts))
-    configure_compile_cache(settings.cache_dir)  # before import torch (autoload) and before parallel.init
+    configure_compile_cache(settings.cache_dir)  # before import torch (autoload) and before a process group
     try:
-        parallel, resolve_placements, Backend, model_folder, run_follower = _import_runtime()  # noqa: N806
+        Backend = _import_runtime()  # noqa: N806
     except (ImportError, RuntimeError) as exc:
         message = backend_load_failure(exc)
         if message is None:
             raise
         print(message, file=sys.stderr)
         raise SystemExit(3) from None
+    sharding = parts.sharding  # under torchrun: one engine sharded over the ranks
     try:
-        if settings.tp > 1:  # under torchrun: --tp-engine names the sharded engine
-            placement = resolve_placements(settings)[settings.tp_engine]
-            # Weights first: saving (the demo build) under a process group writes only on rank 0.
-            folder = model_folder(settings, settings.tp_engine)
-            parallel.init(settings, placement)
-            if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
-                run_follower(settings, placement, folder, parts.compiled)
-                parallel.end_process()
+        if sharding is not None:
+            sharding.join(settings, parts)  # a follower serves no UI: it mirrors rank 0's generations, then ends
         backend = Backend(settings, parts=parts)
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -130,9 +124,10 @@ def main(argv: list[str] | None = None) -> None:
         ui.own_gradio_folder(settings.port)
         launch(backend, parts)
     finally:
-        parallel.shutdown()
-    if settings.tp > 1:
-        parallel.end_process()
+        if sharding is not None:
+            sharding.release()
+    if sharding is not None:
+        sharding.end()
 
 
 if __name__ == "__main__":

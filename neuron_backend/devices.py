@@ -49,7 +49,7 @@ from .compile_cache import (  # noqa: F401 - part of this module's API
 )
 from .errors import ConfigError, DeviceMemoryError, DeviceUnavailableError
 from .messages import tr
-from .plugins import Elsewhere
+from .plugins import Elsewhere, Sharding
 from .settings import Settings
 from .shapes import ShapeKey
 
@@ -181,10 +181,13 @@ def _allowed(host: HostDevices) -> str:
 
 
 def resolve_placements(settings: Settings, host: HostDevices | None = None,
-                       elsewhere: Mapping[str, Elsewhere] | None = None) -> dict[str, Placement]:
+                       elsewhere: Mapping[str, Elsewhere] | None = None,
+                       sharding: Sharding | None = None) -> dict[str, Placement]:
     """Placement of each enabled engine. With several cores, chat and image get different ones; an engine a
-    plug-in runs ``elsewhere`` (on other servers) gets no device here."""
+    plug-in runs ``elsewhere`` (on other servers) gets no device here; the engine of ``sharding`` holds this
+    rank's shard."""
     host = detect() if host is None else host
+    tp, sharded = (sharding.count, sharding.engine) if sharding is not None else (1, None)
     placements = {}
     for index, engine in enumerate(("chat", "image")):
         if not getattr(settings, engine):
@@ -197,23 +200,23 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None,
         override = getattr(settings, f"{engine}_device")
         flag, requested = (f"--{engine}-device", override) if override else ("--device", settings.device)
         # Under --tp N the ranks' shards sit on devices 0..N-1: on cuda the whole engine defaults to N.
-        kind, device = _explicit(flag, requested, host, default_index=settings.tp if settings.tp > 1 else index)
-        if settings.tp > 1 and kind == "neuron" and engine != settings.tp_engine:
-            device = _whole_engine_core_under_tp(engine, flag, requested, settings)
-        if engine == settings.tp_engine and settings.tp > 1:
+        kind, device = _explicit(flag, requested, host, default_index=tp if tp > 1 else index)
+        if tp > 1 and kind == "neuron" and engine != sharded:
+            device = _whole_engine_core_under_tp(engine, flag, requested, settings, tp)
+        if engine == sharded and tp > 1:
             # One shard per process: the core (or GPU) of this torchrun rank.
             kind, device = _explicit(flag, f"{kind}:{settings.local_rank}" if kind != "cpu" else "cpu", host, 0)
-            placements[engine] = dataclasses.replace(_placement(settings, kind, device), tp=settings.tp)
+            placements[engine] = dataclasses.replace(_placement(settings, kind, device), tp=tp)
         else:
             placements[engine] = _placement(settings, kind, device)
-        if settings.tp > 1 and kind == "neuron":  # the process holds only its own core (init_process_group)
+        if tp > 1 and kind == "neuron":  # the process holds only its own core (init_process_group)
             placements[engine] = dataclasses.replace(placements[engine], first_core=settings.local_rank)
     if settings.world_size > 1 and any(p.kind == "neuron" for p in placements.values()):
-        refuse_exported_visible_cores(settings)
+        refuse_exported_visible_cores(settings, tp)
     return placements
 
 
-def refuse_exported_visible_cores(settings: Settings) -> None:
+def refuse_exported_visible_cores(settings: Settings, tp: int = 1) -> None:
     """Under torchrun, refuse a NEURON_RT_VISIBLE_CORES the user exported.
 
     TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` for each torchrun process only when it is unset,
@@ -225,10 +228,10 @@ def refuse_exported_visible_cores(settings: Settings) -> None:
                           "torchrun TorchNeuron gives each rank its own core (NEURON_RT_VISIBLE_CORES=LOCAL_RANK, "
                           "set only when unset) and allows one device per process",
                           f"unset it for the torchrun command: env -u NEURON_RT_VISIBLE_CORES torchrun "
-                          f"--nproc_per_node={settings.world_size} app.py --tp {settings.tp}")
+                          f"--nproc_per_node={settings.world_size} app.py --tp {tp}")
 
 
-def _whole_engine_core_under_tp(engine: str, flag: str, requested: str, settings: Settings) -> str:
+def _whole_engine_core_under_tp(engine: str, flag: str, requested: str, settings: Settings, tp: int) -> str:
     """The core of the engine that runs whole beside a Neuron tensor-parallel group: this rank's own.
 
     Under torchrun TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` for each process and
@@ -239,7 +242,7 @@ def _whole_engine_core_under_tp(engine: str, flag: str, requested: str, settings
     _, _, index = requested.partition(":")
     if index and int(index) != settings.local_rank:
         raise ConfigError(flag, f"under torchrun each rank's process sees only its own NeuronCore, so the whole "
-                          f"{engine} engine cannot run on neuron:{index} beside the --tp {settings.tp} group",
+                          f"{engine} engine cannot run on neuron:{index} beside the --tp {tp} group",
                           f"leave {flag} unset (the {engine} engine then shares {own} with this rank's shard), "
                           f"or --no-{engine}")
     return own

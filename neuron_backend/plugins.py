@@ -42,9 +42,23 @@ class ChatBatch:
 
 
 @dataclass(frozen=True)
+class Sharding:
+    """One engine split over the ranks of a process group (torchrun). The core knows only what placing it needs:
+    which engine, over how many ranks (the rank is the settings'); the rest are the plug-in's callables."""
+
+    engine: str  # "chat" or "image"
+    count: int  # shards, one per rank: the placement's ``tp``
+    load_kwargs: Callable[[str, object], dict]  # load_kwargs(engine, placement) -> from_pretrained keywords of a shard
+    attach: Callable[[str, object], None]  # attach(name, engine), rank 0: set its on_generate and agree_stop
+    join: Callable[[object, Parts], None]  # join(settings, parts), before the Backend; a follower ends in it
+    release: Callable[[], None]  # rank 0 after serving: release the followers, close the groups
+    end: Callable[[], None]  # rank 0, last: end the process
+
+
+@dataclass(frozen=True)
 class Parts:
     """What plug-ins add. Merged in the plug-ins' order (``merged``): sequences joined, mappings updated, the
-    first ``remote``, ``command`` and ``chat_batch`` kept."""
+    first ``remote``, ``command``, ``chat_batch`` and ``sharding`` kept."""
 
     hooks: tuple = ()  # warm-up hook factories: make(backend) -> an object with plan/started/ended (warmup.py)
     elsewhere: Mapping[str, Elsewhere] = field(default_factory=dict)  # engines run on other servers
@@ -60,6 +74,7 @@ class Parts:
     command: Callable[[object, Parts], int] | None = None  # run instead of serving: command(settings, parts) -> exit
     compiled: tuple = ()  # wrap(engine, target, config, placement, settings, variant) -> handle|None (wrap_compiled)
     chat_batch: ChatBatch | None = None  # the chat's replies served N at a time; None: one at a time
+    sharding: Sharding | None = None  # one engine sharded over torchrun ranks (placements read it); None: whole
 
     @property
     def chat_rows(self) -> int:
@@ -68,7 +83,8 @@ class Parts:
 
 
 def merged(parts: Iterable[Parts]) -> Parts:
-    """One ``Parts`` of many: sequences joined, mappings updated, the first ``remote``, ``command``, ``chat_batch``."""
+    """One ``Parts`` of many: sequences joined, mappings updated, the first ``remote``, ``command``, ``chat_batch``,
+    ``sharding``."""
     out: dict[str, object] = {f.name: getattr(Parts(), f.name) for f in dataclasses.fields(Parts)}
     for part in parts:
         for f in dataclasses.fields(Parts):

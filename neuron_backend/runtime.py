@@ -19,7 +19,7 @@ from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .image import loading
 from .messages import tr
 from .metrics import Metrics, app_version, readiness, shape_readiness
-from .plugins import ChatBatch, Parts
+from .plugins import ChatBatch, Parts, Sharding
 from .settings import Settings
 from .shapes import ShapeKey, engine_name, shape_keys
 from .warmup import (
@@ -64,31 +64,17 @@ def asked_model(settings: Settings, engine: str) -> tuple[str, str | None]:
 
 
 def create_engine(settings: Settings, name: str, placement: devices.Placement, model_id: str, compiled: tuple = (),
-                  chat_batch: ChatBatch | None = None):
+                  chat_batch: ChatBatch | None = None, sharding: Sharding | None = None):
     """A new, unloaded engine of kind ``name`` (imported here: the engines pull in transformers/diffusers);
     ``compiled``: the plug-ins' wrappers of its compiled forward (``Parts.compiled``); ``chat_batch``: the chat's
-    (``Parts.chat_batch``)."""
+    (``Parts.chat_batch``); ``sharding``: loads a shard where ``placement.tp`` is above 1 (``Parts.sharding``)."""
     if name == "chat":
         from .chat.engine import ChatEngine
 
-        return ChatEngine(settings, placement, model_id, compiled, chat_batch)
+        return ChatEngine(settings, placement, model_id, compiled, chat_batch, sharding)
     from .image.engine import ImageEngine
 
-    return ImageEngine(settings, placement, model_id, compiled)
-
-
-def run_follower(settings: Settings, placement: devices.Placement, folder: Path, compiled: tuple = ()) -> int:
-    """The whole life of a tensor-parallel follower rank: load its shard of the ``--tp-engine`` engine,
-    then mirror rank 0's generations until it shuts down (``parallel.follow``). ``compiled``: as rank 0's."""
-    from . import parallel
-
-    name = settings.tp_engine
-    engine = create_engine(settings, name, placement, model_ref(*asked_model(settings, name)), compiled)
-    engine.load(folder)
-    served = parallel.follow(engine)
-    parallel.close()
-    log.info("rank %d served %d %s generations and exits", settings.rank, served, name)
-    return served
+    return ImageEngine(settings, placement, model_id, compiled, sharding)
 
 
 class Backend:
@@ -96,7 +82,7 @@ class Backend:
 
     def __init__(self, settings: Settings, host: devices.HostDevices | None = None, parts: Parts = Parts()):
         """``parts``: what the plug-ins add here (plugins.py): warm-up hooks, engines run elsewhere, wrappers of
-        the engines' compiled forwards, the chat's batch."""
+        the engines' compiled forwards, the chat's batch, the sharded engine."""
         self.settings = settings
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
@@ -105,13 +91,14 @@ class Backend:
             log.info(note)
         log.info("compile caches: %s", ", ".join(f"{name}={path}" for name, path in self.cache.paths))
         self.host = devices.detect() if host is None else host
-        self.placements = devices.resolve_placements(settings, self.host, parts.elsewhere)
+        self.placements = devices.resolve_placements(settings, self.host, parts.elsewhere, parts.sharding)
         devices.refuse_idle_compile_flags(settings, self.placements)  # --compile-repeated-blocks without compile
         self.description = devices.describe(self.placements, self.host)
         if parts.elsewhere and parts.remote is None:
             raise ValueError(f"parts place {sorted(parts.elsewhere)} elsewhere but give no remote to connect them")
         self._remote = parts.remote(settings) if parts.elsewhere else None
-        self._compiled, self._chat_batch = parts.compiled, parts.chat_batch  # handed to the engines it creates
+        # handed to the engines it creates
+        self._compiled, self._chat_batch, self._sharding = parts.compiled, parts.chat_batch, parts.sharding
         self.chat_rows = parts.chat_rows  # the rows of every compiled chat shape
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
@@ -291,11 +278,10 @@ class Backend:
 
     def _create(self, name: str):
         placement = self.placements[name]
-        engine = create_engine(self.settings, name, placement, self.model_id(name), self._compiled, self._chat_batch)
+        engine = create_engine(self.settings, name, placement, self.model_id(name), self._compiled, self._chat_batch,
+                               self._sharding)
         if placement.tp > 1:  # rank 0 of a tensor-parallel group: followers mirror every generation
-            from .parallel import announcer, stop_flag
-
-            engine.on_generate, engine.agree_stop = announcer(name), stop_flag
+            self._sharding.attach(name, engine)
         engine.shapes.gated = True  # from now on only warmed-up shapes serve requests
         return engine
 

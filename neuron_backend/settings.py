@@ -71,8 +71,6 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("no-image-preview", "bool", "no live preview while an image denoises (on by default; host-side, no compile)"),
     ("max-images-per-run", "int", "most images one Image-tab run may ask for (consecutive seeds, one after another)"),
     ("hub-timeout", "float", "seconds to wait for the Hugging Face Hub when --models auto"),
-    ("tp", "int", "shard one engine over N cores (tensor parallel); launch with torchrun --nproc_per_node=N"),
-    ("tp-engine", "str", "chat|image: the engine --tp shards (default chat; image: the FLUX.2 transformer)"),
 )
 
 
@@ -121,7 +119,7 @@ def _raw_values(argv: Sequence[str] | None, env: Mapping[str, str], plugins: Seq
 def as_tri(flag: str, value: object) -> str:
     """auto|on|off from a flag or its environment variable (1/0, true/false, yes/no also accepted)."""
     text = str(value).strip().lower()
-    return ("on" if _BOOLS[text] else "off") if text in _BOOLS else _choice(flag, text, ("auto", "on", "off"))
+    return ("on" if _BOOLS[text] else "off") if text in _BOOLS else as_choice(flag, text, ("auto", "on", "off"))
 
 
 def _parse_bool(flag: str, text: str) -> bool:
@@ -148,7 +146,8 @@ def as_float(flag: str, value: object) -> float:
         raise ConfigError(f"--{flag}", f"{shown_value(value)} is not a number") from None
 
 
-def _choice(flag: str, value: object, choices: Sequence[str]) -> str:
+def as_choice(flag: str, value: object, choices: Sequence[str]) -> str:
+    """One of ``choices`` (case and spaces ignored), else a ConfigError naming ``--flag`` and them."""
     if (text := str(value).strip().lower()) not in choices:
         raise ConfigError(f"--{flag}", f"unknown value {value!r}", "|".join(choices))
     return text
@@ -324,10 +323,8 @@ class Settings:
     image_preview: bool = True  # live latent preview on the host (image/preview.py); --no-image-preview
     max_images_per_run: int = 4  # images one run may ask for: generated one after another, same shape
     hub_timeout: float = 5.0
-    tp: int = 1  # tensor-parallel degree of the engine named by tp_engine (under torchrun)
-    tp_engine: str = "chat"  # which engine --tp shards: "chat" or "image"
     options: Mapping[str, object] = field(default_factory=dict, repr=False)  # plug-ins' flags as given, by name
-    rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise
+    rank: int = 0  # this process's rank under torchrun (RANK), 0 otherwise; a plug-in's --tp shards by rank
     local_rank: int = 0
     world_size: int = 1
     exported_visible_cores: str | None = None  # NEURON_RT_VISIBLE_CORES before import torch (refused under torchrun)
@@ -357,7 +354,7 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
     env = os.environ if env is None else env
     raw = _raw_values(argv, env, plugins)
     core = {name.replace("-", "_") for name, _, _ in _FLAGS}
-    requested = _choice("models", raw.pop("models", "auto"), ("auto", "full", "tiny"))
+    requested = as_choice("models", raw.pop("models", "auto"), ("auto", "full", "tiny"))
     chat_model, chat_revision = _parse_model("chat-model", raw.pop("chat_model", DEFAULT_CHAT_MODEL))
     image_model, image_revision = _parse_model("image-model", raw.pop("image_model", DEFAULT_IMAGE_MODEL))
     models, reason = _resolve_models(requested, ((chat_model, chat_revision), (image_model, image_revision)), raw,
@@ -376,7 +373,7 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         device=str(raw.get("device", "auto")).strip().lower(),
         chat_device=_optional_lower(raw.get("chat_device")),
         image_device=_optional_lower(raw.get("image_device")),
-        dtype=_choice("dtype", raw.get("dtype", "auto"), ("auto", "bfloat16", "float16", "float32")),
+        dtype=as_choice("dtype", raw.get("dtype", "auto"), ("auto", "bfloat16", "float16", "float32")),
         sizes=_parse_sizes(raw["sizes"]) if "sizes" in raw else preset.sizes,
         references=_parse_references(raw["references"]) if "references" in raw else preset.references,
         references_set="references" in raw,
@@ -390,7 +387,7 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         default_steps=as_int("default-steps", raw.get("default_steps", preset.default_steps)),
         default_steps_set="default_steps" in raw,
         max_steps=as_int("max-steps", raw.get("max_steps", 50)),
-        compile=_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
+        compile=as_choice("compile", raw.get("compile", "auto"), ("auto", "on", "off")),
         compile_repeated_blocks=as_tri("compile-repeated-blocks", raw.get("compile_repeated_blocks", "auto")),
         compile_timeout_min=as_float("compile-timeout-min", raw.get("compile_timeout_min", 60.0)),
         cache_dir=Path(str(raw["cache_dir"])).expanduser() if "cache_dir" in raw
@@ -414,8 +411,6 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
         image_preview=not raw.get("no_image_preview", False),
         max_images_per_run=as_int("max-images-per-run", raw.get("max_images_per_run", 4)),
         hub_timeout=as_float("hub-timeout", raw.get("hub_timeout", 5.0)),
-        tp=as_int("tp", raw.get("tp", 1)),
-        tp_engine=_choice("tp-engine", raw.get("tp_engine", "chat"), ("chat", "image")),
         rank=as_int("tp", env.get("RANK", 0)),  # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for each process
         local_rank=as_int("tp", env.get("LOCAL_RANK", 0)), world_size=as_int("tp", env.get("WORLD_SIZE", 1)),
         exported_visible_cores=env.get("NEURON_RT_VISIBLE_CORES") or None,
@@ -504,17 +499,6 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("--warmup-order", f"invalid order {','.join(s.warmup_order)!r}", "chat,image or image,chat")
     if s.compile_repeated_blocks == "on" and s.compile == "off":
         raise ConfigError("--compile-repeated-blocks", "needs compiling, but --compile is off", "--compile on|auto")
-    if s.tp < 1:
-        raise ConfigError("--tp", f"{s.tp} is not positive", "1 or more")
-    if s.tp > 1 and s.world_size != s.tp:
-        raise ConfigError("--tp", f"--tp {s.tp} needs {s.tp} processes, this is one of {s.world_size}",
-                          f"launch with: torchrun --nproc_per_node={s.tp} app.py --tp {s.tp}")
-    if s.tp_engine not in ("chat", "image"):
-        raise ConfigError("--tp-engine", f"unknown engine {s.tp_engine!r}", "chat|image")
-    if s.tp > 1 and not getattr(s, s.tp_engine):
-        other = "image" if s.tp_engine == "chat" else "chat"
-        raise ConfigError("--tp", f"shards the {s.tp_engine} engine (--tp-engine {s.tp_engine}), which "
-                          f"--no-{s.tp_engine} disables", f"--tp 1 with --no-{s.tp_engine}, or --tp-engine {other}")
     if not s.chat and not s.image:
         raise ConfigError("--no-chat/--no-image", "both engines are disabled", "disable at most one engine")
     return s

@@ -34,7 +34,6 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     CompileConfig,
-    DistributedConfig,
     StoppingCriteria,
     StoppingCriteriaList,
     TextIteratorStreamer,
@@ -45,7 +44,7 @@ from .. import devices
 from ..devices import CompileCounter, GraphFallbacks, Placement, on_device, synchronize
 from ..errors import ConfigError, EngineUnavailableError, InvalidRequestError
 from ..messages import joined, tr
-from ..plugins import ChatBatch, wrap_compiled
+from ..plugins import ChatBatch, Sharding, wrap_compiled
 from ..settings import Settings
 from ..shapes import PromptBucket, SerialJobs, ShapeRegistry, shape_keys
 from . import static_cache
@@ -75,9 +74,10 @@ class ChatEngine:
     name = "chat"
 
     def __init__(self, settings: Settings, placement: Placement, model_id: str, compiled: tuple = (),
-                 batch: ChatBatch | None = None):
+                 batch: ChatBatch | None = None, sharding: Sharding | None = None):
         """``compiled``: the plug-ins' wrappers of the compiled forward (``Parts.compiled``); ``batch``: replies
-        served N at a time by its runner (``Parts.chat_batch``); None: one at a time."""
+        served N at a time by its runner (``Parts.chat_batch``); None: one at a time; ``sharding``: the keywords
+        that load this rank's shard where ``placement.tp`` is above 1 (``Parts.sharding``)."""
         self.settings, self.placement, self.model_id = settings, placement, model_id
         self.buckets = tuple(settings.buckets)
         self.shapes = ShapeRegistry(self.name, shape_keys(settings, self.name))
@@ -103,7 +103,8 @@ class ChatEngine:
         if self.rows > 1:
             self.shape_labels = {k: tr("{shape}, batch {batch}", shape=v, batch=self.rows)
                                  for k, v in self.shape_labels.items()}
-        # Tensor parallel only (set by the runtime on rank 0, by parallel.follow on the others): on_generate is
+        self._sharding = sharding
+        # Tensor parallel only (set by Sharding.attach on rank 0, by the followers' loop): on_generate is
         # called under the job lock before generate() with (request, prompt, min_new_tokens, seed); agree_stop
         # turns this rank's stop into rank 0's, after every token. Single-process, both stay None.
         self.on_generate = None
@@ -126,8 +127,8 @@ class ChatEngine:
         if not tokenizer.chat_template:
             raise EngineUnavailableError(tr("The chat model in {folder} has no chat template; use an instruct model.",
                                             folder=folder))
-        if self.placement.tp > 1:  # one shard per torchrun rank, on this rank's device (see parallel.py)
-            where = {"distributed_config": DistributedConfig(tp_size=self.placement.tp)}
+        if self.placement.tp > 1:  # one shard per torchrun rank, on this rank's device (Parts.sharding)
+            where = self._sharding.load_kwargs(self.name, self.placement)
         else:  # device_map needs accelerate; without it, load on CPU and move (same result, more host memory)
             where = {"device_map": self.placement.device} if is_accelerate_available() else {}
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.placement.dtype, trust_remote_code=False,

@@ -25,7 +25,7 @@ result's params say so in ``guidance_note``; ``params["guidance"]`` is then None
 Concurrency: one request or warm-up runs at a time (``shapes.SerialJobs``); callers arriving
 meanwhile wait in line, none is dropped. ``cancel()`` stops only the running one.
 Tensor parallel (``--tp-engine image``): the transformer is loaded sharded, each pipeline call is
-announced to the other ranks and the stop is decided by rank 0 at every step (parallel.py).
+announced to the other ranks and the stop is decided by rank 0 at every step (``Parts.sharding``).
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from .. import parallel
 from ..devices import CompileCounter, Placement, compile_or_eager, on_device, repeated_blocks, synchronize, uncompiled
 from ..errors import CancelledError, EngineUnavailableError, InvalidRequestError, UnsupportedSizeError, whole_number
 from ..messages import tr
-from ..plugins import wrap_compiled
+from ..plugins import Sharding, wrap_compiled
 from ..settings import Settings
 from ..shapes import EditSlot, ImageSize, SerialJobs, ShapeRegistry, image_shape, parse_size, reference_size, shape_keys
 from . import loading
@@ -118,8 +117,10 @@ class ImageEngine:
 
     name = "image"
 
-    def __init__(self, settings: Settings, placement: Placement, model_id: str, compiled: tuple = ()):
-        """``compiled``: the plug-ins' wrappers of the compiled transformer (``Parts.compiled``)."""
+    def __init__(self, settings: Settings, placement: Placement, model_id: str, compiled: tuple = (),
+                 sharding: Sharding | None = None):
+        """``compiled``: the plug-ins' wrappers of the compiled transformer (``Parts.compiled``); ``sharding``: the
+        keywords that load this rank's shard of the transformer where ``placement.tp`` is above 1."""
         self.settings = settings
         self.placement = placement
         self.model_id = model_id
@@ -129,12 +130,12 @@ class ImageEngine:
         self.memory_note: str | None = None  # what loading needs and what was free (memory.py)
         self.default_steps = settings.default_steps  # 50 for a non-distilled checkpoint once loaded (loading.py)
         self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
-        self._wrappers = compiled
+        self._wrappers, self._sharding = compiled, sharding
         self.saved_forwards = None  # the handle a wrapper returned for the compiled transformer (load); None: none
         self._jobs = SerialJobs()
         self._pipe = None
         self.preview_table: LatentRGB | None = None  # latents -> RGB for live previews (preview.py)
-        # Tensor parallel only (--tp-engine image; the runtime sets them on rank 0, parallel.follow on the
+        # Tensor parallel only (--tp-engine image; Sharding.attach sets them on rank 0, the followers' loop on the
         # others): on_generate announces each pipeline call, agree_stop turns a stop into rank 0's every step.
         self.on_generate: Callable[[tuple], None] | None = None
         self.agree_stop: Callable[[bool], bool] | None = None
@@ -154,10 +155,10 @@ class ImageEngine:
         self.memory_note = plan.note
         try:
             parts = {}
-            if self.placement.tp > 1:  # this rank's shard of the transformer; the rest whole (parallel.py)
-                config = diffusers.TensorParallelConfig(mesh=parallel.device_mesh(self.placement))
+            if self.placement.tp > 1:  # this rank's shard of the transformer; the rest whole (Parts.sharding)
                 parts["transformer"] = diffusers.Flux2Transformer2DModel.from_pretrained(
-                    folder, subfolder="transformer", dtype=self.placement.dtype, parallel_config=config)
+                    folder, subfolder="transformer", dtype=self.placement.dtype,
+                    **self._sharding.load_kwargs(self.name, self.placement))
             with loading.quiet_upcast_warning():
                 pipe = diffusers.Flux2KleinPipeline.from_pretrained(folder, dtype=self.placement.dtype, **parts)
             # Always an explicit device: accelerate cannot enumerate Neuron, so device_map="auto" loads on CPU.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.app import app_parts, app_settings
 
 from neuron_backend import devices
 from neuron_backend.errors import ConfigError, DeviceUnavailableError
@@ -197,22 +198,21 @@ def test_malloc_arena_limit_respects_the_environment_and_skips_neuron(fake_neuro
 @pytest.mark.parametrize("sharded, whole", [("chat", "image"), ("image", "chat")])
 def test_under_tp_on_neuron_the_whole_engine_shares_this_rank_core(sharded, whole):
     # each rank's process sees only its own NeuronCore (TorchNeuron: NEURON_RT_VISIBLE_CORES=LOCAL_RANK)
-    s = parse_settings(["--models", "tiny", "--tp", "2", "--tp-engine", sharded],
-                       env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
-    placements = devices.resolve_placements(s, devices.HostDevices(4, 0))
+    s = app_settings(["--models", "tiny", "--tp", "2", "--tp-engine", sharded],
+                     env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
+    placements = devices.resolve_placements(s, devices.HostDevices(4, 0), sharding=app_parts(s).sharding)
     assert placements[sharded].device == "neuron:0" and placements[sharded].tp == 2  # this rank's core
     assert placements[whole].device == "neuron:0" and placements[whole].tp == 1 and placements[whole].core == 0
     with pytest.raises(ConfigError, match=rf"--{whole}-device: under torchrun each rank's process sees only its own"):
-        devices.resolve_placements(parse_settings(["--models", "tiny", "--tp", "2", "--tp-engine", sharded,
-                                                   f"--{whole}-device", "neuron:2"],
-                                                  env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}),
-                                   devices.HostDevices(4, 0))
+        other = app_settings(["--models", "tiny", "--tp", "2", "--tp-engine", sharded, f"--{whole}-device",
+                              "neuron:2"], env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
+        devices.resolve_placements(other, devices.HostDevices(4, 0), sharding=app_parts(other).sharding)
 
 
 def test_under_tp_on_cuda_the_whole_engine_defaults_to_a_device_outside_the_group():
-    s = parse_settings(["--models", "tiny", "--tp", "2", "--device", "cuda"],
-                       env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
-    placements = devices.resolve_placements(s, devices.HostDevices(0, 4))
+    s = app_settings(["--models", "tiny", "--tp", "2", "--device", "cuda"],
+                     env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
+    placements = devices.resolve_placements(s, devices.HostDevices(0, 4), sharding=app_parts(s).sharding)
     assert placements["chat"].device == "cuda:1" and placements["image"].device == "cuda:2"
 
 

@@ -16,6 +16,7 @@ from neuron_backend.image import loading
 from neuron_backend.image.engine import ImageEngine, ImageRequest
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
+from tools.parallel import plugin as tensor_parallel
 
 GIB = memory.GIB
 FULL_SIZES = [ImageSize(1024, 1024), ImageSize(1344, 768), ImageSize(768, 1344)]
@@ -24,7 +25,7 @@ FULL_SIZES = [ImageSize(1024, 1024), ImageSize(1344, 768), ImageSize(768, 1344)]
 def full_settings(tmp_path, models, *argv, env=None):
     """The full preset (1024x1024 and its aspect ratios, one reference) on the real-size folders."""
     return parse_settings(["--models", "full", "--image-model", str(models.image), "--chat-model", str(models.chat),
-                           "--cache-dir", str(tmp_path), *argv], env=env or {})
+                           "--cache-dir", str(tmp_path), *argv], env=env or {}, plugins=(tensor_parallel,))
 
 
 def test_the_fake_core_reports_24_gib_less_the_runtime_reserve(monkeypatch):
@@ -98,7 +99,7 @@ def test_a_tensor_parallel_follower_reads_its_own_core(tmp_path, monkeypatch, re
     fake = fake_neuron.install(monkeypatch, torchrun=(1, 2))
     settings = full_settings(tmp_path, real_size_models, "--tp", "2", "--tp-engine", "image",
                              env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
-    placements = resolve_placements(settings)
+    placements = resolve_placements(settings, sharding=tensor_parallel.plug(settings).sharding)
     image = placements["image"]
     assert (image.device, image.tp) == ("neuron:1", 2)
     assert torch.neuron.get_device_properties(1).total_memory == 0  # what the query by PyTorch's index reads

@@ -15,6 +15,8 @@ from neuron_backend.plugins import plug_all
 from neuron_backend.settings import FULL_PRESET, TINY_PRESET, Settings, env_name, parse_settings
 from neuron_backend.shapes import ImageSize
 from tools.cache.plugin import bundle_flags
+from tools.parallel.plugin import Choice
+from tools.parallel.plugin import choice as tensor_parallel
 
 
 def parse(*argv: str, env: dict | None = None, available=(True, "cached")) -> Settings:
@@ -189,9 +191,9 @@ def test_replace_revalidates():
 
 def test_tp_engine_names_the_sharded_engine():
     torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
-    assert parse("--models", "tiny").tp_engine == "chat"
+    assert tensor_parallel(parse("--models", "tiny")).engine == "chat"
     s = parse("--models", "tiny", "--tp", "2", env={**torchrun, env_name("tp-engine"): "image"})
-    assert (s.tp, s.tp_engine) == (2, "image")
+    assert tensor_parallel(s) == Choice(2, "image")
     # The unsharded engine may be off; the sharded one may not.
     assert not parse("--models", "tiny", "--tp", "2", "--tp-engine", "image", "--no-chat", env=torchrun).chat
     with pytest.raises(ConfigError, match=r"^--tp: shards the image engine .*--no-image disables.*--tp-engine chat"):
@@ -202,7 +204,7 @@ def test_tp_engine_names_the_sharded_engine():
     with pytest.raises(ConfigError, match=r"^--chat-batch: .*--tp-engine image"):
         parse("--models", "tiny", "--tp", "2", "--chat-batch", "4", env=torchrun)
     with pytest.raises(ConfigError, match="--tp-engine"):
-        s.replace(tp_engine="vae")
+        tensor_parallel(s.replace(options={**s.options, "tp_engine": "vae"}))
 
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -290,7 +290,7 @@ def test_recompile_alarm_counts_eager_neff_compiles_after_warm_up(neuron, tmp_pa
 
 SIDE_GROUP = """
 import os, sys, torch.distributed as dist
-from neuron_backend import parallel
+from tools.parallel import protocol as parallel
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 backend_of = dist.get_backend

@@ -250,7 +250,7 @@ def cpu_backed_placements(monkeypatch) -> None:
     from neuron_backend import devices
 
     real = devices.resolve_placements
-    monkeypatch.setattr(devices, "resolve_placements", lambda settings, host=None, elsewhere=None: {
+    monkeypatch.setattr(devices, "resolve_placements", lambda settings, host=None, elsewhere=None, sharding=None: {
         name: cpu_backed(placement) for name, placement in real(settings, host, elsewhere).items()})
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from neuron_backend.errors import ConfigError
 from neuron_backend.plugins import ChatBatch, Parts
 from neuron_backend.settings import Settings, add_flag, as_int
+from tools.parallel.plugin import choice as tensor_parallel
 
 MAX_ROWS = 16
 
@@ -21,8 +22,8 @@ def rows(settings: Settings) -> int:
     n = as_int("chat-batch", settings.options.get("chat_batch", 1))
     if not 1 <= n <= MAX_ROWS:
         raise ConfigError("--chat-batch", f"{n} is out of range", f"1 to {MAX_ROWS}")
-    if n > 1 and settings.tp > 1 and settings.tp_engine == "chat":
-        raise ConfigError("--chat-batch", f"batching {n} replies is not supported with --tp {settings.tp} yet",
+    if n > 1 and (tp := tensor_parallel(settings)).tp > 1 and tp.engine == "chat":
+        raise ConfigError("--chat-batch", f"batching {n} replies is not supported with --tp {tp.tp} yet",
                           "--chat-batch 1 with --tp, --tp 1 with --chat-batch, or --tp-engine image")
     return n
 

@@ -53,6 +53,7 @@ from neuron_backend.compile_cache import (
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.settings import parse_settings
 from tools import neuron_ls
+from tools.parallel.plugin import choice as tensor_parallel
 
 FORMAT = 1
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: the phases run from it
@@ -248,10 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         from .phase import PLUGINS
 
         settings = parse_settings(app_flags, plugins=PLUGINS)
+        tp = tensor_parallel(settings).tp  # checked as the app checks it
     except ShowcaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if settings.tp > 1 or settings.options.get("cache_bundle"):
+    if tp > 1 or settings.options.get("cache_bundle"):
         print("error: --device-check runs one process per phase on its own cache roots: drop --tp and "
               "--cache-bundle (the check makes and installs its own bundle)", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from neuron_backend.errors import ConfigError
 from neuron_backend.plugins import Elsewhere, Parts
 from neuron_backend.settings import Settings, add_flag
+from tools.parallel.plugin import shards
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def servers(settings: Settings) -> Servers:
                     images=tuple(_url(u, "--image-server") for u in str(given.get("image_server", "")).split(",")
                                  if u.strip()))
     for flag, elsewhere, engine in (("--chat-server", found.chat, "chat"), ("--image-server", found.images, "image")):
-        if elsewhere and (not getattr(settings, engine) or (settings.tp > 1 and settings.tp_engine == engine)):
+        if elsewhere and (not getattr(settings, engine) or shards(settings, engine)):
             raise ConfigError(flag, f"runs the {engine} on other servers, but this one disables or shards it (--no-"
                               f"{engine}, --tp with --tp-engine {engine})", f"leave out {flag} or those flags")
     return found

@@ -3,9 +3,10 @@
     torchrun --nproc_per_node=2 app.py --tp 2                     # shards the chat model (default)
     torchrun --nproc_per_node=2 app.py --tp 2 --tp-engine image   # shards the FLUX.2 transformer
 
-Sharding uses transformers' and diffusers' own tensor parallelism. Before each generation of the sharded
-engine rank 0 broadcasts the call, and every stop decision, over a gloo side group; the followers run the
-same call. The protocol, and what has run where: docs/trainium.md, "Tensor parallel: the lockstep".
+Sharding uses transformers' and diffusers' own tensor parallelism, applied by the engines' ``from_pretrained``
+with the keywords ``plugin.load_kwargs`` gives. Before each generation of the sharded engine rank 0 broadcasts
+the call, and every stop decision, over a gloo side group; the followers run the same call. The protocol, and
+what has run where: docs/trainium.md, "Tensor parallel: the lockstep". Imported only with ``--tp`` above 1.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from .devices import Placement
-from .errors import ConfigError
-from .settings import Settings
+from neuron_backend.devices import Placement
+from neuron_backend.errors import ConfigError
+from neuron_backend.settings import Settings
+
+from .flags import choice
 
 log = logging.getLogger("showcase.parallel")
 
@@ -46,7 +49,7 @@ def active(engine: str) -> bool:
 
 def check_supported(settings: Settings, placement: Placement) -> None:
     """Refuse, before any collective, a sharded engine the library cannot shard on this device."""
-    if settings.tp <= 1 or settings.tp_engine != "image":
+    if (given := choice(settings)).tp <= 1 or given.engine != "image":
         return
     # Read at call time: the list is diffusers' own (hooks/tensor_parallel.py), not a copy of ours.
     from diffusers.hooks import tensor_parallel
@@ -61,7 +64,8 @@ def check_supported(settings: Settings, placement: Placement) -> None:
 def init(settings: Settings, placement: Placement) -> None:
     """Join the process group torchrun set up (backend "neuron" on Neuron, gloo on CPU)."""
     global _sharded, _control
-    if settings.tp <= 1:
+    given = choice(settings)
+    if given.tp <= 1:
         return
     check_supported(settings, placement)
     if not dist.is_initialized():
@@ -70,9 +74,9 @@ def init(settings: Settings, placement: Placement) -> None:
         dist.init_process_group(backend=placement.process_group_backend, rank=settings.rank,
                                 world_size=settings.world_size, timeout=IDLE_TIMEOUT)
     _control = control_group(placement)
-    _sharded = settings.tp_engine
+    _sharded = given.engine
     log.info("rank %d of %d joined the %s process group; %s engine sharded", settings.rank,
-             settings.world_size, placement.process_group_backend, settings.tp_engine)
+             settings.world_size, placement.process_group_backend, given.engine)
 
 
 def control_group(placement: Placement):
@@ -171,3 +175,34 @@ def follow(engine) -> int:
             raise RuntimeError(f"rank 0 announced a {name} generation; this rank holds a {engine.name} shard")
         _MIRRORS[name](engine, payload)
         served += 1
+
+
+def run_follower(settings: Settings, placement: Placement, folder, parts) -> int:
+    """The whole life of a follower rank: load its shard of the ``--tp-engine`` engine, then mirror rank 0's
+    generations until it shuts down (``follow``). ``parts``: as rank 0's (its compiled wrappers, its sharding)."""
+    from neuron_backend.runtime import asked_model, create_engine
+    from neuron_backend.weights import model_ref
+
+    name = choice(settings).engine
+    engine = create_engine(settings, name, placement, model_ref(*asked_model(settings, name)), parts.compiled,
+                           sharding=parts.sharding)
+    engine.load(folder)
+    served = follow(engine)
+    close()
+    log.info("rank %d served %d %s generations and exits", settings.rank, served, name)
+    return served
+
+
+def join(settings: Settings, parts) -> None:
+    """Every rank, before the Backend: join the group; a follower then serves its shard and ends its process here."""
+    from neuron_backend.devices import resolve_placements
+    from neuron_backend.runtime import model_folder
+
+    name = choice(settings).engine
+    placement = resolve_placements(settings, sharding=parts.sharding)[name]
+    # Weights first: saving (the demo build) under a process group writes only on rank 0.
+    folder = model_folder(settings, name)
+    init(settings, placement)
+    if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
+        run_follower(settings, placement, folder, parts)
+        end_process()

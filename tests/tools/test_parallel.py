@@ -1,7 +1,7 @@
 """Tensor parallel under torchrun on CPU (gloo): same output as unsharded, stop in lockstep, followers exit.
 
 Chat runs as shipped. The image transformer runs diffusers' real TensorParallelConfig load and
-forward, but only after IMAGE_SCRIPT lifts the two guards that stop it on CPU (see parallel.py):
+forward, but only after IMAGE_SCRIPT lifts the two guards that stop it on CPU (see protocol.py):
 the app itself refuses --tp-engine image on CPU (test_image_tp_is_refused_on_cpu).
 """
 
@@ -26,24 +26,25 @@ SCRIPT = textwrap.dedent("""
     torch.set_num_threads(1)
     def report(data):  # a file per rank: ranks printing at once interleave on the shared stdout
         pathlib.Path(sys.argv[3], f"rank{data['rank']}.json").write_text(json.dumps(data))
-    from neuron_backend import parallel
     from neuron_backend.chat.text import ChatRequest
     from neuron_backend.devices import resolve_placements
-    from neuron_backend.runtime import Backend, model_folder, run_follower
+    from neuron_backend.runtime import Backend, model_folder
     from neuron_backend.settings import parse_settings
+    from tools.parallel import plugin, protocol as parallel
 
     tp = sys.argv[2]
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--no-image", "--tp", tp,
                                "--chat-buckets", "32,64,128", "--context-length", "256",  # 3 warm-up generations
-                               "--cache-dir", sys.argv[1]])
-    placement = resolve_placements(settings)["chat"]
+                               "--cache-dir", sys.argv[1]], plugins=(plugin,))
+    parts = plugin.plug(settings)
+    placement = resolve_placements(settings, sharding=parts.sharding)["chat"]
     folder = model_folder(settings, "chat")  # before the group, as app.py does
     parallel.init(settings, placement)
     if settings.rank != 0:
-        served = run_follower(settings, placement, folder)
+        served = parallel.run_follower(settings, placement, folder, parts)
         report({"rank": settings.rank, "served": served})
         parallel.end_process()  # as app.py ends a rank
-    backend = Backend(settings)
+    backend = Backend(settings, parts=parts)
     backend.runner.run()  # the warm-up generations run in lockstep too
     replies = []
     for request in (ChatRequest("hello there", greedy=True, max_new_tokens=12),
@@ -71,30 +72,32 @@ IMAGE_SCRIPT = textwrap.dedent("""
         pathlib.Path(sys.argv[3], f"rank{data['rank']}.json").write_text(json.dumps(data))
     from diffusers import Flux2Transformer2DModel, TensorParallelConfig
     from diffusers.hooks import tensor_parallel as tp_hooks
-    from neuron_backend import parallel
     from neuron_backend.chat.text import ChatRequest
     from neuron_backend.devices import resolve_placements
     from neuron_backend.image.engine import ImageEngine, ImageRequest
-    from neuron_backend.runtime import Backend, model_folder, run_follower
+    from neuron_backend.runtime import Backend, model_folder
     from neuron_backend.settings import parse_settings
+    from tools.parallel import plugin, protocol as parallel
 
     tp = sys.argv[2]
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--tp", tp, "--tp-engine", "image",
-                               "--sizes", "64x64,96x64", "--references", "0", "--cache-dir", sys.argv[1]])
-    placement = resolve_placements(settings)["image"]
+                               "--sizes", "64x64,96x64", "--references", "0", "--cache-dir", sys.argv[1]],
+                              plugins=(plugin,))
+    parts = plugin.plug(settings)
+    placement = resolve_placements(settings, sharding=parts.sharding)["image"]
     folder = model_folder(settings, "image")  # before the group, as app.py does
     try:
         parallel.check_supported(settings, placement)
         refusal = None
     except Exception as exc:
         refusal = str(exc)
-    # Lift the two CPU guards of diffusers 0.42.1 (parallel.py docstring); nothing else is changed.
+    # Lift the two CPU guards of diffusers 0.42.1 (protocol.py docstring); nothing else is changed.
     tp_hooks._SUPPORTED_TP_DEVICES += ("cpu",)
     cpu_count = torch.accelerator.device_count
     torch.accelerator.device_count = lambda: 1
     parallel.init(settings, placement)
     unlifted = None
-    if settings.tp > 1:  # what diffusers does on CPU with only the device list lifted
+    if parts.sharding is not None:  # what diffusers does on CPU with only the device list lifted
         torch.accelerator.device_count = cpu_count
         try:
             config = TensorParallelConfig(mesh=parallel.device_mesh(placement))
@@ -118,10 +121,10 @@ IMAGE_SCRIPT = textwrap.dedent("""
             runs.append({"steps_done": run.steps_done, "stopped": run.stopped, "image": digest(run.image)})
             return run
         parallel._MIRRORS["image"] = spy
-        served = run_follower(settings, placement, folder)
+        served = parallel.run_follower(settings, placement, folder, parts)
         report({"rank": settings.rank, "served": served, "runs": runs})
         parallel.end_process()  # as app.py ends a rank
-    backend = Backend(settings)
+    backend = Backend(settings, parts=parts)
     backend.runner.run()  # the warm-up generations (one per size) run in lockstep too
     results = []
     for request in (ImageRequest("a lighthouse", "64x64", steps=4, seed=7),
@@ -191,16 +194,24 @@ def test_tensor_parallel_chat_matches_unsharded_and_followers_exit(tmp_path):
     assert follower == {"rank": 1, "served": 8}
 
 
+def tp_settings(argv, env):
+    """The settings with the tensor-parallel plug-in's flags, and its parts (its checks run, as app.py runs them)."""
+    from neuron_backend.settings import parse_settings
+    from tools.parallel import plugin
+
+    settings = parse_settings(argv, env=env, plugins=(plugin,))
+    return settings, plugin.plug(settings)
+
+
 def test_tp_flag_needs_torchrun():
     from neuron_backend.errors import ConfigError
-    from neuron_backend.settings import parse_settings
 
     with pytest.raises(ConfigError, match=r"--tp: --tp 2 needs 2 processes.*torchrun --nproc_per_node=2"):
-        parse_settings(["--models", "tiny", "--tp", "2"], env={})
-    s = parse_settings(["--models", "tiny", "--tp", "2"], env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
-    assert (s.tp, s.rank, s.local_rank, s.world_size) == (2, 1, 1, 2)
+        tp_settings(["--models", "tiny", "--tp", "2"], env={})
+    s, parts = tp_settings(["--models", "tiny", "--tp", "2"], env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
+    assert (parts.sharding.count, s.rank, s.local_rank, s.world_size) == (2, 1, 1, 2)
     with pytest.raises(ConfigError, match="--no-chat"):
-        parse_settings(["--models", "tiny", "--tp", "2", "--no-chat"], env={"WORLD_SIZE": "2"})
+        tp_settings(["--models", "tiny", "--tp", "2", "--no-chat"], env={"WORLD_SIZE": "2"})
 
 
 def test_tp_placement_on_neuron_uses_the_local_core(monkeypatch):
@@ -209,12 +220,11 @@ def test_tp_placement_on_neuron_uses_the_local_core(monkeypatch):
     import torch
 
     from neuron_backend.devices import resolve_placements
-    from neuron_backend.settings import parse_settings
 
     monkeypatch.setattr(torch, "neuron", types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2),
                         raising=False)
-    s = parse_settings(["--models", "tiny", "--tp", "2"], env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
-    chat = resolve_placements(s)["chat"]
+    s, parts = tp_settings(["--models", "tiny", "--tp", "2"], env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
+    chat = resolve_placements(s, sharding=parts.sharding)["chat"]
     assert chat.device == "neuron:1" and chat.tp == 2 and chat.process_group_backend == "neuron"
 
 
@@ -289,7 +299,7 @@ END_SCRIPT = textwrap.dedent("""
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Shard, distribute_tensor
-    from neuron_backend import parallel
+    from tools.parallel import protocol as parallel
 
     def gloo_threads():
         names = [pathlib.Path(f"/proc/self/task/{task}/comm").read_text() for task in os.listdir("/proc/self/task")]
@@ -323,14 +333,13 @@ def test_image_tp_is_refused_on_cpu(tmp_path):
     """diffusers 0.42.1 cannot shard on CPU: the app says so at start, before joining any process group."""
     import torch.distributed as dist
 
-    from neuron_backend import parallel
     from neuron_backend.devices import resolve_placements
     from neuron_backend.errors import ConfigError
-    from neuron_backend.settings import parse_settings
+    from tools.parallel import protocol as parallel
 
-    s = parse_settings(["--models", "tiny", "--device", "cpu", "--tp", "2", "--tp-engine", "image",
-                        "--cache-dir", str(tmp_path)], env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
-    placements = resolve_placements(s)
+    s, parts = tp_settings(["--models", "tiny", "--device", "cpu", "--tp", "2", "--tp-engine", "image",
+                            "--cache-dir", str(tmp_path)], env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
+    placements = resolve_placements(s, sharding=parts.sharding)
     assert placements["image"].tp == 2 and placements["chat"].tp == 1  # only the named engine is sharded
     refused = r"--tp-engine: .*cannot shard the image transformer on cpu.*allowed: --tp-engine chat"
     with pytest.raises(ConfigError, match=refused):
@@ -343,30 +352,30 @@ def test_torchrun_with_neuron_rt_visible_cores_exported_is_refused_at_start_with
 
     from neuron_backend.devices import HostDevices, resolve_placements
     from neuron_backend.errors import ConfigError
-    from neuron_backend.settings import parse_settings
 
     fake_neuron.install(monkeypatch, torchrun=(0, 2))  # rank 0 of 2, as torchrun starts it
     torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
     host = HostDevices(neuron_cores=2, cuda_devices=0, visible_cores="0-1")
-    exported = parse_settings(["--models", "tiny", "--tp", "2"], env={**torchrun, "NEURON_RT_VISIBLE_CORES": "0-1"})
+    exported, parts = tp_settings(["--models", "tiny", "--tp", "2"], env={**torchrun, "NEURON_RT_VISIBLE_CORES": "0-1"})
     fix = r"env -u NEURON_RT_VISIBLE_CORES torchrun --nproc_per_node=2 app.py --tp 2"
     refused = r"NEURON_RT_VISIBLE_CORES: is exported as '0-1'.*one device per process.*"
     with pytest.raises(ConfigError, match=refused + fix):
-        resolve_placements(exported, host)
-    unset = parse_settings(["--models", "tiny", "--tp", "2"], env=torchrun)  # TorchNeuron sets it per rank itself
-    assert resolve_placements(unset, HostDevices(2, 0, visible_cores="0"))["chat"].device == "neuron:0"
-    one = parse_settings(["--models", "tiny"], env={"NEURON_RT_VISIBLE_CORES": "0-1"})  # no torchrun: as documented
+        resolve_placements(exported, host, sharding=parts.sharding)
+    unset, parts = tp_settings(["--models", "tiny", "--tp", "2"], env=torchrun)  # TorchNeuron sets it per rank itself
+    assert resolve_placements(unset, HostDevices(2, 0, visible_cores="0"), sharding=parts.sharding)["chat"].device \
+        == "neuron:0"
+    one, _ = tp_settings(["--models", "tiny"], env={"NEURON_RT_VISIBLE_CORES": "0-1"})  # no torchrun: as documented
     assert resolve_placements(one, host)["chat"].kind == "neuron"
 
 
 def test_one_process_never_enters_tensor_parallel(warm_app, monkeypatch):
     """Tensor parallel's protocol is handed to the engines only under --tp: a single-process chat reply and
-    image (a stop check every token and every step) call nothing in parallel.py."""
+    image (a stop check every token and every step) call nothing in protocol.py."""
     import inspect
 
-    from neuron_backend import parallel
     from neuron_backend.chat.text import ChatRequest
     from neuron_backend.image.engine import ImageRequest
+    from tools.parallel import protocol as parallel
 
     entered = []
     for name, fn in list(vars(parallel).items()):
@@ -381,3 +390,32 @@ def test_one_process_never_enters_tensor_parallel(warm_app, monkeypatch):
     assert reply.done and reply.stats.new_tokens == 4
     assert backend.generate_image(ImageRequest("a fox", "64x64", steps=2, seed=0)).image.size == (64, 64)
     assert entered == []
+
+
+SINGLE_SCRIPT = textwrap.dedent("""
+    import sys
+    from app import PLUGINS
+    from neuron_backend.chat.text import ChatRequest
+    from neuron_backend.plugins import plug_all
+    from neuron_backend.runtime import Backend
+    from neuron_backend.settings import parse_settings
+
+    settings = parse_settings(["--models", "tiny", "--device", "cpu", "--no-image", "--chat-buckets", "48",
+                               "--context-length", "64", "--cache-dir", sys.argv[1]], env={}, plugins=PLUGINS)
+    backend = Backend(settings, parts=plug_all(PLUGINS, settings))
+    backend.runner.run()
+    reply = list(backend.stream_chat(ChatRequest("hello", greedy=True, max_new_tokens=4)))[-1]
+    assert reply.done, reply
+    print(",".join(sorted(name for name in sys.modules if name.startswith("tools.parallel"))))
+""")
+
+
+def test_one_process_never_imports_the_protocol(tmp_path):
+    """A single-process app (every plug-in, --tp left out) loads, warms up and replies without importing
+    ``tools/parallel/protocol.py`` (nor torch.distributed through it)."""
+    proc = subprocess.run([sys.executable, "-c", SINGLE_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = proc.stdout.strip().splitlines()[-1].split(",")
+    assert "tools.parallel.plugin" in imported  # the plug-in itself is listed in app.PLUGINS
+    assert "tools.parallel.protocol" not in imported
