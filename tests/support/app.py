@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +62,17 @@ def link_demo_models(root: Path, demo_models) -> None:
     (root / DEMO_DIR_NAME).parent.mkdir(parents=True, exist_ok=True)
     if not (root / DEMO_DIR_NAME).exists():
         (root / DEMO_DIR_NAME).symlink_to(demo_models.chat.parent, target_is_directory=True)
+
+
+def run_fresh(script: str, *args: str) -> str:
+    """Run ``script`` in a fresh interpreter (the repository and tests/ importable, from the repository root);
+    its stdout, after asserting it exited 0 and printed "ok" last (else its stderr's end)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300,
+                          cwd=root, env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    return done.stdout
 
 
 def warm_backend(root: Path, demo_models, *extra, plugins=()) -> Backend:

@@ -290,19 +290,10 @@ print("ok")
 
 @pytest.mark.slow
 def test_the_core_never_imports_saved_forwards_and_compiles_plainly_without_them(demo_models, tmp_path):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from support.app import link_demo_models, run_fresh
 
-    from support.app import link_demo_models
-
-    root = Path(__file__).resolve().parents[2]
     link_demo_models(tmp_path / "root", demo_models)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
-    done = subprocess.run([sys.executable, "-c", CORE_ALONE, str(tmp_path / "root"), str(tmp_path / "config")],
-                          capture_output=True, text=True, timeout=300, cwd=root, env=env)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    run_fresh(CORE_ALONE, str(tmp_path / "root"), str(tmp_path / "config"))
 
 
 def test_the_plug_in_adds_a_wrapper_only_where_a_flag_may_save(tmp_path):

@@ -342,13 +342,7 @@ print("ok")
 
 @pytest.mark.slow
 def test_a_single_reply_chat_never_imports_the_batch_module(demo_models, tmp_path):
-    import os
+    from support.app import link_demo_models, run_fresh
 
-    from support.app import link_demo_models
-
-    root = Path(__file__).resolve().parents[2]
     link_demo_models(tmp_path / "root", demo_models)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
-    done = subprocess.run([sys.executable, "-c", SINGLE_THEN_BATCHED, str(tmp_path / "root")], capture_output=True,
-                          text=True, timeout=300, cwd=root, env=env)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    run_fresh(SINGLE_THEN_BATCHED, str(tmp_path / "root"))
