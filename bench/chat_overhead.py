@@ -82,7 +82,7 @@ def make_sides(backend, url: str, new_tokens: int) -> dict:
     request = ChatRequest(MESSAGE, greedy=True, max_new_tokens=new_tokens)
     prompt = engine._prepare(engine.validate(request))  # the same padded ids the engine will build
     pad = prompt.bucket - len(prompt.ids)
-    ids = torch.tensor([[engine._pad_id] * pad + prompt.ids])  # [1, bucket], left-padded
+    ids = torch.tensor([[engine.pad_id] * pad + prompt.ids])  # [1, bucket], left-padded
     mask = torch.tensor([[0] * pad + [1] * len(prompt.ids)])
 
     class FirstToken(BaseStreamer):
@@ -102,7 +102,7 @@ def make_sides(backend, url: str, new_tokens: int) -> dict:
     def generate_raw() -> dict:
         probe = FirstToken()
         cpu, start = time.process_time(), time.perf_counter()
-        out = engine.model.generate(input_ids=ids, attention_mask=mask, streamer=probe, pad_token_id=engine._pad_id,
+        out = engine.model.generate(input_ids=ids, attention_mask=mask, streamer=probe, pad_token_id=engine.pad_id,
                                     max_new_tokens=new_tokens, do_sample=False, cache_implementation="static",
                                     max_cache_len=backend.settings.context_length, disable_compile=True)
         synchronize(engine.placement)
@@ -187,7 +187,7 @@ def tiny_breakdown(root: Path, repeats: int) -> str:
     backend.runner.run()
     model = backend.engine("chat").model  # the demo model may end its reply: forbid EOS on every side alike
     model.generation_config.suppress_tokens = [*model.generation_config.suppress_tokens,
-                                               *backend.engine("chat")._eos_ids]
+                                               *backend.engine("chat").eos_ids]
     med = medians(run_sides(backend, TINY_TOKENS, repeats))
     raw = med["raw generate"]
     rows = []

@@ -310,7 +310,7 @@ def raw_side(engine, ids: list[int], bucket: int, new_tokens: int):
 
     pad = bucket - len(ids)
     device = engine.placement.input_device
-    input_ids = torch.tensor([[engine._pad_id] * pad + ids], device=device)  # [1, bucket]
+    input_ids = torch.tensor([[engine.pad_id] * pad + ids], device=device)  # [1, bucket]
     mask = torch.tensor([[0] * pad + [1] * len(ids)], device=device)
     compiled = {"disable_compile": True} if engine._compile_config is None else \
         {"compile_config": engine._compile_config}
@@ -320,7 +320,7 @@ def raw_side(engine, ids: list[int], bucket: int, new_tokens: int):
         with on_device(engine.placement):
             started = time.perf_counter()
             out = engine.model.generate(input_ids=input_ids, attention_mask=mask, streamer=probe, do_sample=False,
-                                        pad_token_id=engine._pad_id, max_new_tokens=new_tokens,
+                                        pad_token_id=engine.pad_id, max_new_tokens=new_tokens,
                                         cache_implementation="static", max_cache_len=engine.settings.context_length,
                                         **compiled)
             synchronize(engine.placement)

@@ -95,7 +95,7 @@ class ChatEngine:
         self.graphs = GraphFallbacks(placement)  # the compiled graphs that failed on Neuron (warm_up)
         self.model = self.tokenizer = None
         self._prompts: PromptBuilder | None = None  # made by load()
-        self._jobs = SerialJobs()
+        self.jobs = SerialJobs()
         self._thread: GenerateThread | None = None  # made by load() (or on first use, under the job lock)
         # a batch of N > 1 rows: every shape is warmed up and served at batch N, by the batch's runner
         self._batch, self.rows = batch, 1 if batch is None else batch.rows
@@ -141,8 +141,8 @@ class ChatEngine:
             raise ConfigError("--context-length", f"{self.settings.context_length} exceeds what the model supports",
                               f"at most {positions}")
         eos = model.generation_config.eos_token_id
-        self._eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
-        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
+        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [tokenizer.eos_token_id])
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         attach(model)  # generate() picks the cache window before every forward (static_cache.py)
         if self.placement.compile:  # a decode step reads the cache in place; chunks build their masks (static_cache.py)
             static_cache.use_compiled_attention(model, static_masks=bool(self.prefill_chunk))
@@ -232,11 +232,11 @@ class ChatEngine:
 
     def cancel(self) -> bool:
         """Stop the running reply (in a batch: every reply of the running batch) within one token."""
-        return self._jobs.cancel()
+        return self.jobs.cancel()
 
     @property
     def busy(self) -> bool:
-        return self._jobs.busy
+        return self.jobs.busy
 
     def count_prompt_tokens(self, request: ChatRequest | Mapping) -> PromptInfo:
         """Token count, bucket and dropped turns of a draft (the message may be empty)."""
@@ -278,10 +278,10 @@ class ChatEngine:
     def _generate_kwargs(self, request: ChatRequest, prompt: _Prompt, cancelled, streamer, min_new: int) -> dict:
         pad = prompt.bucket - len(prompt.ids)
         # input_ids, attention_mask: [1, bucket], left-padded (mask 0 on padding)
-        ids = torch.tensor([[self._pad_id] * pad + prompt.ids], device=self.placement.input_device)
+        ids = torch.tensor([[self.pad_id] * pad + prompt.ids], device=self.placement.input_device)
         mask = torch.tensor([[0] * pad + [1] * len(prompt.ids)], device=self.placement.input_device)
         kwargs = dict(
-            input_ids=ids, attention_mask=mask, streamer=streamer, pad_token_id=self._pad_id,
+            input_ids=ids, attention_mask=mask, streamer=streamer, pad_token_id=self.pad_id,
             stopping_criteria=StoppingCriteriaList([CancelCriteria(cancelled, self.agree_stop)]),
             max_new_tokens=prompt.max_new_tokens, min_new_tokens=min_new or None,
             cache=self._cache(1, prompt.window_floor), do_sample=not request.greedy,
@@ -349,7 +349,7 @@ class ChatEngine:
         ``stop`` becomes the job's cancel event: set, even before the job starts, it ends this reply.
         """
         splitter = ThinkSplitter(prompt.starts_in_reasoning, tags=prompt.thinking)
-        with self._jobs.job(stop) as cancelled:
+        with self.jobs.job(stop) as cancelled:
             graphs_before = CompileCounter.graphs()
             seed = None if request.greedy else (request.seed if request.seed is not None else secrets.randbits(32))
             if self.on_generate is not None and not follower:  # tensor parallel: followers run the same call
@@ -386,7 +386,7 @@ class ChatEngine:
     def _stats(self, prompt, new_ids, cancelled, started, first, ended, graphs, seed) -> ChatStats:
         decode_s = ended - first if first is not None else 0.0
         # A natural end wins over a cancel that arrived just after it.
-        if new_ids and new_ids[-1] in self._eos_ids:
+        if new_ids and new_ids[-1] in self.eos_ids:
             reason = "eos"
         elif len(new_ids) >= prompt.max_new_tokens or not cancelled:
             reason = "length"
@@ -412,7 +412,7 @@ class ChatEngine:
     def generate_rows(self, window_floor: int = 0, **kwargs) -> torch.Tensor:
         """model.generate for the runner: the engine's static cache of N rows and its compile choice."""
         batch = kwargs["input_ids"].shape[0]
-        kwargs.update(pad_token_id=self._pad_id, cache=self._cache(batch, window_floor),
+        kwargs.update(pad_token_id=self.pad_id, cache=self._cache(batch, window_floor),
                       **self._compile_kwargs(kwargs["input_ids"].shape[1]))
         with on_device(self.placement):  # the runner's thread, or the warm-up thread (devices.on_device)
             return self.model.generate(**kwargs)

@@ -132,7 +132,7 @@ class ImageEngine:
         self.warmups: dict[str, dict] = {}  # size label -> {"seconds", "compiled_graphs"}; entries replaced whole
         self._wrappers, self._sharding = compiled, sharding
         self.saved_forwards = None  # the handle a wrapper returned for the compiled transformer (load); None: none
-        self._jobs = SerialJobs()
+        self.jobs = SerialJobs()
         self._pipe = None
         self.preview_table: LatentRGB | None = None  # latents -> RGB for live previews (preview.py)
         # Tensor parallel only (--tp-engine image; Sharding.attach sets them on rank 0, the followers' loop on the
@@ -186,7 +186,7 @@ class ImageEngine:
             self.saved_forwards = wrap_compiled(self._wrappers, self.name, pipe.transformer, options, self.placement,
                                                 self.settings)
         table = cached_or_fitted(folder, pipe.vae, self.settings.cache_dir) if self.settings.image_preview else None
-        with self._jobs.job():  # never swap the pipeline under a running request
+        with self.jobs.job():  # never swap the pipeline under a running request
             self._pipe, self.preview_table = pipe, table
         self._versions = {
             "torch": torch.__version__,
@@ -221,7 +221,7 @@ class ImageEngine:
                            for _ in range(count))
         request = ImageRequest(WARMUP_PROMPT, size, steps=1, seed=0, guidance=self._default_guidance(),
                                references=references)
-        with self._jobs.job() as cancelled:
+        with self.jobs.job() as cancelled:
             try:  # on Neuron a shape that fails to compile runs again, eager (devices.compile_or_eager)
                 run = compile_or_eager(self, key, self._run, pipe, request, 0, cancelled, None, None)
             except Exception as exc:
@@ -234,12 +234,12 @@ class ImageEngine:
 
     def cancel(self) -> bool:
         """Stop the running request after its current step; return whether one was running."""
-        return self._jobs.cancel()
+        return self.jobs.cancel()
 
     @property
     def busy(self) -> bool:
         """Whether a request (or warm-up) is running now."""
-        return self._jobs.busy
+        return self.jobs.busy
 
     # -- requests --------------------------------------------------------------------------
 
@@ -330,7 +330,7 @@ class ImageEngine:
         if cancel is not None and cancel.is_set():
             raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
         runs = []
-        with self._jobs.job(cancel) as cancelled:
+        with self.jobs.job(cancel) as cancelled:
             if cancelled.is_set():  # stopped while it waited for the engine
                 raise CancelledError(tr("Stopped before it started: no step ran and nothing was saved."))
             self.shapes.require(self.shape_of(normal))  # its state may have changed while this request waited
@@ -398,7 +398,7 @@ class ImageEngine:
             "max_sequence_length": MAX_SEQUENCE_LENGTH,
             "load_seconds": None if self.load_seconds is None else round(self.load_seconds, 3),
             "warmups": dict(self.warmups),  # copying a dict is atomic under the GIL
-            "busy": self._jobs.busy,
+            "busy": self.jobs.busy,
             "outputs": {"folder": str(self.outputs.folder), "max_saved_images": self.outputs.limit},
             "versions": dict(self._versions),
         }

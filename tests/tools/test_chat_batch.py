@@ -130,7 +130,7 @@ def test_four_concurrent_replies_match_the_single_path(single, batched):
         assert s.queued_s >= 0 and 0 < s.time_to_first_token_s <= s.total_s and s.seed is None
     for row in range(4):  # every row left-padded to the batch's bucket
         real = int(log.masks[0][row].sum())
-        assert log.ids[0][row, : 128 - real].eq(batched._pad_id).all() and log.masks[0][row, : 128 - real].eq(0).all()
+        assert log.ids[0][row, : 128 - real].eq(batched.pad_id).all() and log.masks[0][row, : 128 - real].eq(0).all()
     assert not scheduler_threads()  # no thread that ran torch outlives the requests
 
 
@@ -148,7 +148,7 @@ def test_padding_rows_leave_the_real_rows_exact(single, tiny_settings, demo_mode
     log.remove()
     assert log.ids[0].shape == (4, 64)
     pad_rows = [r for r in range(4) if log.masks[0][r].sum() == 1]
-    assert len(pad_rows) == 2 and all(log.ids[0][r].eq(batched._pad_id).all() for r in pad_rows)
+    assert len(pad_rows) == 2 and all(log.ids[0][r].eq(batched.pad_id).all() for r in pad_rows)
     for message in messages:
         final, logits = alone[message]
         assert results[message].answer == final.answer and results[message].stats.bucket == 64
@@ -182,8 +182,8 @@ def test_one_user_stopping_does_not_disturb_the_others(single, batched):
     real = batched.count_prompt_tokens(greedy(quitter)).prompt_tokens
     row = next(r for r in range(4) if log.masks[0][r].sum() == real)
     decoded = [ids[row, 0].item() for ids in log.ids[1:]]
-    stopped_at = next(i for i, token in enumerate(decoded) if token == batched._pad_id)
-    assert stopped_at < PROMPTS[quitter] - 2 and all(t == batched._pad_id for t in decoded[stopped_at:])
+    stopped_at = next(i for i, token in enumerate(decoded) if token == batched.pad_id)
+    assert stopped_at < PROMPTS[quitter] - 2 and all(t == batched.pad_id for t in decoded[stopped_at:])
     assert len(log.ids) == max(PROMPTS[m] for m in others)  # the batch ran on for the others
 
 

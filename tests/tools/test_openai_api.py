@@ -279,7 +279,7 @@ def test_a_full_queue_is_429(guarded):
     backend, url = guarded
     client = openai.OpenAI(base_url=url + "v1", api_key=KEY, max_retries=0)
     engine, replies = backend.engine("chat"), []
-    with engine._jobs.job():  # the engine is busy: the next replies wait for it
+    with engine.jobs.job():  # the engine is busy: the next replies wait for it
         waiting = [threading.Thread(target=lambda: replies.append(_chat(client, max_tokens=2))) for _ in range(2)]
         for thread in waiting:  # one would run (the engine's slot), one waits (--queue-size 1)
             thread.start()

@@ -78,7 +78,7 @@ def test_the_queue_wait_is_counted_from_joining_the_queue_not_from_generate(warm
     client = Client(url, verbose=False)
     before = scrape(url)
     jobs, held_s = [], 1.5
-    with backend.engine("chat")._jobs.job():  # the engine is busy: the first reply's handler waits for it
+    with backend.engine("chat").jobs.job():  # the engine is busy: the first reply's handler waits for it
         first = client.submit(message="one", max_new_tokens=4, greedy=True, api_name="/chat")
         _wait_for(lambda: backend.metrics.in_progress.labels("chat")._value.get() >= 1)
         second = client.submit(message="two", max_new_tokens=4, greedy=True, api_name="/chat")

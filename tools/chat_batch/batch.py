@@ -408,10 +408,10 @@ class BatchRunner:
     """
 
     def __init__(self, engine):
-        model = BatchModel(engine.generate_rows, engine.tokenizer, engine._pad_id, frozenset(engine._eos_ids),
+        model = BatchModel(engine.generate_rows, engine.tokenizer, engine.pad_id, frozenset(engine.eos_ids),
                            engine.placement.input_device, lambda: synchronize(engine.placement))
         self.engine = engine
-        self.scheduler = BatchScheduler(model, engine.rows, engine.settings.context_length, engine._jobs)
+        self.scheduler = BatchScheduler(model, engine.rows, engine.settings.context_length, engine.jobs)
 
     def warm_up(self, ids: list[int], bucket: int, window_floor: int = 0) -> None:
         """One row at this bucket plus N-1 padding rows; min 2 tokens so the decode step runs."""

@@ -63,7 +63,7 @@ def greedy_ids(engine, prompt: str, tokens: int = TOKENS) -> list[int]:
 
     request = engine.validate(ChatRequest(prompt, greedy=True, max_new_tokens=tokens))
     fitted = engine._prepare(request)
-    with engine._jobs.job(None) as cancelled:
+    with engine.jobs.job(None) as cancelled:
         kwargs = engine._generate_kwargs(request, fitted, cancelled, None, tokens)
         with on_device(engine.placement):
             out = engine.model.generate(**kwargs)  # [1, bucket + tokens], on the inputs' device

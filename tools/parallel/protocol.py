@@ -152,7 +152,7 @@ def _mirror_chat(engine, payload) -> None:
 
 def _mirror_image(engine, payload):
     request, seed = payload  # the pipeline call rank 0 announced, stopping where it stops
-    with engine._jobs.job() as cancelled:
+    with engine.jobs.job() as cancelled:
         return engine._run(engine._loaded_pipe(), request, seed, cancelled, None, None, follower=True)
 
 
