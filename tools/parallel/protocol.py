@@ -183,7 +183,7 @@ def run_follower(settings: Settings, placement: Placement, folder, parts) -> int
     from neuron_backend.runtime import asked_model, create_engine
     from neuron_backend.weights import model_ref
 
-    name = choice(settings).engine
+    name = parts.sharding.engine
     engine = create_engine(settings, name, placement, model_ref(*asked_model(settings, name)), parts.compiled,
                            sharding=parts.sharding)
     engine.load(folder)
@@ -198,7 +198,7 @@ def join(settings: Settings, parts) -> None:
     from neuron_backend.devices import resolve_placements
     from neuron_backend.runtime import model_folder
 
-    name = choice(settings).engine
+    name = parts.sharding.engine
     placement = resolve_placements(settings, sharding=parts.sharding)[name]
     # Weights first: saving (the demo build) under a process group writes only on rank 0.
     folder = model_folder(settings, name)
