@@ -132,12 +132,9 @@ def _outside_isolates(text: str, change) -> str:
 
 
 def ltr_isolated(text: str, markup: bool = False) -> str:
-    """``text`` with its Latin technical runs in left-to-right isolates (for text shown right to left).
-
-    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">`` (tags and entities left whole); otherwise
-    (plain text, a table cell, Markdown) between LRI and PDI, HTML's inline tags left whole. Runs already inside
-    an isolate are left as they are.
-    """
+    """``text`` with its Latin technical runs in left-to-right isolates (for text shown right to left): in
+    ``<bdi dir="ltr">`` when ``markup`` (HTML; tags and entities left whole), else between LRI and PDI (HTML's
+    inline tags left whole). Runs already inside an isolate are left as they are."""
     if not text:
         return text
     parts = (_HTML_TAG if markup else _INLINE_TAG).split(text)

@@ -2,11 +2,8 @@
 stop, several images per run, paste-back of a PNG's settings, this session's gallery, the PNGs folded away;
 reference images to edit from when the server declares editing (image_references.py).
 
-A run is two events: ``press_generate`` streams progress and preview frames, and keeps its
-``ImageRun`` in the session's state; ``show_images`` (chained with ``.then``) shows what it made.
-Stop cancels the first through Gradio's ``cancels=``: a running request stops at its next step
-boundary and ``show_images`` shows the images made so far; one still waiting in Gradio's queue is
-taken out of it, so ``show_images`` finds no run and says that nothing ran or was saved.
+A run is ``press_generate`` (progress and previews; its ``ImageRun`` kept in the session's state), then
+``show_images``; Stop cancels the first (docs/page.md, "Stop").
 """
 
 from __future__ import annotations
