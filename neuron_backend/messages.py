@@ -1,10 +1,8 @@
 """What the backend says to people: English written where it is raised, Arabic from one catalog.
 
-``tr("Model folder {path} has no config.json …", path=p)`` is a ``str`` whose text is the English one
-(logs, API clients, the CLI), carrying its template and parameters for ``Message.text(lang)``. The Arabic
-comes from ``neuron_backend/arabic.json``, keyed by the English template (``ctx=`` for a word that reads
-two ways); plug-ins ``register`` their own catalog. In Arabic, left-to-right runs are isolated
-(``bidi_isolated``). No Gradio here. How and why: docs/languages.md.
+``tr("Model folder {path} has no config.json …", path=p)`` is a ``str`` whose text is the English one,
+carrying its template and parameters for ``Message.text(lang)``; the Arabic comes from
+``neuron_backend/arabic.json`` (plug-ins ``register`` their own). How and why: docs/languages.md.
 """
 
 from __future__ import annotations
