@@ -1,13 +1,8 @@
 """Gradio app: Qwen3 chat and FLUX.2-klein images on AWS Trainium (or whatever this host has).
 
 The entry point only: settings, the compile-cache folders, a sharding plug-in's process group, the ``Backend``,
-``ui.serve``. The page lives in ``ui/``, the engines in ``neuron_backend/``. Run ``python app.py
---help`` for every flag, ``python app.py --doctor`` for a first-run checklist of this host.
-
-Order matters on Trainium (docs/trainium.md): the settings, this interpreter's folder first on ``PATH``
-(TorchNeuron runs the ``neuronx-cc`` it finds there) and the NEFF cache variables come first, without
-torch; ``import torch`` then autoloads torch-neuronx, which reads them, and a broken Neuron install fails
-right there, so that import is guarded with a message saying what to do.
+``ui.serve``. ``python app.py --help`` lists every flag, ``--doctor`` checks this host. The settings, ``PATH``
+and the NEFF cache variables come before ``import torch``, which is guarded (docs/trainium.md).
 """
 
 from __future__ import annotations

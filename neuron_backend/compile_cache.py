@@ -2,9 +2,7 @@
 ``app.py`` calls it before ``import torch``; ``devices`` re-exports its variable names.
 
 ``configure_compile_cache`` sets TorchNeuron's NEFF, lock, HLO and NKI trace folders (and inductor's) under
-the cache root before torch-neuronx reads them; it keeps a folder the user exported, puts the locks on
-local disk when the root is on a network filesystem, and falls back to a temporary folder when the root
-is not writable, never disabling the NEFF cache. Why each: docs/trainium.md, "Cache folders set in time".
+the cache root before torch-neuronx reads them. Why each: docs/trainium.md, "Cache folders set in time".
 """
 
 from __future__ import annotations

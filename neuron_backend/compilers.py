@@ -1,10 +1,8 @@
 """The ``neuronx-cc`` processes this process started: which run, for how long, making progress; ending them.
 
-TorchNeuron compiles each NEFF by running the ``neuronx-cc`` it finds on ``PATH`` as a child process (a
-Python console script, so its command line reads ``python …/neuronx-cc …``), and that compiler starts
-helpers of its own. Only descendants of this process whose program or script is named ``neuronx-cc`` are
-looked at or touched, with every process they started. The warm-up's compile time limit (``warmup.py``)
-uses both halves.
+TorchNeuron runs ``neuronx-cc`` (a Python console script: ``python …/neuronx-cc …``) as a child process that
+starts helpers of its own. Only descendants of this process whose program or script is named ``neuronx-cc``
+are looked at or touched, with every process they started. Why: docs/trainium.md, "The first run".
 """
 
 from __future__ import annotations

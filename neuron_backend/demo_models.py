@@ -1,8 +1,7 @@
 """Tiny offline stand-ins for Qwen/Qwen3-0.6B and FLUX.2-klein-4B, built with random weights.
 
-They load through the same ``from_pretrained`` calls as the real checkpoints, so the app, its tests and CI
-run end to end with no network and no downloads. torch, transformers and diffusers are imported inside the
-builders only: ``is_demo_model`` and ``ensure_demo_models`` on built models stay cheap to call from the UI.
+They load through the same ``from_pretrained`` calls as the real checkpoints, with no network. torch,
+transformers and diffusers are imported inside the builders only, so the checks stay cheap for the UI.
 """
 
 from __future__ import annotations
@@ -374,12 +373,8 @@ def _build_atomically(final: Path, build: Callable[[Path], Path], engine: str) -
 
 def ensure_demo_models(root: Path, engines: tuple[str, ...] = ("chat", "image")) -> DemoModels:
     """Build the demo models of ``engines`` under `root/demo-models/` unless already complete and whole;
-    return both folders (a folder of an engine not asked for may not exist).
-
-    Each engine's model is built on its own, so a failed image build (a full disk) leaves chat
-    working. Safe to call from several processes at once: each model is built in a temporary
-    sibling folder and renamed into place, so no process ever sees half a folder.
-    """
+    return both folders (one not asked for may not exist). Each is built on its own (a failed image build
+    leaves chat working), in a temporary sibling renamed into place: safe from several processes at once."""
     base = Path(root) / DEMO_DIR_NAME
     models = DemoModels(chat=base / CHAT_DIR_NAME, image=base / IMAGE_DIR_NAME)
     for engine, folder, build in (("chat", models.chat, build_tiny_chat_model),

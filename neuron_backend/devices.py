@@ -1,28 +1,7 @@
 """Every difference between neuron, cuda and cpu lives here; engines ask, they do not branch.
 
-Neuron quirks handled here (docs/trainium.md):
-- ``device_map="auto"`` does not see Neuron and silently loads on CPU, so placement is always an
-  explicit device string.
-- ``torch.compile`` uses the ``"neuron"`` backend on Neuron, inductor elsewhere.
-- generate() inputs stay on CPU on Neuron (generate moves only the per-step forward inputs).
-- compiled programs (NEFFs) go to ``TORCH_NEURONX_NEFF_CACHE_DIR``, which defaults to a /tmp
-  folder wiped on reboot; ``compile_cache`` points it (and inductor's cache) at the persistent cache
-  root, before torch is imported (re-exported here).
-- the current device is thread-local in TorchNeuron, and a compiled graph allocates its outputs on
-  the calling thread's current device ("Inconsistent device IDs" when that is not the core its
-  weights sit on): every thread doing an engine's device work enters ``on_device(placement)``.
-- ``torch.neuron.synchronize()`` without an argument waits for the current device only: we pass
-  the placement's core.
-- under torchrun each rank's process sees only its own core (TorchNeuron sets
-  ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK``): ``resolve_placements`` places the whole engine there too.
-- compile counters: TorchNeuron's own on Neuron (``compile_cache``, re-exported here).
-- the PyPI ``torch-neuronx`` is a placeholder whose import raises; detection survives it and
-  says what to install.
-
-A CPU quirk, also here: glibc gives each new thread its own malloc arena, and the speed of a
-prefill's large temporaries depends on the state of the arena of the thread that runs
-``generate()`` (docs/performance.md, chat overhead). On CPU we limit glibc to one arena, as
-``MALLOC_ARENA_MAX=1`` would, unless that variable is set.
+The Neuron facts acted on here: docs/trainium.md, "The Neuron facts the code relies on"; the CPU
+malloc-arena limit: docs/performance.md, "2. Chat overhead".
 """
 
 from __future__ import annotations
@@ -89,12 +68,8 @@ class Placement:
 
     @property
     def runtime_core(self) -> int | None:
-        """The Neuron runtime's own index of ``core``: it numbers this process's cores from 0.
-
-        Under torchrun each rank's runtime holds one core, its 0, which PyTorch calls ``neuron:LOCAL_RANK``;
-        TorchNeuron passes the index of a memory-total query (``get_device_properties``) to the runtime
-        unchanged, so that query takes this index, while the allocator's counters take ``core``.
-        """
+        """The Neuron runtime's index of ``core`` (from 0 in each process): memory-total queries take it, the
+        allocator's counters take ``core`` (docs/trainium.md, "Memory on one NeuronCore")."""
         return None if self.core is None else self.core - self.first_core
 
     @property
@@ -217,12 +192,8 @@ def resolve_placements(settings: Settings, host: HostDevices | None = None,
 
 
 def refuse_exported_visible_cores(settings: Settings, tp: int = 1) -> None:
-    """Under torchrun, refuse a NEURON_RT_VISIBLE_CORES the user exported.
-
-    TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` for each torchrun process only when it is unset,
-    and asserts one device per process: an exported range would stop every rank at that assertion, with no
-    word of what to change.
-    """
+    """Under torchrun, ConfigError for an exported NEURON_RT_VISIBLE_CORES: TorchNeuron would stop every rank at
+    its one-device-per-process assertion, with no word of what to change."""
     if settings.exported_visible_cores:
         raise ConfigError("NEURON_RT_VISIBLE_CORES", f"is exported as {settings.exported_visible_cores!r}, but under "
                           "torchrun TorchNeuron gives each rank its own core (NEURON_RT_VISIBLE_CORES=LOCAL_RANK, "
@@ -232,12 +203,8 @@ def refuse_exported_visible_cores(settings: Settings, tp: int = 1) -> None:
 
 
 def _whole_engine_core_under_tp(engine: str, flag: str, requested: str, settings: Settings, tp: int) -> str:
-    """The core of the engine that runs whole beside a Neuron tensor-parallel group: this rank's own.
-
-    Under torchrun TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` for each process and
-    accepts only that device index there (NeuronDevice.cpp ``set_device``), so no other core can
-    run in this process: the whole engine shares rank 0's core with its shard.
-    """
+    """The core of the engine that runs whole beside a Neuron tensor-parallel group: this rank's own, the only
+    one its process sees; ConfigError when ``requested`` names another."""
     own = f"neuron:{settings.local_rank}"
     _, _, index = requested.partition(":")
     if index and int(index) != settings.local_rank:
@@ -269,11 +236,9 @@ M_ARENA_MAX = -8  # glibc's mallopt() parameter number (malloc.h)
 
 
 def limit_malloc_arenas(placements: dict[str, Placement]) -> str | None:
-    """On CPU, ask glibc for one malloc arena shared by all threads; return what was done, or None.
+    """On CPU, ask glibc for one malloc arena shared by threads started later; return what was done, or None.
 
-    Threads that already own an arena keep it; threads started later (the chat engine's generate
-    thread, Gradio's workers) share the main one. Skipped when ``MALLOC_ARENA_MAX`` is set (glibc
-    read it at start), when no engine runs on CPU, and off glibc.
+    Skipped when ``MALLOC_ARENA_MAX`` is set (glibc read it at start), when no engine runs on CPU, and off glibc.
     """
     if "MALLOC_ARENA_MAX" in os.environ:
         return f"malloc arenas: MALLOC_ARENA_MAX={os.environ['MALLOC_ARENA_MAX']} (from the environment)"
@@ -290,11 +255,7 @@ def limit_malloc_arenas(placements: dict[str, Placement]) -> str | None:
 def on_device(placement: Placement) -> contextlib.AbstractContextManager:
     """The device context of ``placement`` for the calling thread; enter it around an engine's device work.
 
-    TorchNeuron keeps the current device per thread, and a compiled graph allocates its outputs on
-    the caller's current device: a thread that never chose one runs on the process default (the
-    first core any thread selected), so work for ``neuron:1`` from such a thread fails with
-    "Inconsistent device IDs". ``torch.neuron.device(i)`` on neuron, ``torch.cuda.device(i)`` on
-    cuda, nothing on cpu. Cheap to re-enter: it switches only when the thread is elsewhere.
+    Nothing on cpu; cheap to re-enter. Why: the current device is per thread (docs/trainium.md, "Threads").
     """
     if placement.core is None or placement.kind not in ("neuron", "cuda"):
         return contextlib.nullcontext()
@@ -314,23 +275,15 @@ def bound(placement: Placement, target: Callable) -> Callable:
 
 
 def falls_back_to_eager(placement: Placement) -> bool:
-    """Whether a shape whose compile failed is retried eager (on Neuron with compile on).
-
-    In Neuron 2.33 ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` defaults to true: a graph that fails
-    to compile raises instead of running eager, which would leave that shape unusable.
-    """
+    """Whether a shape whose compile failed is retried eager: on Neuron with compile on, where a failed
+    compile raises (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` defaults to true)."""
     return placement.compile and placement.kind == "neuron"
 
 
 def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
     """``attempt(*args)``, warming up shape ``key``; on Neuron, when it fails, note the error in
-    ``engine.shapes.eager[key]`` and run it once more. A second failure is raised, and so is an out-of-memory
-    (``refuse_out_of_memory``: DeviceMemoryError). A compiled forward that could not be saved is no failure
-    here: a plug-in's wrapper (``Parts.compiled``) keeps it serving and counts the refused save.
-
-    The image engine runs a size listed in ``shapes.eager`` with its transformer uncompiled, in
-    warm-up and when serving. The chat engine, whose buckets share graphs, falls back per graph
-    (``GraphFallbacks``).
+    ``engine.shapes.eager[key]`` (which then runs uncompiled) and run it once more. A second failure is
+    raised; an out-of-memory raises DeviceMemoryError. The chat engine falls back per graph instead.
     """
     placement, fell_back = engine.placement, engine.shapes.eager
     try:
@@ -348,20 +301,9 @@ def compile_or_eager(engine, key: ShapeKey, attempt: Callable, *args):
 class GraphFallbacks:
     """The compiled graphs of one engine that failed to compile on Neuron: each is attempted once.
 
-    A graph is a hashable key (chat: ``static_cache.Graph``, a query length over a cache window). A
-    shape's warm-up runs under the first of its plans that holds no failed graph; a plan is the set of
-    graphs the shape runs compiled (chat: prefill chunks and decode, then decode alone, then none).
-    When a plan fails, the graphs it compiles and the next plan does not take the blame (those that
-    no earlier warm-up ran, if any), and the next plan runs. So a later shape that would run a failed
-    graph goes straight to a plan without it, instead of compiling it again (minutes each on Neuron).
-
-    On Neuron a compile error need not come at trace time: the compile is submitted asynchronously,
-    and its error is raised at the graph's first run or at the next synchronize (which raises and
-    clears pending errors), and only for the graphs that fail. So an ``attempt`` must synchronize
-    before it returns, and the plans, not the traceback, tell which graphs failed. Off Neuron, or with
-    compile off, a failure is raised as it is (``falls_back_to_eager``); so is a failure of the last
-    plan (no graph compiled) and a device mix-up ("Inconsistent device IDs": a bug, not a compile).
-
+    A graph is a hashable key (chat: ``static_cache.Graph``); a plan is the set of graphs a shape runs
+    compiled. An ``attempt`` must synchronize before it returns: Neuron raises a compile error late.
+    Why and how the blame falls: docs/trainium.md, "Eager fallback, per graph".
     Thread-safety: ``warm_up`` runs on the warm-up thread; ``compiled`` is read by request threads.
     """
 
@@ -376,10 +318,9 @@ class GraphFallbacks:
         return self._chosen.get(key, default)
 
     def warm_up(self, key: ShapeKey, plans: Sequence[frozenset], attempt: Callable[[], object]) -> frozenset:
-        """``attempt()`` under each usable plan in turn (an empty plan last) until one succeeds; return that plan.
-
-        ``attempt`` reads the plan it runs under through ``compiled(key)``.
-        """
+        """``attempt()`` under each plan without a failed graph (an empty plan last) until one succeeds; return
+        that plan. ``attempt`` reads it through ``compiled(key)``. Raised as is: a failure off Neuron or with
+        compile off, of the empty plan, or a device mix-up."""
         plans = list(dict.fromkeys([*plans, frozenset()]))
         for index, graphs in enumerate(plans):
             if graphs & self.failed.keys():
@@ -460,11 +401,7 @@ def uncompiled(module: torch.nn.Module, eager: bool = True):
 
 
 def synchronize(placement: Placement) -> None:
-    """Wait for the work queued on the placement's own device, so timings measure it.
-
-    Explicit core: ``torch.neuron.synchronize()`` without one waits for the calling thread's
-    current device only, which need not be this engine's.
-    """
+    """Wait for the work queued on the placement's own core (not the calling thread's), so timings measure it."""
     if placement.kind == "cuda":
         torch.cuda.synchronize(placement.device)
     elif placement.kind == "neuron":
@@ -513,14 +450,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-
 def repeated_blocks(settings: Settings, placement: Placement) -> bool:
-    """Whether the image transformer compiles each repeated block class once rather than whole.
-
-    --compile-repeated-blocks on/off decides; auto turns it on where the image engine compiles on neuron: the
-    compile of FLUX.2-klein-4B's 5 double and 20 single blocks shrinks to one graph per block class, as the
-    Diffusers-on-Trainium guide recommends. Elsewhere auto keeps the whole-transformer graph.
-    """
+    """Whether the image transformer compiles each repeated block class once rather than whole: on/off as
+    --compile-repeated-blocks says; auto where it compiles on neuron (docs/trainium.md, "The first run")."""
     mode = settings.compile_repeated_blocks
     return placement.compile and (mode == "on" or (mode == "auto" and placement.kind == "neuron"))
 

@@ -1,8 +1,7 @@
 """Errors a user can cause or fix. Each message says what is allowed or what to do.
 
-The backend raises these; the UI turns them into ``gr.Error`` at the boundary only. The request checks of
-numbers and switches (``whole_number``, ``real_number``, ``true_or_false``) are one family for chat and image:
-the same refusal, in English and Arabic, wherever a value is wrong.
+The backend raises these; the UI turns them into ``gr.Error`` at the boundary only. ``whole_number``,
+``real_number`` and ``true_or_false`` give chat and image the same refusal wherever a value is wrong.
 """
 
 from __future__ import annotations

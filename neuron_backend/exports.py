@@ -1,9 +1,7 @@
 """One bounded, cleaned folder for the files the page hands out: exports and images that were not saved.
 
-Gradio copies a returned file into its own cache, so a file here is needed only until then: the folder keeps
-at most ``limit`` files and ``max_bytes`` bytes (the oldest removed first), and removes files older than
-``max_age_s`` and stale ``.tmp-*`` leftovers of killed writes at start and on every write. A file is written
-under a temporary name and renamed into place. The bounds: docs/security.md, "What is served from where".
+Gradio copies a returned file into its own cache, so a file here is needed only until then. The bounds:
+docs/security.md, "What is served from where".
 """
 
 from __future__ import annotations
@@ -31,12 +29,9 @@ STALE_TMP_S = 600.0  # a temporary file not written to for this long belongs to 
 
 
 class ExportFolder:
-    """Write exports under one folder that never grows past its bounds.
-
-    Concurrency: ``write`` may be called from many request threads; one lock covers naming,
-    writing and pruning. Each file is written under a temporary name and renamed into place, so a
-    reader (Gradio's copy) never sees half a file. The file just written is never pruned.
-    """
+    """Exports under one folder of at most ``limit`` files and ``max_bytes`` (oldest out first; files older than
+    ``max_age_s`` and ``.tmp-*`` leftovers removed at start and on every write). ``write`` is safe from many
+    threads (one lock), never prunes the file just written, and renames a finished file into place."""
 
     def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_age_s: float = DEFAULT_MAX_AGE_S):

@@ -1,8 +1,5 @@
-"""Memory before loading: what each engine will need, what its device has free, which dtype and decode fit.
-
-``estimate_image`` / ``estimate_chat`` give an engine's bytes from its files (safetensors headers, configs;
-no weight is read), ``free_bytes`` what its device has free (None: unknown, and then nothing is refused),
-and ``plan_image`` picks the dtype and VAE decode that fit, or refuses with the numbers and the flags.
+"""Memory before loading: what each engine will need (from its files' headers and configs, no weight read),
+what its device has free (None: unknown, nothing refused), which dtype and VAE decode fit.
 
 The estimates, term by term, and the Trainium2 figures: docs/trainium.md, "Memory on one NeuronCore".
 """
@@ -117,12 +114,9 @@ class ImageMemory:
 
 def estimate_image(folder: Path, dtype: torch.dtype, sizes, on_cpu: bool, references: int = 0,
                    upcast: bool | None = None, shards: int = 1) -> ImageMemory:
-    """What loading the pipeline in ``folder`` at ``dtype`` and decoding the largest of ``sizes`` needs.
-
-    ``references``: the most reference images a request may carry (``--references``); ``upcast``: decode
-    in float32 (None: as the VAE config says); ``shards``: the transformer split over that many ranks
-    (``--tp N --tp-engine image``), each holding 1/N of its weights.
-    """
+    """What loading the pipeline in ``folder`` at ``dtype`` and decoding the largest of ``sizes`` needs, with
+    up to ``references`` reference images, the decode in float32 if ``upcast`` (None: as the VAE config says)
+    and the transformer split over ``shards`` ranks."""
     counts = parameter_counts(folder, "image")
     upcast = vae_upcast(folder) if upcast is None else upcast
     bytes_of = _SIZES.get(dtype, 4)
@@ -261,11 +255,8 @@ def plan_image(folder: Path, dtype: torch.dtype, dtype_flag: str, sizes, kind: s
                references: int = 0, shards: int = 1) -> MemoryPlan:
     """The first of these that fits in ``free`` bytes less the headroom: ``dtype`` as the VAE config asks;
     ``dtype`` with the decode in ``dtype`` too (when the config asks for float32); with ``--dtype auto``,
-    bfloat16 in the same two ways. ``references``: the most reference images a request may carry;
-    ``shards``: the transformer's tensor-parallel degree.
-
-    Raises NotEnoughMemory, whose message has the numbers and only the changes that would fit.
-    """
+    bfloat16 in the same two ways (arguments as ``estimate_image``). Raises NotEnoughMemory, whose message
+    has the numbers and only the changes that would fit."""
     on_cpu, upcast = kind == "cpu", vae_upcast(folder)
 
     def ways(d: torch.dtype, n: int = shards) -> list[ImageMemory]:

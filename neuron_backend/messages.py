@@ -1,10 +1,8 @@
 """What the backend says to people: English written where it is raised, Arabic from one catalog.
 
-``tr("Model folder {path} has no config.json …", path=p)`` is a ``str`` whose text is the English one
-(logs, API clients, the CLI), carrying its template and parameters for ``Message.text(lang)``. The Arabic
-comes from ``neuron_backend/arabic.json``, keyed by the English template (``ctx=`` for a word that reads
-two ways); plug-ins ``register`` their own catalog. In Arabic, left-to-right runs are isolated
-(``bidi_isolated``). No Gradio here. How and why: docs/languages.md.
+``tr("Model folder {path} has no config.json …", path=p)`` is a ``str`` whose text is the English one,
+carrying its template and parameters for ``Message.text(lang)``; the Arabic comes from
+``neuron_backend/arabic.json`` (plug-ins ``register`` their own). How and why: docs/languages.md.
 """
 
 from __future__ import annotations
@@ -132,12 +130,9 @@ def _outside_isolates(text: str, change) -> str:
 
 
 def ltr_isolated(text: str, markup: bool = False) -> str:
-    """``text`` with its Latin technical runs in left-to-right isolates (for text shown right to left).
-
-    ``markup``: ``text`` is HTML, runs go in ``<bdi dir="ltr">`` (tags and entities left whole); otherwise
-    (plain text, a table cell, Markdown) between LRI and PDI, HTML's inline tags left whole. Runs already inside
-    an isolate are left as they are.
-    """
+    """``text`` with its Latin technical runs in left-to-right isolates (for text shown right to left): in
+    ``<bdi dir="ltr">`` when ``markup`` (HTML; tags and entities left whole), else between LRI and PDI (HTML's
+    inline tags left whole). Runs already inside an isolate are left as they are."""
     if not text:
         return text
     parts = (_HTML_TAG if markup else _INLINE_TAG).split(text)

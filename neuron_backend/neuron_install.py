@@ -1,9 +1,7 @@
 """The Neuron install as this process meets it before ``import torch``: whose compiler runs, and why a load failed.
 
-``interpreter_bin_first`` puts the interpreter's own folder first on ``PATH``, where TorchNeuron finds
-``neuronx-cc``; ``load_failure`` says which part of the install a failed ``import torch`` points to (no
-Neuron runtime library, a glibc older than the wheels', torch and torch-neuronx of different families) and
-its fix, as the doctor does. Imports no torch. Why and the fixes: docs/trainium.md.
+``interpreter_bin_first`` puts the interpreter's folder first on ``PATH``; ``load_failure`` says which part of
+the install a failed ``import torch`` points to, and its fix. Imports no torch. Why: docs/trainium.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The one seam for what is optional: a plug-in is a module with ``add_flags(parser)`` and ``plug(settings)``.
 
-``add_flags`` adds the plug-in's flags as an argument group of its own (``--help`` lists them under its title;
-each reads ``SHOWCASE_<FLAG>`` too, as the core's do); their values reach it as ``settings.options``.
-``plug`` checks them (a ``ConfigError`` naming the flag) and returns the ``Parts`` it adds. ``app.py`` holds
-the one list of plug-ins and hands the merged ``Parts`` to the ``Backend`` and the page; nothing here, in
-``neuron_backend/`` or in ``ui/`` knows a plug-in's name. A plug-in imports its heavy modules (Gradio, its
-engines) inside the callables it hands over, so a process that serves no page never loads them.
+``plug`` checks the plug-in's flags (``settings.options``; a ``ConfigError`` naming the flag) and returns the
+``Parts`` it adds; no core module knows a plug-in's name. The seam: docs/architecture.md, "The one seam".
 """
 
 from __future__ import annotations

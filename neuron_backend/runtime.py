@@ -504,12 +504,9 @@ class Backend:
 
 
 class ImageCall:
-    """One image request (``request.count`` images) running on its own thread.
-
-    The web handler polls ``wait()`` and reads ``progress`` and ``preview`` (the latest preview
-    frame, when asked for); when the client goes away it calls ``cancel()``, which stops this
-    request (not another user's) at the next step boundary, or drops it if it has not started.
-    """
+    """One image request (``request.count`` images) on its own thread: the web handler polls ``wait()``, reads
+    ``progress`` and ``preview`` (the latest frame); ``cancel()`` stops this request only, at the next step, or
+    drops it if it has not started."""
 
     def __init__(self, backend: Backend, request, preview: bool = False):
         self.progress: tuple[int, int, float] | None = None  # (step, total, elapsed_s), over the whole run

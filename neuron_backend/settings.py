@@ -1,9 +1,7 @@
 """One frozen Settings object, built in one place from flags, environment and presets.
 
-Where a value comes from, highest first: command-line flag, environment variable
-(``SHOWCASE_<FLAG>``, e.g. ``SHOWCASE_MODELS=tiny``, so a Hugging Face Space can configure the
-app without flags), then the preset of the chosen model set (full or tiny). Nothing else in the
-backend reads ``os.environ``.
+Where a value comes from, highest first: command-line flag, ``SHOWCASE_<FLAG>`` (so a Space needs no flags),
+the preset of the chosen model set (full or tiny). Nothing else in the backend reads ``os.environ``.
 """
 
 from __future__ import annotations

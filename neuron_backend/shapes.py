@@ -1,10 +1,7 @@
 """Declared static shapes, their readiness, and what every engine shares.
 
-Shapes are data in the settings: a request maps onto a typed shape key (``PromptBucket``, ``ImageSize``,
-``EditSlot``; its ``label`` is what plain data carries) or is refused, never discovered at run time. Every
-engine exposes ``name``, ``model_id``, ``placement``, ``shapes`` (a ``ShapeRegistry``), ``load``,
-``warm_up``, ``cancel`` and ``describe``, and raises only ``errors.ShowcaseError`` subclasses for what a
-user can cause or fix. The surface, typed: docs/architecture.md, "The engine surface".
+A request maps onto a typed shape key (``PromptBucket``, ``ImageSize``, ``EditSlot``) or is refused, never
+discovered at run time. The surface every engine exposes: docs/architecture.md, "The engine surface".
 """
 
 from __future__ import annotations
@@ -93,11 +90,8 @@ def image_shape(size: ImageSize, references: int) -> ImageSize | EditSlot:
 
 
 def parse_size(text: object) -> ImageSize:
-    """Parse "WxH" into an ImageSize; raise InvalidRequestError saying what is allowed.
-
-    A side of more digits than MAX_SIDE has is refused before ``int()``, which raises its own
-    ValueError past 4300 digits; refused values are echoed shortened (``shown_value``).
-    """
+    """Parse "WxH" into an ImageSize; raise InvalidRequestError saying what is allowed. A side of more digits
+    than MAX_SIDE has is refused before ``int()`` (which raises past 4300 digits), echoed shortened."""
     if isinstance(text, ImageSize):
         return text
     if isinstance(text, (tuple, list)) and len(text) == 2 and all(isinstance(v, int) for v in text):
@@ -154,11 +148,8 @@ class ShapeState:
 
 
 class ShapeRegistry:
-    """Thread-safe state of each declared shape of one engine.
-
-    While ``gated`` (set by the warm-up runner once it has planned the warm-up), a request for
-    a shape that is not ready is refused instead of compiling it on the request path.
-    """
+    """Thread-safe state of each declared shape of one engine. Once ``gated`` (the warm-up is planned), a
+    request for a shape that is not ready is refused instead of compiling it on the request path."""
 
     def __init__(self, engine: str, keys: list[ShapeKey]):
         self.engine = engine
@@ -204,11 +195,8 @@ class ShapeRegistry:
 
 # ----- one job at a time --------------------------------------------------------------------------------
 class SerialJobs:
-    """One request at a time per engine, each with its own cancel event.
-
-    Concurrency: callers that arrive while a job runs block in ``job()`` until it ends (they
-    are not dropped); ``cancel()`` stops only the job running now, not the waiting ones.
-    """
+    """One request at a time per engine, each with its own cancel event: callers block in ``job()`` until
+    the running job ends (none is dropped); ``cancel()`` stops only the job running now."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

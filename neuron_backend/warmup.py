@@ -1,17 +1,8 @@
 """The warm-up plan, its background runner, and the status snapshot the UI renders.
 
-At start-up every task is listed in order (obtain weights, load, one task per static shape);
-a background thread runs them while the app already serves whatever is ready. Durations are
-kept in a small JSON file under the cache root and give the ETA of the next start; until then each
-compile task carries its first-run estimate (the compile plan, below). A compile task has a time limit
-(``--compile-timeout-min``) per graph: past it the task fails with what to do, and the warm-up goes on.
-
-A ``neuronx-cc`` run (TorchNeuron's compiler child, ``compilers.py``) past the limit is ended only once it has
-made no progress for ``stall_s``; one that makes progress is never ended. Outside compiler runs (tracing,
-an in-process compile), the task may spend the limit times the graphs it plans. While a task runs, the
-runner says which run of the task is compiling and for how long; once it ends, the task keeps each run's
-seconds. A task past its limit cannot stop its Python thread, but it can end the compiler: the compile then
-fails, the thread gets the error and ends, and the next task does not wait behind it.
+Every task is listed at start-up (obtain weights, load, one task per static shape) and run in order on a
+background thread while the app serves whatever is ready. Durations under the cache root give the next
+start's ETA. The compile time limit and the first-run estimates: docs/trainium.md, "The first run".
 """
 
 from __future__ import annotations
@@ -139,10 +130,8 @@ class WarmupHook(Protocol):
 class TimingHistory:
     """Task durations of earlier starts, keyed by model, shape, device and software versions.
 
-    A compile task is timed twice over: cold (it compiled) and cache hit (its graphs came from the
-    persistent compile cache), under ``key`` and ``key + HIT_SUFFIX``; a warm restart takes a
-    fraction of a cold start, so one number for both would make every ETA wrong. Values that make
-    no sense (see ``plausible_seconds``) are ignored, on load and on record.
+    A compile task is timed cold under ``key`` and as a compile-cache hit under ``key + HIT_SUFFIX`` (a warm
+    restart takes a fraction of a cold start). Values ``plausible_seconds`` refuses are ignored.
     """
 
     def __init__(self, path: Path):
@@ -288,17 +277,10 @@ class WarmupRunner:
         log.info("warm-up done: %s in %.1f s%s", task.name, seconds, " (compile cache hit)" if cache_hit else "")
 
     def _run_within_limit(self, step: Step) -> bool:
-        """Run the step; False when a compile task ran past its time limit (then it is failed, saying what to do).
-
-        The limit is per graph (``compile_timeout_s``): a ``neuronx-cc`` run past it is ended only once it has
-        made no progress for ``stall_s``; outside compiler runs (tracing, loading, an in-process compile), the
-        task may spend the limit times its planned graphs. The step runs on a thread of its own so the warm-up
-        can go on past the limit. Python cannot stop a thread, but every ``neuronx-cc`` this process started is
-        killed then (its compile fails and the thread ends); a compile that runs in this process (inductor
-        elsewhere) goes on in the background and what it builds is not used (the Backend keeps that shape
-        refused); a later compile may wait for it (dynamo
-        compiles one frame at a time).
-        """
+        """Run the step on a thread of its own; False when a compile task ran past its time limit (then it is
+        failed, saying what to do, and every ``neuronx-cc`` this process started is killed). The limit is per
+        graph; a ``neuronx-cc`` run is ended only after ``stall_s`` without progress (docs/trainium.md,
+        "The first run")."""
         limit, task = self.compile_timeout_s, step.task
         if task.kind != "compile" or not limit:
             step.run(task)
@@ -534,12 +516,8 @@ def chat_plan(settings, placement: Placement, buckets: list[int], index: int) ->
 
 
 def image_plan(settings, placement: Placement, shape: ShapeKey, index: int) -> TaskPlan:
-    """The transformer's graphs at this size or edit slot, and the eager programs around it.
-
-    Eager programs: the VAE decode at this shape, the text encoder once (its input length is fixed), the VAE
-    encode of the references of an edit slot, and the transformer itself when compile is off, or its layers
-    outside the blocks (embedders, final norm and projection) when only the repeated blocks compile.
-    """
+    """The transformer's graphs at this size or edit slot, and the eager programs around it (listed in
+    docs/trainium.md, "The first run")."""
     blocks = repeated_blocks(settings, placement)  # on by default where the image engine compiles on neuron
     graphs = (FLUX2_BLOCK_CLASSES if blocks else 1) if placement.compile else 0
     eager = 0

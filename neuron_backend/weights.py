@@ -350,12 +350,9 @@ def weights_available(model: str, timeout: float, kind: str | None = None,
 def obtain(model: str, progress: ProgressFn | None = None, kind: str | None = None, *,
            hub_timeout: float = 10.0, stall_timeout: float = 60.0, flag: str = "--chat-model",
            revision: str | None = None) -> Path:
-    """Return a local folder holding every file ``model`` needs, each one whole, downloading only the missing.
-
-    A hub id is taken at ``revision`` (None: main); ``progress(fraction, text)`` is called as bytes arrive
-    (downloads only). Raises EngineUnavailableError naming every missing or damaged file and what to do, or the
-    files that cannot be fetched (offline, the Hub unreachable, a stalled download).
-    """
+    """Return a local folder holding every file ``model`` (a hub id at ``revision``) needs, each one whole,
+    downloading only the missing; ``progress(fraction, text)`` as bytes arrive. Raises EngineUnavailableError
+    naming every missing, damaged or unfetchable file (offline, Hub unreachable, stalled) and what to do."""
     folder = local_folder(model)
     if folder is not None:
         check_folder(folder)
@@ -400,12 +397,9 @@ def _hf_download_command(model: str, files: list[str], revision: str | None = No
 # ----- fetching what is missing ----------------------------------------------------------------
 
 class _Download:
-    """Fetch the files ``model`` needs on a worker thread, watched for stalls by the caller's thread.
-
-    The worker only touches this object's counters (under ``_lock``); the caller polls them and
-    gives up when nothing moved for ``stall_timeout`` seconds. An abandoned worker is a daemon
-    thread that ends when huggingface_hub's own timeouts fire.
-    """
+    """Fetch the files ``model`` needs on a worker thread that only touches the counters (under ``_lock``); the
+    caller polls them and gives up after ``stall_timeout`` s without progress, leaving the daemon worker to
+    huggingface_hub's own timeouts."""
 
     def __init__(self, model, kind, progress, hub_timeout, stall_timeout, flag, revision=None):
         self.model, self.kind, self.progress, self.revision = model, kind, progress, revision
@@ -521,12 +515,9 @@ class _Download:
 
 
 def _counting_bar(touch: Callable[[int], None]) -> type:
-    """A tqdm stand-in that huggingface_hub feeds as a download goes; it prints nothing.
-
-    ``update`` counts the bytes written; ``update_transfer`` (bytes off the wire, which huggingface_hub
-    also reports) only marks activity: counting both would count each byte twice. Defined on the class,
-    it also makes a xet download report through this one bar instead of a second one.
-    """
+    """A silent tqdm stand-in that huggingface_hub feeds: ``update`` counts the bytes written;
+    ``update_transfer`` (the same bytes off the wire) only marks activity, and having it makes a xet
+    download report through this one bar instead of a second one."""
 
     class _Bar:
         def __init__(self, *args, total=None, initial=0, **kwargs):

@@ -1,8 +1,6 @@
 """What the page needs to pass axe-core with zero critical and zero serious findings: theme colours at
 4.5:1 or better (``THEME``, ``CSS``), whole fonts (``FONT``), and repairs of Gradio's own markup as it
-renders (``HEAD``), Arabic aria-labels included.
-
-Each repair and the axe rule it answers: docs/page.md, "Accessibility".
+renders (``HEAD``). Each repair and the axe rule it answers: docs/page.md, "Accessibility".
 """
 
 from __future__ import annotations

@@ -117,12 +117,9 @@ def chat_refusals(extra_outputs: Callable[[], int]):
 
 
 class StoppedReplies:
-    """Keeps the final update (with stats, marked stopped) of a reply the visitor stopped.
-
-    ``stream`` catches Gradio closing the handler's generator on Stop, stops only this reply, drains it to its
-    final update and keeps it; ``stopped`` (the Stop button's listener) waits up to ``wait_s`` for it.
-    Thread-safety: one entry per browser session, guarded by ``_lock``.
-    """
+    """Keeps the final update (with stats, marked stopped) of a reply the visitor stopped: ``stream`` keeps it,
+    ``stopped`` (the Stop button's listener) waits up to ``wait_s`` for it (docs/page.md, "Stop keeps the stats").
+    Thread-safety: one entry per browser session, guarded by ``_lock``."""
 
     def __init__(self, backend: Backend, wait_s: float = 5.0):
         self.backend, self.wait_s = backend, wait_s

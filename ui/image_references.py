@@ -1,8 +1,7 @@
 """The Image tab's reference images: upload, fit mode, order, and each reference shown as the model will see it.
 
-Shown only when ``--references`` declares editing. The view is made by the engine's own ``fit_reference`` at
-the reference size of the size picked; the files box holds the order, and every change (move, remove, a
-result or a clipboard image added) goes through its value. What the page offers: docs/page.md, "Image".
+Shown only when ``--references`` declares editing; the view is the engine's own ``fit_reference``, and the
+files box holds the order: every change goes through its value. What it offers: docs/page.md, "Image".
 """
 
 from __future__ import annotations

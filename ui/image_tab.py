@@ -2,11 +2,8 @@
 stop, several images per run, paste-back of a PNG's settings, this session's gallery, the PNGs folded away;
 reference images to edit from when the server declares editing (image_references.py).
 
-A run is two events: ``press_generate`` streams progress and preview frames, and keeps its
-``ImageRun`` in the session's state; ``show_images`` (chained with ``.then``) shows what it made.
-Stop cancels the first through Gradio's ``cancels=``: a running request stops at its next step
-boundary and ``show_images`` shows the images made so far; one still waiting in Gradio's queue is
-taken out of it, so ``show_images`` finds no run and says that nothing ran or was saved.
+A run is ``press_generate`` (progress and previews; its ``ImageRun`` kept in the session's state), then
+``show_images``; Stop cancels the first (docs/page.md, "Stop").
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighth
 # The gallery's frame fits its rows of thumbnails (Gradio keeps an empty "auto" gallery at least 320 px tall).
 IMAGE_CSS = ("#image-out img { width: 100%; height: 100%; object-fit: contain; }\n"
              "#gallery .grid-wrap.fixed-height { min-height: 0; }\n"
-             # the bar's own line says "step 3/8 · ~1.2 s left - 37.5%": Gradio's second line ("3/8 steps | 0.4s")
-             # said it again (while queued that line is the only one: "queue: 1/1", kept)
+             # Gradio's second progress line says the bar's again; kept while queued (docs/page.md)
              "#image-progress .wrap:has(.progress-level) .progress-text { display: none; }\n"
              # the progress line takes room only while a run is on (Generate marks it; the run's end unmarks it)
              "body:not(.image-running) #image-progress { display: none; }\n" + REFERENCES_CSS)
@@ -161,8 +157,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             stop_btn = gr.Button(t("Stop"), variant="stop", elem_id="stop-image", visible=False)
     with gr.Row():
         with gr.Column(scale=3):
-            # The run's progress bar lives here, above the picture: Gradio draws an event's progress over
-            # each output it names, and over the image box it hid the live preview for the whole run.
+            # The run's progress bar: over the image box it would hide the preview (docs/page.md).
             image_progress = gr.Markdown(elem_id="image-progress", container=False, min_height=52)
             image_out = gr.Image(label=t("Image"), type="filepath", format="png", elem_id="image-out", height=440)
             use_result = gr.Button(t("Use this image as a reference"), size="sm", elem_id="use-as-reference",
@@ -172,8 +167,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                 png_file = gr.File(label=t("PNG with embedded parameters"), elem_id="png-file",
                                    file_count="multiple", interactive=False)
                 params_out = gr.JSON(label=t("Parameters"), elem_id="image-params")
-                # No line numbers: Gradio 6.31 draws its gutter in a smaller line height than the code, so
-                # the numbers drifted from their lines (12 lines, 11 numbers); a 12-line snippet needs none.
+                # No line numbers: Gradio's gutter drifts from the lines (docs/page.md).
                 snippet = gr.Code(label=t("Use from Python"), language="python", elem_id="python-snippet",
                                   show_line_numbers=False)
         with gr.Column(scale=2):
@@ -207,8 +201,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             gr.on([Context.root_block.load], lambda: gr.skip() if lang() == "en" else gr.Dataset(
                 samples=[[say(e)] for e in IMAGE_EXAMPLES]), None, examples.dataset, queue=False,
                   api_visibility="private", show_progress="hidden")
-    # Whole thumbnails (contain, not cropped) in fixed columns: with fit_columns Gradio widens one or two
-    # images to the full width, and their caption (seed and size) then falls below the visible height.
+    # Whole thumbnails in fixed columns: fit_columns hid the captions of one or two images (docs/page.md).
     gallery = gr.Gallery(label=t("This session's images (click one for its PNG and parameters)"), columns=5,
                          fit_columns=False, height="auto", object_fit="contain", show_label=True, elem_id="gallery",
                          visible=False)  # shown once the session has an image
@@ -234,9 +227,8 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
             else:
                 progress(state[:2], desc=progress_text(*state), unit=say("steps"))
 
-        # Gradio draws the progress bar only between a progress message and the event's next output: each
-        # output hides it until the next progress message. So the handler yields only what changes the page
-        # (the run, once; then each new preview frame), and reports progress again right after each yield.
+        # Each output hides Gradio's progress bar until the next progress message (docs/page.md): yield only
+        # what changes the page, and report progress again right after each yield.
         first = True
         async with aclosing(run.updates(frame_every=PREVIEW_EVERY_S, at_once=True)) as updates:
             async for state, frame in updates:
@@ -317,15 +309,12 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                    api_visibility="private")
     gallery.select(pick_image, session_images, [image_out, png_file, params_out, snippet],
                    api_visibility="private")
-    # The page shows a refusal as one toast; /paste_png (a hidden trigger, never clicked in the page) raises it
-    # as a Gradio error, so an API client gets the message instead of a success full of skipped updates.
+    # The page shows a refusal as one toast; /paste_png raises it as a Gradio error for API clients.
     pasted = [prompt, size, steps, seed, randomize, guidance, paste_note]
     dropped.upload(refusals_as_toast(outputs=7)(pasted_fields), dropped, pasted, api_visibility="private")
     with gr.Column(visible=False):
         paste_trigger = gr.Button()
-    # Undocumented: the "Use via API" page lists /chat, /generate_image and /status (its generated example
-    # for a File input is a PDF from the web, and its labels of the form's components read as objects);
-    # scripts still call it by name (docs/api.md).
+    # Left off the "Use via API" page (docs/page.md, "The Image tab underneath"); scripts call it by name.
     paste_trigger.click(user_errors(pasted_values), dropped, pasted, api_name="paste_png",
                         api_visibility="undocumented")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],

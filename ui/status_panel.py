@@ -1,8 +1,7 @@
 """The warm-up status panel on top of every tab: the header (title, engine chips, demo notice), the
 warm-up bar with its recompile alarm, the per-task table and the details; the timer that refreshes them.
 
-Text is built from ``Backend.status()`` in the page's language; technical runs (flags, paths, model ids)
-read left to right on an Arabic page (``ltr_runs``).
+Text is built from ``Backend.status()`` in the page's language, technical runs left to right (``ltr_runs``).
 """
 
 from __future__ import annotations

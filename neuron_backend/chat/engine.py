@@ -1,22 +1,8 @@
 """The chat engine: Qwen3 through ``generate()`` with static shapes, streaming, thinking and cancel.
 
-Static shapes (one compiled graph per input shape): prompts are LEFT-padded to the smallest configured bucket, so
-the eager prefill only ever sees the bucket lengths; the KV cache is one static cache of exactly
-``settings.context_length`` tokens, passed to every ``generate()``, attended through a few declared
-windows (``static_cache.py``: a short conversation's decode reads only the first 512 of 4096 cache
-positions), so decoding uses one graph per window, which ``generate()`` compiles itself when the
-placement asks for compiling. The first bucket's warm-up compiles every window's decode graph.
-
-Concurrency: one generation at a time (``SerialJobs``); other callers wait in line. Each reply runs
-``generate()`` on the engine's one long-lived generate thread, feeding a streamer; that call always
-ends: on cancel, when the consumer closes the stream, and when ``generate()`` raises (re-raised to
-the consumer). The pieces of that single path are at the end of this file: the cancel check
-``generate()`` reads after every token, the streamer that notes the first token's time, the
-engine's one generate thread, the worker that keeps a call's output or exception, and the loop
-that reads text until the call ends.
-
-Given a chat batch of N rows (``Parts.chat_batch``), requests go to its runner instead: up to N replies
-share one ``generate()`` over a fixed batch of N rows (warm-up then uses batch N too).
+Prompts are left-padded to the smallest bucket that fits; one static KV cache of ``settings.context_length``
+tokens serves every reply. One generation at a time (``SerialJobs``), on the engine's one generate thread; the
+others wait in line. How the shapes and the reply's path fit together: docs/architecture.md, "The chat engine".
 """
 
 from __future__ import annotations
@@ -158,14 +144,9 @@ class ChatEngine:
         self._generate_thread()  # now, not in the first reply: it is a thread for the engine's lifetime
 
     def warm_up(self, shape: PromptBucket) -> None:
-        """Generate two tokens at this bucket (the first call also compiles the decode graph).
-
-        Marks the shape ready, or failed (and re-raises) so requests for it are refused. On Neuron a
-        graph that fails to compile is left out per graph (``devices.GraphFallbacks``): a failed prefill
-        chunk graph makes the bucket's prefill run eager and keeps its decode compiled; a failed decode
-        graph makes it all eager (``disable_compile=True``); a later bucket never compiles it again.
-        ``shapes.eager[shape]`` then says which graph failed and why (the warm-up table shows it).
-        """
+        """Generate two tokens at this bucket (the first bucket also compiles every window's decode graph); mark it
+        ready, or failed and re-raise. A graph that failed to compile on Neuron is left out per graph, and
+        ``shapes.eager[shape]`` says which and why (docs/trainium.md, "Eager fallback, per graph")."""
         if shape not in self.shape_labels:
             raise InvalidRequestError(tr("Unknown chat shape {shape}; allowed: {allowed}.", shape=repr(str(shape)),
                                           allowed=", ".join(map(str, self.shape_labels))))
@@ -208,12 +189,9 @@ class ChatEngine:
     def stream(self, request: ChatRequest | Mapping, stop: threading.Event | None = None) -> Iterator[ChatUpdate]:
         """Validate, fit the prompt into a bucket, then stream the reply (the last update has stats).
 
-        Raises InvalidRequestError/PromptTooLongError/ShapeNotReadyError at once, before anything
-        runs. Closing the returned iterator early cancels the generation and frees the engine.
-        ``stop``: set, it ends this reply within one token (in a batch: only this reply's row),
-        and the stream still ends with its final update (stats, finish reason "stopped"), unlike
-        ``cancel()``, which stops whatever reply runs now.
-        """
+        Raises InvalidRequestError/PromptTooLongError/ShapeNotReadyError before anything runs. Closing the
+        iterator early cancels the generation. ``stop``, set, ends this reply (only this row in a batch) within
+        one token, and the stream still ends with its final update; ``cancel()`` stops whatever reply runs."""
         request = self.validate(request)
         self._require_loaded()
         prompt = self._prepare(request)
@@ -444,14 +422,9 @@ class TimedStreamer(TextIteratorStreamer):
 
 
 class GenerateThread:
-    """One long-lived daemon thread that runs an engine's generate() calls, one after another.
-
-    Not a new thread per reply: glibc gives each new thread a fresh malloc arena, so every reply's
-    prefill page-faulted its large temporaries in again (+0.3 s, 18%, to the first token of the
-    Qwen3-0.6B architecture on CPU; bench/chat_overhead.py). The thread ends with its engine. It is
-    named "chat-generate" only while a generate() runs (``IDLE_NAME`` otherwise), so a look at the
-    thread names still tells whether a generation is running.
-    """
+    """One long-lived daemon thread that runs an engine's generate() calls, one after another, and ends with its
+    engine; named ``BUSY_NAME`` only while a generate() runs. Why not a thread per reply: docs/performance.md,
+    "2. Chat overhead"."""
 
     BUSY_NAME, IDLE_NAME = "chat-generate", "chat-generate (idle)"
 

@@ -1,9 +1,7 @@
 """Chat prompts: the template rendered, tokenized, old turns dropped to fit the largest bucket, bucket chosen.
 
-The template is rendered once as a skeleton with a placeholder per message; the contents go back in as data,
-so control tokens count only in the template's own text (typed ones are plain characters) and ordinary text
-gets ``apply_chat_template``'s ids. A long history is fitted in one pass over its units (the text between two
-control tokens). How: docs/api.md, "Chat history and the export format".
+The template is rendered once as a skeleton with a placeholder per message and the contents go back in as
+data, so typed control tokens are plain characters. How: docs/api.md, "Chat history and the export format".
 """
 
 from __future__ import annotations

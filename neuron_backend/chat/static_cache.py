@@ -1,11 +1,8 @@
 """The one static KV cache and the compiled forward over it: attention windows, static prefill chunks.
 
-``WindowedStaticCache`` attends each forward over the smallest declared window (``--cache-windows``) that
-holds the sequence so far, and ``attach`` makes ``generate()`` choose it before every forward; the prefill
-runs through the compiled forward in ``[B, chunk]`` pieces (``--prefill-chunk``), one ``Graph`` per chunk
-and window; ``packed_decode_sdpa`` is the compiled forward's attention.
-
-Why and how: docs/trainium.md, "The chat's static cache".
+``WindowedStaticCache`` attends each forward over the smallest declared window that holds the sequence so
+far (``attach`` makes ``generate()`` choose it); the prefill runs compiled in ``[B, chunk]`` pieces, one
+``Graph`` per chunk and window. Why and how: docs/trainium.md, "The chat's static cache".
 """
 
 from __future__ import annotations
@@ -130,11 +127,8 @@ def graph_windows(bucket: int, chunk: int, windows: Sequence[int]) -> tuple[int,
 
 
 class Graph(NamedTuple):
-    """One graph of the compiled forward: ``[B, tokens]`` queries over ``window`` cache positions.
-
-    ``tokens`` is 1 for a decode step and the chunk for a prefill chunk; a graph keeps its key in
-    every bucket that runs it, which is how a graph that failed to compile is known again.
-    """
+    """One graph of the compiled forward: ``[B, tokens]`` queries (1: decode, else a prefill chunk) over
+    ``window`` cache positions; the same key in every bucket that runs it, so a failed graph is known again."""
 
     tokens: int
     window: int

@@ -1,10 +1,8 @@
 """The chat's text, no model needed: history in and out, request checks, the <think> splitter, and
 the plain-data results (``ChatStats``, ``ChatUpdate``, ``PromptInfo``).
 
-Everything a user types passes ``normalize_request``; ``normalize_history`` turns what either side sends
-into plain ``{"role", "content"}`` turns, assistant text whitespace and all; streamed model text passes
-``ThinkSplitter``; ``export_document`` / ``load_document`` write and read the JSON export. Formats and
-rules: docs/api.md, "Chat history and the export format".
+Everything a user types passes ``normalize_request``; streamed model text passes ``ThinkSplitter``. Formats
+and rules: docs/api.md, "Chat history and the export format".
 """
 
 from __future__ import annotations

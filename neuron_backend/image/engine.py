@@ -1,31 +1,8 @@
 """The image engine: FLUX.2-klein through diffusers' Flux2KleinPipeline, at declared sizes only.
 
-Pipeline quirks handled here:
-- the pipeline silently rounds a size down to a multiple of 16, and every new size is a new
-  compiled graph; so a request must name one of ``settings.sizes`` exactly, or it is refused;
-- steps, seed and guidance change no tensor shape: they never recompile;
-- every prompt is padded or truncated to ``MAX_SEQUENCE_LENGTH`` tokens (fixed text shapes); a
-  truncation is counted with the pipeline's own tokenizer and reported, never silent;
-- ``prompt=`` is always passed by name: the pipeline's first positional argument is ``image``;
-- stopping: ``callback_on_step_end`` sets ``pipe._interrupt``; the pipeline then skips the
-  remaining steps but still decodes the latents, so a stopped request returns a (noisy) image.
-  A request cancelled before its first step (still waiting for the engine) is dropped: no step
-  runs, nothing is saved, ``CancelledError`` is raised (``run_pipeline`` holds the step callback);
-- several images per run (``ImageRequest.count``) are generated one after another inside one job
-  with consecutive seeds: the same shape as one image, so nothing new to compile or warm up;
-- live preview: host-side latents -> RGB (preview.py); no graph, no compile;
-- editing: a request's reference images are fitted by us to the size's reference size before the
-  pipeline (references.py), so the pipeline never resizes them; each (size, reference count) is a
-  declared ``EditSlot`` with its own warm-up, a count outside ``settings.references`` is refused.
-
-Guidance on distilled models (FLUX.2-klein 4B/9B): they run without classifier-free guidance.
-A guidance value sent for one is ignored, not refused (a UI may keep its slider), and the
-result's params say so in ``guidance_note``; ``params["guidance"]`` is then None.
-
-Concurrency: one request or warm-up runs at a time (``shapes.SerialJobs``); callers arriving
-meanwhile wait in line, none is dropped. ``cancel()`` stops only the running one.
-Tensor parallel (``--tp-engine image``): the transformer is loaded sharded, each pipeline call is
-announced to the other ranks and the stop is decided by rank 0 at every step (``Parts.sharding``).
+A request names one of ``settings.sizes`` (and a reference count of ``settings.references``) or is refused;
+steps, seed and guidance never recompile. One request or warm-up runs at a time (``SerialJobs``), the others
+wait in line; ``cancel()`` stops only the running one. The pipeline's quirks: docs/architecture.md, "The image engine".
 """
 
 from __future__ import annotations
@@ -81,13 +58,9 @@ WARMUP_REFERENCE_GREY = (128, 128, 128)  # the warm-up's references: plain grey,
 
 @dataclass(frozen=True)
 class ImageRequest:
-    """One image request. ``steps`` None: the default; ``seed`` None: random; ``guidance`` None: default.
-
-    ``count`` images (1 to --max-images-per-run) are made with seeds seed, seed+1, ...
-    ``references``: images to edit from (``ReferenceImage``, or a ``ReferenceFile`` not yet decoded, each
-    with its fit mode); their number must be one of ``settings.references``. Validated, images are
-    ``FittedReference``s and files stay undecoded (header checked) until the request holds the engine.
-    """
+    """One image request. ``steps``, ``guidance`` None: the default; ``seed`` None: random; ``count`` images
+    with seeds seed, seed+1, ...; ``references``: images to edit from. Validated, images are ``FittedReference``s
+    and a ``ReferenceFile`` stays undecoded (header checked) until the request holds the engine."""
 
     prompt: str
     size: str | ImageSize
@@ -113,7 +86,7 @@ class ImageResult:
 
 
 class ImageEngine:
-    """Text-to-image with a Flux2KleinPipeline on one device; see the module docstring."""
+    """Text-to-image and editing with a Flux2KleinPipeline on one device."""
 
     name = "image"
 
@@ -205,12 +178,8 @@ class ImageEngine:
         return loading.is_distilled(self._loaded_pipe())
 
     def warm_up(self, shape: ImageSize | EditSlot) -> None:
-        """Run shape ``shape`` (a declared size, or an edit slot: a size with N references) once with 1 step
-        so it compiles; mark it ready or failed.
-
-        A failure marks only that shape failed, with the reason, and is re-raised; the other shapes
-        stay usable. Timing and graph count are kept in ``self.warmups[label]``.
-        """
+        """Run ``shape`` (a size, or an edit slot) once with 1 step so it compiles; mark it ready, or failed (that
+        shape only) and re-raise. Its timing and graph count go to ``self.warmups[label]``."""
         pipe = self._loaded_pipe()
         size = self._served(shape.size if isinstance(shape, EditSlot) else shape)
         count = shape.references if isinstance(shape, EditSlot) else 0
@@ -312,15 +281,10 @@ class ImageEngine:
                      cancel: threading.Event | None = None, preview: PreviewFn | None = None) -> list[ImageResult]:
         """Make ``request.count`` images, one after another in one job; blocks while another request runs.
 
-        ``progress(step, total, elapsed_s)`` is called once per denoising step, from this thread, with
-        steps counted over the whole run (``total`` = steps x count). ``preview(frame)`` gets host
-        latents of some steps when previews are on (``--no-image-preview`` turns them off).
-        Setting ``cancel`` stops this request (and no other) at the next step boundary; the images
-        made so far are returned and the remaining ones are not started. A cancel set before the
-        first step drops the request: CancelledError, nothing run, nothing saved.
-        Raises InvalidRequestError/UnsupportedSizeError for bad input, ShapeNotReadyError or
-        ShapeFailedError for a size that cannot serve now, EngineUnavailableError before load().
-        """
+        ``progress(step, steps x count, elapsed_s)`` runs on this thread per step; ``preview(frame)`` gets host
+        latents of some steps. ``cancel`` stops this request at the next step and returns the images made; set
+        before the first step: CancelledError, nothing run or saved. Raises InvalidRequestError,
+        UnsupportedSizeError, ShapeNotReadyError, ShapeFailedError; EngineUnavailableError before load()."""
         pipe = self._loaded_pipe()
         normal = self.validate(request)
         self.shapes.require(self.shape_of(normal))
@@ -525,10 +489,7 @@ def run_pipeline(pipe, request, seed: int, cancelled: threading.Event, placement
             preview(PreviewFrame(step + 1, total, host, table, request.size.width, request.size.height, index))
         return tensors
 
-    # The noise is drawn on a CPU generator on every device. On Neuron a device-side random op
-    # would be one more thing to compile, and its generator need not match any other device's;
-    # on the CPU a seed gives the same starting noise on neuron, cuda and cpu alike.
-    # diffusers' randn_tensor draws on the generator's device and moves the noise to the model.
+    # A CPU generator on every device: a seed gives the same noise everywhere (docs/architecture.md).
     generator = torch.Generator(device="cpu").manual_seed(seed)
     # An edit's references are already fitted to a size the pipeline keeps unchanged (references.py).
     edit = {"image": [reference.image for reference in request.references]} if request.references else {}

@@ -1,9 +1,7 @@
 """Before and around ``Flux2KleinPipeline.from_pretrained``: check the files, the memory, the defaults.
 
-Every component folder is verified first (all problems named at once), the memory plan picks the dtype and
-VAE decode (or refuses with the numbers), the VAE config's ``force_upcast`` is kept, a non-distilled
-checkpoint gets 50 default steps, a text encoder too shallow for the pipeline is refused, and a load
-error keeps its whole cause chain. Why each: docs/weights.md.
+Every component folder is verified (all problems named at once), the memory plan picks the dtype and VAE
+decode, ``force_upcast`` is kept, a non-distilled checkpoint gets 50 default steps. Why each: docs/weights.md.
 """
 
 from __future__ import annotations

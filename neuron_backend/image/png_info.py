@@ -107,12 +107,9 @@ def _quoted(value: str) -> str:
 
 
 def settings_pairs(line: str) -> list[tuple[str, str]]:
-    r"""The raw ``(key, value)`` pairs of one settings line, ``Key: value, Key: "quoted, value", ...``.
-
-    The same pairs as ``re.findall`` with ``\s*([\w][\w \-/()]*):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)`` (a quoted
-    value keeps its quotes when a ``,`` or the end follows them), in time linear in ``len(line)`` where that
-    pattern is quadratic (docs/security.md, "Untrusted PNG text").
-    """
+    """The raw ``(key, value)`` pairs of one settings line, ``Key: value, Key: "quoted, value", ...`` (a quoted value
+    keeps its quotes when a ``,`` or the end follows them): the former pattern's pairs in linear time
+    (docs/security.md, "Untrusted PNG text")."""
     pairs: list[tuple[str, str]] = []
     end = len(line)
     pos = 0
@@ -218,13 +215,9 @@ class SaveOutcome:
 
 
 class OutputFolder:
-    """A folder of generated PNGs holding at most ``limit`` of them; the oldest go first.
-
-    Concurrency: ``save`` may be called from several threads; one lock covers naming, writing and
-    pruning. Files are written under a temporary name and renamed, so a full disk never leaves a
-    truncated PNG behind. A failure to write is returned as ``SaveOutcome(None, problem)``, never
-    raised: the caller still has the image in memory. ``limit`` 0 disables saving.
-    """
+    """A folder of at most ``limit`` generated PNGs (0: saving off); the oldest go first. ``save`` is safe from
+    several threads (one lock), writes under a temporary name then renames (no truncated PNG on a full disk),
+    and returns a failure as ``SaveOutcome(None, problem)``, never raises."""
 
     def __init__(self, folder: Path, limit: int):
         self.folder = Path(folder)

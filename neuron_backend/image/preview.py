@@ -1,9 +1,7 @@
 """Live preview of a denoising image: latents -> RGB by a fixed linear projection, on the host.
 
-``LatentRGB`` is the fitted table (``fit_latent_rgb``; read, written and cached by ``cached_or_fitted``);
-``unpack`` turns the step callback's packed latents back into the VAE's grid.
-
-How the table is fitted and where it comes from: docs/page.md, "How the live preview is drawn".
+``LatentRGB`` is the fitted table (``fit_latent_rgb``, cached by ``cached_or_fitted``); ``unpack`` turns the
+step callback's packed latents back into the VAE's grid. Why: docs/page.md, "How the live preview is drawn".
 """
 
 from __future__ import annotations
@@ -82,11 +80,8 @@ def unpack(packed: torch.Tensor, width: int, height: int, scale: int = 8) -> tor
 @torch.no_grad()
 def fit_latent_rgb(vae, samples: int = FIT_SAMPLES, grid: int = FIT_GRID, seed: int = 0) -> LatentRGB:
     """Least-squares table from normalised latent channels to the VAE's decoded, scale x scale-pooled RGB.
-
-    ``vae`` is an ``AutoencoderKLFlux2`` on the CPU (the caller copies it there); its batch-norm
-    statistics undo the normalisation exactly as ``Flux2KleinPipeline`` does before decoding. Any
-    number of VAE levels: one latent pixel is ``2 ** (levels - 1)`` image pixels along a side.
-    """
+    ``vae``: an ``AutoencoderKLFlux2`` on the CPU, of any number of levels (one latent pixel is
+    ``2 ** (levels - 1)`` image pixels along a side); its batch norm undoes the normalisation as the pipeline does."""
     channels = vae.config.latent_channels
     scale = 2 ** (len(vae.config.block_out_channels) - 1)  # Flux2KleinPipeline's vae_scale_factor
     side = grid * 2 * scale  # pixels along a side of each sample

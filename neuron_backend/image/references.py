@@ -1,10 +1,8 @@
 """Reference images for editing: read, checked and fitted to the size the pipeline keeps unchanged.
 
-``read_reference`` reads only a file's header (its pixels checked against ``reference_pixel_limit``) and
-keeps the compressed bytes; ``fit_reference`` decodes it, one reference at a time in the process, and fits
-it by ``letterbox`` or ``crop`` to ``reference_size(output size)``: same file, mode and size, same pixels.
-
-Why the fitting is ours: docs/editing.md, "Fitting"; the memory bounds: docs/security.md.
+``read_reference`` reads only a file's header and keeps the compressed bytes; ``fit_reference`` decodes it
+and fits it by ``letterbox`` or ``crop``: same file, mode and size, same pixels. Why the fitting is ours:
+docs/editing.md, "Fitting"; the memory bounds: docs/security.md.
 """
 
 from __future__ import annotations
@@ -35,11 +33,8 @@ MAX_NAME_CHARS = 200  # a reference's file name as recorded in the PNG parameter
 
 @dataclass(frozen=True)
 class ReferenceImage:
-    """A reference as a request carries it: the image as sent and how to fit it.
-
-    ``sha256``: of the file's bytes (``read_reference``), else of the RGB pixels; ``name``: the
-    file's name as the sender gave it (no folder), for the PNG parameters and the snippet.
-    """
+    """A reference as a request carries it: the image as sent and how to fit it. ``sha256``: of the file's
+    bytes, else of the RGB pixels; ``name``: the sender's file name (no folder), for the PNG parameters."""
 
     image: Image.Image
     fit: str = DEFAULT_FIT
@@ -213,11 +208,8 @@ def pixel_sha256(image: Image.Image) -> str:
 
 def fit_reference(reference: ReferenceImage | ReferenceFile | FittedReference, target: ImageSize,
                   limit: int | None = None) -> FittedReference:
-    """``reference`` fitted to exactly ``target`` pixels by its fit mode (a fitted one at ``target`` is kept).
-
-    A ``ReferenceFile`` is checked against ``limit`` from its header, then decoded, fitted and its decoded
-    pixels dropped, one at a time in the process (safe to call from any thread).
-    """
+    """``reference`` fitted to exactly ``target`` pixels by its fit mode (a fitted one at ``target`` is kept). A
+    ``ReferenceFile`` is checked against ``limit``, decoded and fitted one at a time in the process (any thread)."""
     if isinstance(reference, FittedReference):
         if reference.fitted == target and reference.image.size == tuple(target) and reference.image.mode == "RGB":
             return reference
