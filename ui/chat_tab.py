@@ -520,9 +520,10 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
     chat.textbox.stop(show_stopped_reply, chatbot, [chatbot, chat.chatbot_state, chat_stats, context_meter],
                       queue=False, api_visibility="private")
 
-    # A new reply's stats replace the last one's: the line is empty while it runs.
+    # A new reply's stats replace the last one's: the line is empty while it runs, emptied in the browser at
+    # once (a server round trip could land after the reply's event started, showing the old numbers meanwhile).
     for start in (chat.textbox.submit, chatbot.retry, chatbot.edit, chatbot.example_select):
-        start(lambda: "", None, chat_stats, queue=False, api_visibility="private", show_progress="hidden")
+        start(None, None, chat_stats, js="() => ''", queue=False, api_visibility="private", show_progress="hidden")
 
     # Undo and clear take away the reply whose stats are shown: take the stats away too.
     def forget_stats():
