@@ -200,6 +200,17 @@ def refusal_reason(exc: ShowcaseError) -> str | None:
     return "other"
 
 
+def join_refusal_reason(status: int) -> str | None:
+    """The refusal label of a refused queue join's HTTP status (None: not refused)."""
+    if status < 400:
+        return None
+    if status in (401, 403):
+        return "auth"
+    if status in (429, 503):  # 503: Gradio's "Queue is full"
+        return "busy"
+    return "bad_input" if status < 500 else "other"
+
+
 def app_version(pyproject: Path = Path(__file__).resolve().parents[1] / "pyproject.toml") -> str:
     """The project's version as pyproject.toml declares it ("unknown" without one)."""
     try:

@@ -5,10 +5,8 @@ waiting or running event in ``blocks._queue.event_ids_to_events`` with ``enqueue
 (``time.monotonic()`` at ``POST /gradio_api/queue/join``), and sets ``LocalContext.event_id`` and
 ``LocalContext.blocks`` around every call of a handler. A handler called outside the queue (a test, an
 unqueued event) starts its clock at its first line. The clock stops when the handler's last update has
-been taken (its generator ended or was closed), so a refusal's time counts too.
-
-``QueueRefusals`` counts the joins refused before any handler ran: Gradio's queue full (503) and a
-login the guards refuse (401, 403).
+been taken (its generator ended or was closed), so a refusal's time counts too. The joins refused before any
+handler ran are counted by the core's edge (ui/guards.py).
 """
 
 from __future__ import annotations
@@ -21,9 +19,7 @@ from functools import wraps
 from gradio.context import LocalContext
 
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.metrics import QUEUE, Metrics, refusal_reason
-
-JOIN_PATH = "/gradio_api/queue/join"
+from neuron_backend.metrics import Metrics, refusal_reason
 
 
 def queued_at() -> float:
@@ -103,37 +99,3 @@ def measured(metrics: Metrics, endpoint: str, ends: bool = True):
         return gen_wrapper
 
     return decorate
-
-
-def join_refusal_reason(status: int) -> str | None:
-    """The refusal label of a refused queue join's HTTP status (None: not refused)."""
-    if status < 400:
-        return None
-    if status in (401, 403):
-        return "auth"
-    if status in (429, 503):  # 503: Gradio's "Queue is full"
-        return "busy"
-    return "bad_input" if status < 500 else "other"
-
-
-class QueueRefusals:
-    """ASGI middleware: counts each ``POST /gradio_api/queue/join`` answered with a refusal (endpoint "queue").
-
-    Outermost, so it also sees the guards' 401 and 403. Reads only the response's status line.
-    """
-
-    def __init__(self, app, metrics: Metrics):
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != JOIN_PATH:
-            return await self.app(scope, receive, send)
-
-        async def watching_send(message):
-            if message["type"] == "http.response.start":
-                reason = join_refusal_reason(message["status"])
-                if reason is not None:
-                    self.metrics.refused(QUEUE, reason)
-            await send(message)
-
-        return await self.app(scope, receive, watching_send)
