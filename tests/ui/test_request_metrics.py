@@ -1,7 +1,7 @@
 """What users wait for, scraped from ``/metrics`` of a running app after real gradio_client calls: the
 end-to-end time from joining Gradio's queue, the queue wait, refusals by reason, image steps per second;
-and the clock of the tabs' handlers on its own (the queue-join refusals counted by the core's edge:
-tests/ui/test_guards.py)."""
+and the clock of the tabs' handlers on its own, started when Gradio's queue says the event joined (the queue-join
+refusals counted by the core's edge: tests/ui/test_guards.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.app import SIZES
 
 from neuron_backend.errors import CancelledError, UnsupportedSizeError
-from neuron_backend.metrics import Metrics
-from ui.request_metrics import RequestClock, measured
+from neuron_backend.metrics import Metrics, RequestClock, measured
+from ui.api import queued_at
 
 SIZE = SIZES.split(",")[0]
 
@@ -118,7 +118,7 @@ def _leave(tokens) -> None:
 def test_the_chat_tab_clock_starts_when_its_event_joined_the_queue():
     metrics = Metrics(lambda: [], dict, lambda: 0)
 
-    @measured(metrics, "chat_tab")
+    @measured(metrics, "chat_tab", queued_at)
     def send_message():
         time.sleep(0.05)
         yield "reply"
@@ -140,7 +140,7 @@ def test_the_image_tab_request_ends_when_its_images_are_shown_or_it_is_refused()
     metrics = Metrics(lambda: [], dict, lambda: 0)
     tab = (("endpoint", "image_tab"),)
 
-    @measured(metrics, "image_tab", ends=False)
+    @measured(metrics, "image_tab", queued_at, ends=False)
     async def press_generate(refuse: Exception | None = None):
         if refuse is not None:
             raise refuse
