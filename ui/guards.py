@@ -305,7 +305,8 @@ class Under:
 
 class Edge:
     """The core's one ASGI middleware: the refusal counter, the plug-ins' ``layers`` (outermost first), the body
-    limit, then joins and cancels to ``Guards`` and GETs of ``pages`` (paths of the page, "/") to the early head.
+    limit, then joins and cancels to ``Guards`` and GETs of ``pages`` (the page's paths: "/" and any other page of
+    the Blocks) to the early head.
 
     ``metrics``: where refused joins count; ``early_cancels``, ``session_jobs``, ``max_session_jobs``: the
     ``Guards``'; ``max_bytes``, ``max_upload_bytes``: the ``BodyLimit``'s. ``app``: Gradio's app.
