@@ -4,7 +4,8 @@ The app (tiny models, CPU, no ``--auth``, every plug-in of ``app.PLUGINS``) is s
 profiler on every thread (``threading.setprofile`` before the server starts, so its threads and Gradio's workers
 carry it); each call is made once to warm any lazy path, then once measured through ``gradio_client``: a
 function entered in a file of the repository (tests excluded) counts for that file. Middleware is included.
-Usage: ``python bench/files_per_call.py`` (~1 min).
+Usage: ``python bench/files_per_call.py [--functions]`` (~1 min); ``--functions`` lists under each file the
+functions entered in it and how often.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 entered: dict[str, int] = {}
+functions: dict[tuple[str, str], int] = {}
 measuring = [False]
 
 
@@ -28,9 +30,11 @@ def _profile(frame, event, arg) -> None:
         if path.startswith(f"{REPO}/") and f"{os.sep}tests{os.sep}" not in path:
             name = os.path.relpath(path, REPO)
             entered[name] = entered.get(name, 0) + 1
+            key = (name, frame.f_code.co_qualname)
+            functions[key] = functions.get(key, 0) + 1
 
 
-def main() -> None:
+def main(by_function: bool = False) -> None:
     threading.setprofile(_profile)
     sys.setprofile(_profile)
     from common import free_port
@@ -56,6 +60,7 @@ def main() -> None:
     for name, args in calls.items():
         client.predict(api_name=name, **args)
         entered.clear()
+        functions.clear()
         measuring[0] = True
         client.predict(api_name=name, **args)
         measuring[0] = False
@@ -63,10 +68,14 @@ def main() -> None:
         print(f"{name}: {len(entered)} project files ({len(core)} of the core)")
         for path, count in sorted(entered.items()):
             print(f"  {path:40s} {count:5d}")
+            if by_function:
+                for (file, function), calls in sorted(functions.items()):
+                    if file == path:
+                        print(f"      {function:56s} {calls:5d}")
     demo.close()
     os._exit(0)  # the warm-up and Gradio's threads would keep the process
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    main()
+    main(by_function="--functions" in sys.argv[1:])

@@ -2,14 +2,19 @@
 
 Each Backend has its own ``CollectorRegistry``. Request outcomes and engine latencies are observed once per
 request, never per token or step; the warm-up tasks, engine states and build facts are read when Prometheus
-scrapes, each task keeping the same series through its transitions. The metrics: docs/api.md, "Metrics".
+scrapes, each task keeping the same series through its transitions. What users wait for is timed by a
+request's clock (``RequestClock``, ``measured``) from the moment the UI says its request arrived. The metrics:
+docs/api.md, "Metrics".
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import aclosing
+from functools import wraps
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -198,6 +203,87 @@ def refusal_reason(exc: ShowcaseError) -> str | None:
     if isinstance(exc, (ShapeNotReadyError, EngineUnavailableError)):  # warming up, disabled or failed to load
         return "not_ready"
     return "other"
+
+
+def join_refusal_reason(status: int) -> str | None:
+    """The refusal label of a refused queue join's HTTP status (None: not refused)."""
+    if status < 400:
+        return None
+    if status in (401, 403):
+        return "auth"
+    if status in (429, 503):  # 503: Gradio's "Queue is full"
+        return "busy"
+    return "bad_input" if status < 500 else "other"
+
+
+class RequestClock:
+    """One request's clock, from ``since`` (``time.monotonic()`` when the request arrived: for a web event, when
+    it joined the queue); observes its queue wait when made (``waited`` false: a later event of a request whose
+    wait was observed).
+
+    ``finish`` observes the end-to-end time once (later calls do nothing); ``refused`` counts a refusal.
+    """
+
+    def __init__(self, metrics: Metrics, endpoint: str, since: float, waited: bool = True):
+        self.metrics, self.endpoint, self.since = metrics, endpoint, since
+        self._done = False
+        if waited:
+            metrics.observe_queue_wait(endpoint, time.monotonic() - self.since)
+
+    def refused(self, exc: ShowcaseError) -> None:
+        reason = refusal_reason(exc)
+        if reason is not None:
+            self.metrics.refused(self.endpoint, reason)
+
+    def finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self.metrics.observe_latency(self.endpoint, time.monotonic() - self.since)
+
+
+def measured(metrics: Metrics, endpoint: str, since: Callable[[], float], ends: bool = True):
+    """A generator or async generator handler timed as one request of ``endpoint``: queue wait at its first line
+    (``since()``: when its request arrived, read there), refusals (ShowcaseError, counted then re-raised for the
+    error boundary outside it), and the end-to-end time when it ends (its generator ended or was closed). With
+    ``ends`` false only a refusal ends the request here: a later event ends it with a ``RequestClock`` of its own.
+    """
+
+    def decorate(fn):
+        if inspect.isasyncgenfunction(fn):
+
+            @wraps(fn)
+            async def async_gen_wrapper(*args, **kwargs):
+                clock = RequestClock(metrics, endpoint, since())
+                try:
+                    async with aclosing(fn(*args, **kwargs)) as inner:
+                        async for item in inner:
+                            yield item
+                except ShowcaseError as exc:
+                    clock.refused(exc)
+                    clock.finish()
+                    raise
+                finally:
+                    if ends:
+                        clock.finish()
+
+            return async_gen_wrapper
+
+        @wraps(fn)
+        def gen_wrapper(*args, **kwargs):
+            clock = RequestClock(metrics, endpoint, since())
+            try:
+                yield from fn(*args, **kwargs)
+            except ShowcaseError as exc:
+                clock.refused(exc)
+                clock.finish()
+                raise
+            finally:
+                if ends:
+                    clock.finish()
+
+        return gen_wrapper
+
+    return decorate
 
 
 def app_version(pyproject: Path = Path(__file__).resolve().parents[1] / "pyproject.toml") -> str:

@@ -21,6 +21,17 @@ class Tab:
 
 
 @dataclass(frozen=True)
+class Layer:
+    """ASGI middleware a plug-in puts around the core's body limit and guards (inside the core's count of refused
+    queue joins): ``cls(app, **kwargs)``. With a ``prefix`` ("/v1") only requests whose path is it or under it enter
+    it; every other request passes it by, so its code runs only for its own paths."""
+
+    cls: Callable[..., object]
+    kwargs: Mapping[str, object] = field(default_factory=dict)
+    prefix: str = ""  # "": every request
+
+
+@dataclass(frozen=True)
 class Elsewhere:
     """An engine that runs on other servers, not in this process."""
 
@@ -64,7 +75,7 @@ class Parts:
     chat_extras: tuple = ()  # extra(backend, chatbot, records): a row under the chat
     details: tuple = ()  # detail(backend): a block in the warm-up details
     routes: tuple = ()  # routes(backend) -> Starlette routes served beside the probes
-    middleware: tuple = ()  # ASGI middleware around the core's body limit and guards (starlette Middleware)
+    middleware: tuple[Layer, ...] = ()  # ASGI middleware around the core's body limit and guards, outermost first
     page_hooks: tuple = ()  # hook(demo, backend) -> a FastAPI lifespan or None, called with the built page
     launch: Mapping[str, object] = field(default_factory=dict)  # keywords for Gradio's launch()
     command: Callable[[object, Parts], int] | None = None  # run instead of serving: command(settings, parts) -> exit

@@ -141,7 +141,7 @@ def test_bilingual_html_escapes_and_marks_both_languages():
     assert "PyTorch's" in summary and "حاور \u2066Qwen3-0.6B\u2069،" in summary  # text, not an attribute: quotes stay
 
 
-def _run_override(path: str, query: bytes, content_type: bytes, body: bytes, method: str = "GET") -> list[dict]:
+def _run_override(path: str, query: bytes, content_type: bytes, body: bytes) -> list[dict]:
     sent: list[dict] = []
 
     async def app(scope, receive, send):
@@ -154,8 +154,8 @@ def _run_override(path: str, query: bytes, content_type: bytes, body: bytes, met
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": method, "path": path, "query_string": query}
-    asyncio.run(i18n.LanguageOverride(app)(scope, None, send))
+    scope = {"type": "http", "method": "GET", "path": path, "query_string": query}
+    asyncio.run(i18n.with_early_head(app, scope, None, send))
     return sent
 
 
@@ -171,9 +171,10 @@ def test_language_override_puts_its_script_first_in_the_head():
     sent = _run_override("/", b"", b"text/html", page)
     assert b"".join(m.get("body", b"") for m in sent[1:]).startswith(
         b"<!doctype html><html><head>" + i18n.EARLY_HEAD.encode())
-    # Other responses pass through untouched (streamed as they came).
+    # Other responses pass through untouched (streamed as they came); which requests come here at all: the
+    # core's edge (tests/ui/test_guards.py).
     for args in (("/config", b"lang=ar", b"application/json", b'{"head": "<head>"}'),
-                 ("/", b"lang=ar", b"text/html", page, "POST")):
+                 ("/", b"lang=ar", b"text/plain", b"<head>")):
         sent = _run_override(*args)
         assert len(sent) == 3 and b"".join(m.get("body", b"") for m in sent[1:]) == args[3], args[:3]
 

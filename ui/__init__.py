@@ -15,7 +15,7 @@ from gradio import networking
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from neuron_backend.plugins import Parts, Tab
+from neuron_backend.plugins import Layer, Parts, Tab
 from neuron_backend.runtime import Backend
 
 from .accessibility import CSS as A11Y_CSS
@@ -23,11 +23,10 @@ from .accessibility import FONT_PRELOAD, THEME
 from .accessibility import HEAD as A11Y_HEAD
 from .api import add_public_api
 from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
-from .guards import BodyLimit, EarlyCancels, Guards, session_jobs
-from .i18n import CSS, HEAD, I18N, LanguageOverride, t
+from .guards import EarlyCancels, Edge, session_jobs
+from .i18n import CSS, HEAD, I18N, t
 from .image_tab import IMAGE_CSS, build_image_tab
 from .probes import probe_routes, queue_depth
-from .request_metrics import QueueRefusals
 from .status_panel import STATUS_CSS, build_status_panel, wire_refresh
 
 
@@ -60,22 +59,20 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
 
 def launch_kwargs(backend: Backend, demo: gr.Blocks, cancels: EarlyCancels | None = None,
                   routes: Sequence[BaseRoute] = (), lifespans: Sequence[Callable] = (),
-                  middleware: Sequence[Middleware] = ()) -> dict:
+                  middleware: Sequence[Layer] = ()) -> dict:
     """Everything ``demo.launch`` gets: address, auth, the only folders files are served from, upload and
-    body limits, the guards; ``lifespans`` are entered in order when the server starts; ``middleware`` (the
-    plug-ins') wraps all the rest but the refusal counter."""
+    body limits, the core's edge (ui/guards.py); ``lifespans`` are entered in order when the server starts;
+    ``middleware`` (the plug-ins' layers) goes inside the edge's refusal counter, around its body limit."""
     settings = backend.settings
     app_kwargs = {
         # /healthz, /readyz, /metrics (ui/probes.py) and the plug-ins' routes (the /v1 API's), as
         # FastAPI routes from the server's first request
         "routes": probe_routes(backend) + list(routes),
-        # QueueRefusals first (outermost): it counts the joins refused by any middleware and by Gradio's queue
-        "middleware": [Middleware(QueueRefusals, metrics=backend.metrics), *middleware,
-                       Middleware(BodyLimit, max_bytes=settings.max_request_bytes,
-                                  max_upload_bytes=settings.max_file_size),
-                       Middleware(Guards, early_cancels=cancels, session_jobs=session_jobs(demo),
-                                  max_session_jobs=settings.max_session_jobs),
-                       Middleware(LanguageOverride)],  # ?lang=ar|en (ui/i18n.py)
+        # The one middleware: what every request passes before Gradio, the plug-ins' layers inside it
+        "middleware": [Middleware(Edge, metrics=backend.metrics, max_bytes=settings.max_request_bytes,
+                                  max_upload_bytes=settings.max_file_size, early_cancels=cancels,
+                                  session_jobs=session_jobs(demo), max_session_jobs=settings.max_session_jobs,
+                                  pages=[f"/{page}" for page, *_ in demo.pages], layers=middleware)],
     }
     if lifespans:
         app_kwargs["lifespan"] = _all_of(lifespans)
@@ -149,8 +146,8 @@ def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
 
 def serve(backend: Backend, parts: Parts = Parts(), **kwargs):
     """Build the page with the plug-ins' ``parts`` (tabs, details, chat extras; routes served beside the probes;
-    page hooks called with the built page; middleware around the core's; launch keywords), set up the queue and launch
-    it (``launch_kwargs``; ``kwargs`` add to or override them)."""
+    page hooks called with the built page; middleware layers inside the core's edge; launch keywords), set up the
+    queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
     demo = create_demo(backend, cancels, parts.tabs, parts.details, parts.chat_extras)

@@ -38,18 +38,33 @@ from neuron_backend.image.references import (
     reference_pixel_limit,
 )
 from neuron_backend.messages import tr
+from neuron_backend.metrics import measured
 from neuron_backend.runtime import Backend
 
 from .guards import EarlyCancels
 from .i18n import localized
 from .presentation import visitor_status
-from .request_metrics import measured, queued_at
 
 log = logging.getLogger("showcase.api")
 
 SEED_MAX = 2**32 - 1
 # Only the API client that cancelled could read it (and it has gone): English, like the API's other text.
 EARLY_CANCEL = "Cancelled before it started: nothing ran and nothing was saved."
+
+
+def queued_at() -> float:
+    """When the running event joined Gradio's queue (``time.monotonic()``); now when it was not queued (a test, an
+    unqueued event): the start of a web request's clock (``neuron_backend.metrics.measured``).
+
+    Gradio 6.31 keeps each waiting or running event in ``blocks._queue.event_ids_to_events`` with its
+    ``enqueue_time`` (``time.monotonic()`` at ``POST /gradio_api/queue/join``) and sets ``LocalContext.event_id``
+    and ``LocalContext.blocks`` around every call of a handler.
+    """
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    events = getattr(getattr(blocks, "_queue", None), "event_ids_to_events", None)
+    event = events.get(event_id) if isinstance(events, dict) and event_id else None
+    joined = getattr(event, "enqueue_time", None)
+    return joined if isinstance(joined, float) else time.monotonic()
 
 
 def shown(exc: Exception) -> str:
@@ -360,7 +375,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
 
     # Gradio reads the return hint as the type of each streamed update (hence ChatReply, not Iterator).
     @user_errors
-    @measured(backend.metrics, "/chat")
+    @measured(backend.metrics, "/chat", queued_at)
     @partial(drops_early_cancels, cancels)
     def chat(message: str, history: list[dict[str, Any]] | None = None, system_prompt: str | None = None,
              thinking: bool = False, temperature: float | None = None, top_p: float | None = None,
@@ -397,7 +412,7 @@ def add_public_api(backend: Backend, concurrency: dict[str, str], cancels: Early
         api_trigger = gr.Button()
 
     @user_errors
-    @measured(backend.metrics, "/generate_image")
+    @measured(backend.metrics, "/generate_image", queued_at)
     @partial(drops_early_cancels, cancels)
     async def generate_image_api(prompt: str, size: str | None = None, steps: int | None = None,
                                  seed: int | None = None, guidance: float | None = None, images: int = 1,
@@ -432,7 +447,7 @@ def add_edit_api(backend: Backend, concurrency: dict[str, str], cancels: EarlyCa
         edit_trigger = gr.Button()
 
     @user_errors
-    @measured(backend.metrics, "/edit_image")
+    @measured(backend.metrics, "/edit_image", queued_at)
     @partial(drops_early_cancels, cancels)
     async def edit_image_api(prompt: str, references: list[str] | None, fit: str | None = None,
                              size: str | None = None, steps: int | None = None, seed: int | None = None,

@@ -32,9 +32,10 @@ from neuron_backend.chat.text import (
 )
 from neuron_backend.errors import InvalidRequestError, ShowcaseError
 from neuron_backend.messages import tr
+from neuron_backend.metrics import measured
 from neuron_backend.runtime import Backend
 
-from .api import refusals_as_toast, shown, user_errors
+from .api import queued_at, refusals_as_toast, shown, user_errors
 from .i18n import bilingual_html, lang, localized, say, t
 from .presentation import (
     chat_stats_text,
@@ -43,7 +44,6 @@ from .presentation import (
     markdown_literal,
     markdown_unliteral,
 )
-from .request_metrics import measured
 
 # ----- how the tab shows things: text as typed, refusals, stopped replies -------------------------------
 MAX_SESSIONS = 1000  # stopped replies kept, one per browser session
@@ -467,7 +467,7 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
     stopped_replies = StoppedReplies(backend)  # a stopped reply keeps its stats line
 
     @chat_refusals(lambda: len(chat.additional_outputs))  # a refusal: a note, the other outputs kept
-    @measured(backend.metrics, "chat_tab")  # queue wait, refusals, end to end
+    @measured(backend.metrics, "chat_tab", queued_at)  # queue wait, refusals, end to end
     def send_message(message, history, system, think, temp, p, k, max_tokens, is_greedy, seed, remembered):
         # The chatbot's messages go as they are: the engine's history normaliser (chat/text.py)
         # reads text parts and drops the folded bubbles; the oldest turns beyond the limits stay home.

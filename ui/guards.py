@@ -1,8 +1,13 @@
-"""Guards in front of Gradio's own routes (ASGI middleware, given to FastAPI through ``app_kwargs``), with or
-without ``--auth``.
+"""What every request passes before Gradio: the core's one ASGI middleware (``Edge``, given to FastAPI through
+``app_kwargs``), with or without ``--auth``.
 
+- Refused joins are counted: a ``POST /gradio_api/queue/join`` answered 401, 403, 429, 503 (or another refusal)
+  by a plug-in's layer, a guard below or Gradio's queue counts in the metrics as a refusal of endpoint "queue".
+- The plug-ins' layers (``Parts.middleware``) come next, each entered only by the requests under its prefix.
 - ``BodyLimit``: no request body is read past its limit (``--max-request-bytes``; an upload to
   ``/gradio_api/upload``: ``--max-file-size`` and its multipart framing); a larger one gets 413.
+- Then by method and path: joins and cancels pass ``Guards``, page GETs the early head (``ui.i18n.with_early_head``),
+  anything else goes straight to Gradio.
 - Early cancels (``EarlyCancels``): gradio_client's ``job.cancel()`` in the first ~50 ms after
   ``submit()`` posts ``/gradio_api/cancel`` before the client has read its event id, and Gradio
   6.31 refuses a cancel without one (422): the cancel was lost and an image ran all its steps. The
@@ -12,7 +17,7 @@ without ``--auth``.
 - Jobs per session: a join is refused (429) while its session already has ``max_session_jobs`` jobs
   waiting or running (``session_jobs``), so one session cannot fill the queue ahead of everyone else.
 
-What a login may do (backoff, token expiry, whose job a cancel ends) is a plug-in's middleware under ``--auth``.
+What a login may do (backoff, token expiry, whose job a cancel ends) is a plug-in's layer under ``--auth``.
 All of these run on the server's event loop; their state is guarded by the GIL-atomic dict operations of a
 single coroutine step (no awaits between a read and its update).
 """
@@ -22,10 +27,14 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import chain
 
 from neuron_backend.messages import tr
+from neuron_backend.metrics import QUEUE, Metrics, join_refusal_reason
+from neuron_backend.plugins import Layer
+
+from .i18n import with_early_head
 
 CANCEL_PATH = "/gradio_api/cancel"  # (/gradio_api/reset is a no-op in 6.31)
 JOIN_PATH = "/gradio_api/queue/join"
@@ -278,3 +287,62 @@ class Guards:
             await send(message)
 
         return await self.app(scope, receive, watching_send)
+
+
+class Under:
+    """A plug-in's layer entered only by requests whose path is ``prefix`` or under it; the others go to ``bypass``
+    (what the layer wraps) as if it were not there."""
+
+    def __init__(self, prefix: str, app, bypass):
+        self.prefix, self.app, self.bypass = prefix.rstrip("/"), app, bypass
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if path == self.prefix or path.startswith(self.prefix + "/"):
+            return await self.app(scope, receive, send)
+        return await self.bypass(scope, receive, send)
+
+
+class Edge:
+    """The core's one ASGI middleware: the refusal counter, the plug-ins' ``layers`` (outermost first), the body
+    limit, then joins and cancels to ``Guards`` and GETs of ``pages`` (the page's paths: "/" and any other page of
+    the Blocks) to the early head.
+
+    ``metrics``: where refused joins count; ``early_cancels``, ``session_jobs``, ``max_session_jobs``: the
+    ``Guards``'; ``max_bytes``, ``max_upload_bytes``: the ``BodyLimit``'s. ``app``: Gradio's app.
+    """
+
+    def __init__(self, app, metrics: Metrics, max_bytes: int, max_upload_bytes: int,
+                 early_cancels: EarlyCancels | None = None,
+                 session_jobs: Callable[[str, int], int | None] | None = None, max_session_jobs: int = 2,
+                 pages: Iterable[str] = ("/",), layers: Iterable[Layer] = ()):
+        self.gradio, self.metrics, self.pages = app, metrics, frozenset(pages)
+        self.guards = Guards(app, early_cancels, session_jobs, max_session_jobs)
+        inner = BodyLimit(self._route, max_bytes, max_upload_bytes)
+        for layer in reversed(tuple(layers)):
+            wrapped = layer.cls(inner, **layer.kwargs)
+            inner = Under(layer.prefix, wrapped, inner) if layer.prefix else wrapped
+        self.app = inner  # the next inward: the outermost layer, else the body limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != JOIN_PATH:
+            return await self.app(scope, receive, send)
+
+        async def counting_send(message):  # reads only the answer's status line
+            if message["type"] == "http.response.start":
+                reason = join_refusal_reason(message["status"])
+                if reason is not None:
+                    self.metrics.refused(QUEUE, reason)
+            await send(message)
+
+        return await self.app(scope, receive, counting_send)
+
+    async def _route(self, scope, receive, send):
+        """Inside the body limit: joins and cancels to the guards, page GETs to the early head, the rest to Gradio."""
+        if scope["type"] == "http":
+            method, path = scope["method"], scope["path"]
+            if method == "POST" and path.rstrip("/") in (JOIN_PATH, CANCEL_PATH):
+                return await self.guards(scope, receive, send)
+            if method == "GET" and path in self.pages:
+                return await with_early_head(self.gradio, scope, receive, send)
+        return await self.gradio(scope, receive, send)

@@ -3,7 +3,7 @@
 Static text is ``t("Prompt")`` (a ``gr.I18n`` id with both languages; the frontend shows the visitor's
 locale); text built at run time is ``say("{n} tokens", n=3)`` in the language ``lang()`` reads from the
 event's request, and ``localized(exc)`` gives a backend message in it. ``HEAD``, ``EARLY_SCRIPT`` and
-``LanguageOverride`` add ``?lang=ar|en`` and keep ``<html dir>`` in step; ``CSS`` sets Arabic text right to
+``with_early_head`` add ``?lang=ar|en`` and keep ``<html dir>`` in step; ``CSS`` sets Arabic text right to
 left in either language. How the language is chosen and what stays English: docs/languages.md.
 """
 
@@ -141,7 +141,7 @@ def bilingual_html(text: str | Callable[[], str]) -> str:
     return "".join(spans)
 
 
-# First in every page's <head> (LanguageOverride; launch(head=) comes after the locale is chosen): ?lang=ar|en
+# First in every page's <head> (with_early_head; launch(head=) comes after the locale is chosen): ?lang=ar|en
 # redefines navigator.language before svelte-i18n reads it, and <html lang>/<html dir> are written for the
 # locale it will choose, before the first paint.
 EARLY_SCRIPT = """<script>
@@ -182,42 +182,34 @@ HEAD = """<script>
 </script>"""
 
 
-class LanguageOverride:
-    """ASGI middleware: on a GET answered with an HTML page, puts ``EARLY_HEAD`` first in its <head>.
+async def with_early_head(app, scope, receive, send) -> None:
+    """Serve a request of the page through ``app`` with ``EARLY_HEAD`` first in the <head> of its answer.
 
-    Only HTML responses are touched (their body is buffered, then Content-Length is set anew);
-    everything else passes through as it is.
+    Only an HTML answer is touched (its body is buffered, then Content-Length is set anew); any other passes
+    through as it came. The core's edge (ui/guards.py) sends only the page's GETs here.
     """
+    start: dict | None = None
+    chunks: list[bytes] = []
 
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope.get("method") != "GET":
-            await self.app(scope, receive, send)
-            return
-        start: dict | None = None
-        chunks: list[bytes] = []
-
-        async def rewrite(message):
-            nonlocal start
-            if message["type"] == "http.response.start":
-                content_type = dict(message.get("headers") or []).get(b"content-type", b"")
-                if content_type.startswith(b"text/html"):
-                    start = message
-                    return
-            elif message["type"] == "http.response.body" and start is not None:
-                chunks.append(message.get("body", b""))
-                if message.get("more_body"):
-                    return
-                body = b"".join(chunks).replace(b"<head>", b"<head>" + EARLY_HEAD.encode(), 1)
-                headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
-                await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
+    async def rewrite(message):
+        nonlocal start
+        if message["type"] == "http.response.start":
+            content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+            if content_type.startswith(b"text/html"):
+                start = message
                 return
-            await send(message)
+        elif message["type"] == "http.response.body" and start is not None:
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = b"".join(chunks).replace(b"<head>", b"<head>" + EARLY_HEAD.encode(), 1)
+            headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await send(message)
 
-        await self.app(scope, receive, rewrite)
+    await app(scope, receive, rewrite)
 
 
 # Arabic text reads right to left in either UI language: each paragraph of a message, a textbox or a

@@ -22,14 +22,14 @@ from neuron_backend.errors import CancelledError, ShowcaseError, whole_number
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
 from neuron_backend.image.png_info import PastedSettings, read_settings
 from neuron_backend.messages import Message, tr
+from neuron_backend.metrics import RequestClock, measured
 from neuron_backend.runtime import Backend
 
-from .api import ImageRun, drops_early_cancels, refusals_as_toast, shown, user_errors
+from .api import ImageRun, drops_early_cancels, queued_at, refusals_as_toast, shown, user_errors
 from .guards import EarlyCancels
 from .i18n import lang, localized, say, t
 from .image_references import REFERENCES_CSS, build_reference_picker, references_of, wire_reference_picker
 from .presentation import python_snippet, size_choice_label
-from .request_metrics import RequestClock, measured
 
 SEED_MAX = 2**32 - 1
 IMAGE_EXAMPLES = ["a golden retriever surfing a wave, photorealistic", "a lighthouse at dusk, watercolor"]
@@ -210,7 +210,7 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
         return str(request.request.base_url) if request and request.request else "http://127.0.0.1:7860/"
 
     @refusals_as_toast(outputs=8)
-    @measured(backend.metrics, "image_tab", ends=False)  # show_images ends the request
+    @measured(backend.metrics, "image_tab", queued_at, ends=False)  # show_images ends the request
     @partial(drops_early_cancels, cancels)
     async def press_generate(text, size_label, n_steps, n_images, seed_value, randomize_seed, guidance_value,
                              want_preview, reference_files=None, fit=None, progress=gr.Progress()):

@@ -107,6 +107,7 @@ class ImageEngine:
         self.saved_forwards = None  # the handle a wrapper returned for the compiled transformer (load); None: none
         self.jobs = SerialJobs()
         self._pipe = None
+        self._distilled = False  # the loaded pipeline's is_distilled, read once at load
         self.preview_table: LatentRGB | None = None  # latents -> RGB for live previews (preview.py)
         # Tensor parallel only (--tp-engine image; Sharding.attach sets them on rank 0, the followers' loop on the
         # others): on_generate announces each pipeline call, agree_stop turns a stop into rank 0's every step.
@@ -142,7 +143,8 @@ class ImageEngine:
                                             model=self.model_id, folder=str(folder),
                                              cause=loading.cause_chain(exc))) from exc
         loading.check_text_layers(pipe, self.model_id)  # else every image fails with a bare IndexError
-        self.default_steps = loading.default_steps(loading.is_distilled(pipe), self.settings)
+        distilled = loading.is_distilled(pipe)
+        self.default_steps = loading.default_steps(distilled, self.settings)
         pipe.set_progress_bar_config(disable=True)
         if self.placement.compile:
             # dynamic=False: one graph per declared size, reused for any steps, seed or prompt.
@@ -160,7 +162,7 @@ class ImageEngine:
                                                 self.settings)
         table = cached_or_fitted(folder, pipe.vae, self.settings.cache_dir) if self.settings.image_preview else None
         with self.jobs.job():  # never swap the pipeline under a running request
-            self._pipe, self.preview_table = pipe, table
+            self._pipe, self.preview_table, self._distilled = pipe, table, distilled
         self._versions = {
             "torch": torch.__version__,
             "diffusers": diffusers.__version__,
@@ -174,8 +176,10 @@ class ImageEngine:
 
     @property
     def distilled(self) -> bool:
-        """Whether the loaded model is step-distilled (no classifier-free guidance); see loading.is_distilled."""
-        return loading.is_distilled(self._loaded_pipe())
+        """Whether the loaded model is step-distilled (no classifier-free guidance), as its config said when it
+        loaded (loading.is_distilled)."""
+        self._loaded_pipe()  # not loaded: EngineUnavailableError
+        return self._distilled
 
     def warm_up(self, shape: ImageSize | EditSlot) -> None:
         """Run ``shape`` (a size, or an edit slot) once with 1 step so it compiles; mark it ready, or failed (that

@@ -7,12 +7,14 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
+from support.model_folders import non_distilled_copy
 
 from neuron_backend.devices import CompileCounter, resolve_placements
 from neuron_backend.errors import (
@@ -244,9 +246,9 @@ def test_long_prompt_is_truncated_and_says_so(shared_engine):
     assert not short.prompt_truncated and short.params["prompt_tokens"] < 64
 
 
-def test_guidance_is_used_when_the_model_is_not_distilled(engine):
-    engine._pipe.register_to_config(is_distilled=False)  # as FLUX.2-klein-base would be
-    assert engine.distilled is False
+def test_guidance_is_used_when_the_model_is_not_distilled(settings, demo_models, tmp_path):
+    engine = make_engine(settings, SimpleNamespace(image=non_distilled_copy(demo_models.image, tmp_path / "base")))
+    assert engine.distilled is False  # as FLUX.2-klein-base loads
     assert engine.validate(ImageRequest("fox", "64x64")).guidance == 4.0
     result = engine.generate(ImageRequest("fox", "64x64", steps=2, seed=1, guidance=2.5))
     assert result.params["guidance"] == 2.5 and "guidance_note" not in result.params

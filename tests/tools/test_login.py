@@ -19,7 +19,7 @@ from neuron_backend.runtime import Backend
 from tools.login import plugin as login
 from tools.login.guard import LoginGuard
 from tools.login.throttle import LoginThrottle
-from ui.guards import Guards
+from ui.guards import BodyLimit, Edge
 
 ADA = ("127.0.0.1", "ada")  # the login backoff's key: (address, user name)
 
@@ -37,7 +37,8 @@ def _settings(root, *extra):
 
 
 def _layers(app) -> list[type]:
-    """The classes of a served app's built middleware stack, outermost first (built at its first request)."""
+    """The classes of a served app's built middleware stack, outermost first (built at its first request): the
+    core's edge, the plug-ins' layers inside it, its body limit."""
     layers, layer = [], app.middleware_stack
     while layer is not None and hasattr(layer, "app"):
         layers.append(type(layer))
@@ -83,7 +84,7 @@ def test_without_auth_a_served_app_has_no_login_guard(tmp_path):
     try:
         assert httpx.get(f"{url}healthz", timeout=10).status_code == 200  # builds the middleware stack
         layers = _layers(demo.server_app)
-        assert Guards in layers and LoginGuard not in layers, layers  # the walk reached the core's guards
+        assert Edge in layers and BodyLimit in layers and LoginGuard not in layers, layers  # walked past the layers
         assert httpx.get(f"{url}metrics", timeout=10).status_code == 200  # nothing asks for a login
     finally:
         demo.close()

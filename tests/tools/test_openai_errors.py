@@ -65,6 +65,19 @@ def test_unknown_routes_wrong_methods_and_long_names_answer_in_openais_shape(ser
     assert client.get("/models", cast_to=object)["object"] == "list"  # and the routes that exist still answer
 
 
+def test_error_answers_off_v1_keep_the_frameworks_shape(warm_app):
+    """The error layer is entered by /v1 requests only: a 404 or 413 elsewhere is the framework's own."""
+    import httpx
+
+    backend, url = warm_app
+    for path in ("no-such-page", "v1x/models"):
+        answer = httpx.get(url + path, timeout=10)
+        assert answer.status_code == 404 and answer.json() == {"detail": "Not Found"}, path
+    answer = httpx.post(url + "gradio_api/queue/join", content=b"x" * (backend.settings.max_request_bytes + 1),
+                        timeout=30)
+    assert answer.status_code == 413 and "--max-request-bytes" in answer.json()["detail"]
+
+
 def test_a_body_over_the_limit_is_a_413_in_openais_shape(served):
     backend, client = served
     huge = "x" * (backend.settings.max_request_bytes + 1)

@@ -1,9 +1,11 @@
-"""The core's guards in front of Gradio's routes, with or without --auth: request bodies and uploads within their
-limits, and a cap on one session's queued jobs (the login's guards: tests/tools/test_login.py)."""
+"""The core's edge and guards in front of Gradio's routes, with or without --auth: request bodies and uploads within
+their limits, a cap on one session's queued jobs, refused joins counted whoever refused them, the plug-ins' layers
+entered only by their paths, the early head only on the page (the login's guards: tests/tools/test_login.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -12,9 +14,13 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 from gradio_client import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from neuron_backend.image.engine import ImageRequest
-from ui.guards import BodyLimit
+from neuron_backend.metrics import Metrics
+from neuron_backend.plugins import Layer
+from ui.guards import BodyLimit, Edge
+from ui.i18n import EARLY_HEAD
 
 
 # ----- request bodies and uploads -----------------------------------------------------------------
@@ -142,3 +148,113 @@ def test_one_session_cannot_hold_the_queue(warm_app):
         release.set()
         holder_cancel.set()
         holder.join(30)
+
+
+# ----- the edge: what every request passes before Gradio -----------------------------------------------------
+PAGE = b"<!doctype html><html><head><title>x</title></head></html>"
+
+
+def _through_edge(edge_kwargs: dict, method: str, path: str, status: int = 200, content_type: bytes = b"text/html",
+                  body: bytes = b"", headers: tuple = ()) -> tuple[list[dict], list[str]]:
+    """(messages the client got, paths Gradio was asked for) of one request through an ``Edge``."""
+    reached, sent, pending = [], [], [body]
+
+    async def gradio(scope, receive, send):
+        while (await receive()).get("more_body"):  # reads the whole body, as a route that parses JSON does
+            pass
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", content_type), (b"content-length", str(len(PAGE)).encode())]})
+        await send({"type": "http.response.body", "body": PAGE})
+
+    async def receive():
+        return {"type": "http.request", "body": pending.pop(0) if pending else b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    edge = Edge(gradio, **{"metrics": Metrics(lambda: [], dict, lambda: 0), "max_bytes": 4096,
+                           "max_upload_bytes": 4096, **edge_kwargs})
+    scope = {"type": "http", "method": method, "path": path, "query_string": b"", "headers": list(headers)}
+    asyncio.run(edge(scope, receive, send))
+    return sent, reached
+
+
+def _body(sent: list[dict]) -> bytes:
+    return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def test_only_the_pages_gets_have_the_early_head():
+    rewritten = PAGE.replace(b"<head>", b"<head>" + EARLY_HEAD.encode())
+    pages = {"pages": ["/", "/about"]}
+    assert _body(_through_edge(pages, "GET", "/")[0]) == rewritten
+    assert _body(_through_edge(pages, "GET", "/about")[0]) == rewritten  # another page of the Blocks
+    for method, path in (("POST", "/"), ("HEAD", "/"), ("GET", "/gradio_api/queue/data"), ("GET", "/assets/x.html"),
+                         ("GET", "/gradio_api/file=/tmp/a.html"), ("GET", "/v1/models"), ("GET", "/about/")):
+        sent, reached = _through_edge(pages, method, path)
+        assert reached == [path] and _body(sent) == PAGE, (method, path)  # answered by Gradio, untouched
+
+
+class Answers:
+    """A layer that answers ``status`` itself to a queue join (e.g. a login guard's 401) and records what entered it."""
+
+    entered: list[str] = []
+
+    def __init__(self, app, status: int | None = None):
+        self.app, self.status = app, status
+
+    async def __call__(self, scope, receive, send):
+        Answers.entered.append(scope["path"])
+        if self.status is not None and scope["path"] == "/gradio_api/queue/join":
+            await send({"type": "http.response.start", "status": self.status, "headers": []})
+            return await send({"type": "http.response.body", "body": b"refused"})
+        await self.app(scope, receive, send)
+
+
+def test_queue_joins_refused_before_any_handler_are_counted():
+    """Gradio's queue full (503), a plug-in layer's login refusals (401, 403), the session cap (429) all count."""
+    metrics = Metrics(lambda: [], dict, lambda: 0)
+    join = json.dumps({"session_hash": "s", "fn_index": 0}).encode()
+    for status in (200, 503, 503, 422):  # Gradio's own answers
+        _through_edge({"metrics": metrics}, "POST", "/gradio_api/queue/join", status=status, body=join)
+    for status in (401, 403):
+        sent, reached = _through_edge({"metrics": metrics, "layers": [Layer(Answers, {"status": status})]}, "POST",
+                                      "/gradio_api/queue/join", body=join)
+        assert sent[0]["status"] == status and reached == []
+    sent, reached = _through_edge({"metrics": metrics, "session_jobs": lambda session, fn: 2, "max_session_jobs": 2},
+                                  "POST", "/gradio_api/queue/join", body=join)
+    assert sent[0]["status"] == 429 and reached == []  # the session cap, inside the layers
+    _through_edge({"metrics": metrics}, "POST", "/gradio_api/cancel", status=503, body=join)  # not a join
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(metrics.exposition().decode()) for s in family.samples}
+
+    def refused(reason):
+        return samples.get(("showcase_refusals_total", (("endpoint", "queue"), ("reason", reason))), 0)
+
+    assert (refused("busy"), refused("auth"), refused("bad_input")) == (3, 2, 1)
+
+
+def test_a_layer_with_a_prefix_is_entered_only_by_its_paths_and_sees_the_body_limit():
+    scoped, everywhere = Layer(Answers, prefix="/v1"), Layer(Answers)
+    paths = ("/v1", "/v1/models", "/v1x", "/chat", "/", "/gradio_api/queue/join")
+    Answers.entered = []
+    for path in paths:
+        assert _through_edge({"layers": [scoped]}, "GET", path)[1] == [path]  # Gradio answers each
+    assert Answers.entered == ["/v1", "/v1/models"]
+    Answers.entered = []
+    for path in paths:
+        _through_edge({"layers": [everywhere]}, "GET", path)
+    assert Answers.entered == list(paths)
+    seen = []
+
+    class Watches(Answers):
+        async def __call__(self, scope, receive, send):
+            async def watching(message):
+                seen.append(message.get("status"))
+                await send(message)
+
+            await self.app(scope, receive, watching)
+
+    sent, reached = _through_edge({"layers": [Layer(Watches, prefix="/v1")]}, "POST", "/v1/chat/completions",
+                                  body=b"x" * 5000, headers=[(b"content-length", b"5000")])
+    assert sent[0]["status"] == 413 and reached == [] and seen[0] == 413  # the limit is inside the layer

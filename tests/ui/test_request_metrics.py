@@ -1,11 +1,11 @@
 """What users wait for, scraped from ``/metrics`` of a running app after real gradio_client calls: the
 end-to-end time from joining Gradio's queue, the queue wait, refusals by reason, image steps per second;
-and the clock of the tabs' handlers and the queue-join refusals on their own."""
+and the clock of the tabs' handlers on its own, started when Gradio's queue says the event joined (the queue-join
+refusals counted by the core's edge: tests/ui/test_guards.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from types import SimpleNamespace
 
@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.app import SIZES
 
 from neuron_backend.errors import CancelledError, UnsupportedSizeError
-from neuron_backend.metrics import Metrics
-from ui.request_metrics import QueueRefusals, RequestClock, measured
+from neuron_backend.metrics import Metrics, RequestClock, measured
+from ui.api import queued_at
 
 SIZE = SIZES.split(",")[0]
 
@@ -118,7 +118,7 @@ def _leave(tokens) -> None:
 def test_the_chat_tab_clock_starts_when_its_event_joined_the_queue():
     metrics = Metrics(lambda: [], dict, lambda: 0)
 
-    @measured(metrics, "chat_tab")
+    @measured(metrics, "chat_tab", queued_at)
     def send_message():
         time.sleep(0.05)
         yield "reply"
@@ -140,7 +140,7 @@ def test_the_image_tab_request_ends_when_its_images_are_shown_or_it_is_refused()
     metrics = Metrics(lambda: [], dict, lambda: 0)
     tab = (("endpoint", "image_tab"),)
 
-    @measured(metrics, "image_tab", ends=False)
+    @measured(metrics, "image_tab", queued_at, ends=False)
     async def press_generate(refuse: Exception | None = None):
         if refuse is not None:
             raise refuse
@@ -167,28 +167,3 @@ def test_the_image_tab_request_ends_when_its_images_are_shown_or_it_is_refused()
     assert samples[(E2E + "_count", tab)] == 3 and samples[(E2E + "_sum", tab)] >= 2.5 + 2 * 2.0
     assert samples[("showcase_refusals_total", (*tab, ("reason", "bad_input")))] == 1
     assert sum(v for (name, labels), v in samples.items() if name == "showcase_refusals_total") == 1  # no cancel
-
-
-def test_queue_joins_refused_before_any_handler_are_counted():
-    metrics = Metrics(lambda: [], dict, lambda: 0)
-
-    def join(status: int):
-        async def app(scope, receive, send):
-            await send({"type": "http.response.start", "status": status, "headers": []})
-            await send({"type": "http.response.body", "body": json.dumps({"detail": "x"}).encode()})
-
-        scope = {"type": "http", "method": "POST", "path": "/gradio_api/queue/join", "headers": []}
-        asyncio.run(QueueRefusals(app, metrics)(scope, None, _ignore))
-
-    for status in (200, 503, 503, 401, 403, 422):
-        join(status)
-    samples = scrape(metrics)
-
-    def refused(reason):
-        return samples.get(("showcase_refusals_total", (("endpoint", "queue"), ("reason", reason))), 0)
-
-    assert (refused("busy"), refused("auth"), refused("bad_input")) == (2, 2, 1)
-
-
-async def _ignore(message) -> None:
-    return None

@@ -1,10 +1,11 @@
 """Login hardening as a plug-in: ``--login-max-age``, and under ``--auth`` (the core's flag, Gradio's login) the
-login guard as middleware around the core's. Without ``--auth`` it adds nothing: no login code runs on a request."""
+login guard as a layer in the core's edge, around its body limit and guards. Without ``--auth`` it adds nothing: no
+login code runs on a request."""
 
 from __future__ import annotations
 
 from neuron_backend.errors import ConfigError
-from neuron_backend.plugins import Parts
+from neuron_backend.plugins import Layer, Parts
 from neuron_backend.settings import Settings, add_flag, as_float
 
 from .throttle import LoginThrottle
@@ -28,9 +29,8 @@ def plug(settings: Settings, throttle: LoginThrottle | None = None) -> Parts:
     max_age_h = login_max_age_h(settings)
     if settings.auth is None:
         return Parts()
-    from starlette.middleware import Middleware
-
     from .guard import LoginGuard
 
-    return Parts(middleware=(Middleware(LoginGuard, auth=settings.auth, throttle=throttle or LoginThrottle(),
-                                        max_age_s=max_age_h * 3600, max_body=settings.max_request_bytes),))
+    guard = {"auth": settings.auth, "throttle": throttle or LoginThrottle(), "max_age_s": max_age_h * 3600,
+             "max_body": settings.max_request_bytes}
+    return Parts(middleware=(Layer(LoginGuard, guard),))

@@ -3,8 +3,10 @@
 The /v1 handlers answer ``{"error": {"message", "type", "param", "code"}}`` themselves (``schema.ApiError``). The
 answers made before or around them are the framework's: an unknown path (404), a method a route does not take
 (405, with ``Allow``), a body over ``--max-request-bytes`` (413, from ``ui.guards.BodyLimit``), all shaped
-``{"detail": ...}`` or plain text. ``OpenAIErrors`` is an ASGI middleware, outermost, that rewrites those on /v1
-paths only, so OpenAI's clients read the message and do not retry a client error. Other paths pass untouched.
+``{"detail": ...}`` or plain text. ``OpenAIErrors`` is an ASGI middleware that rewrites those, so OpenAI's clients
+read the message and do not retry a client error. The plug-in installs it as a layer scoped to ``PREFIX``
+(``plugin.py``): inside the core's refusal counter, around its body limit, entered only by /v1 requests; other
+paths never reach it.
 """
 
 from __future__ import annotations
@@ -49,15 +51,13 @@ def _rewritten(scope, status: int, headers: list, body: bytes) -> bytes | None:
 
 
 class OpenAIErrors:
-    """ASGI middleware: error answers (4xx, 5xx) on /v1 paths in OpenAI's shape; see the module docstring."""
+    """ASGI middleware: every error answer (4xx, 5xx) of the requests it is given in OpenAI's shape; it is given
+    only /v1's (see the module docstring)."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path != PREFIX and not path.startswith(PREFIX + "/"):
-            return await self.app(scope, receive, send)
         held: dict = {}
 
         async def reshaping_send(message):

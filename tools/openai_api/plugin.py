@@ -1,10 +1,10 @@
 """The OpenAI-compatible ``/v1`` API as a plug-in: its routes beside the core's probes, its error answers in
-OpenAI's shape (the outermost middleware), and ``--api-key``."""
+OpenAI's shape (a layer around the core's body limit, entered only by ``/v1`` requests), and ``--api-key``."""
 
 from __future__ import annotations
 
 from neuron_backend.errors import ConfigError
-from neuron_backend.plugins import Parts
+from neuron_backend.plugins import Layer, Parts
 from neuron_backend.settings import Settings, add_flag
 
 
@@ -32,8 +32,6 @@ def plug(settings: Settings) -> Parts:
 
         return openai_routes(backend, key)
 
-    from starlette.middleware import Middleware
+    from .errors import PREFIX, OpenAIErrors
 
-    from .errors import OpenAIErrors
-
-    return Parts(routes=(routes,), middleware=(Middleware(OpenAIErrors),))
+    return Parts(routes=(routes,), middleware=(Layer(OpenAIErrors, prefix=PREFIX),))
