@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import aclosing
@@ -42,10 +43,8 @@ IMAGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 # What a user waits for: a queue of 16 users in front of a Neuron image is minutes.
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
 IMAGE_STEPS_PER_S_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200)
-# The endpoints a user waits on: the public API, the two tabs (their events are private), and /v1.
+# The endpoints a user waits on: the public API and the two tabs (their events are private); a plug-in adds its own.
 WEB_ENDPOINTS = ("/chat", "/generate_image", "chat_tab", "image_tab")
-V1_ENDPOINTS = {"models": "/v1/models", "chat": "/v1/chat/completions", "images": "/v1/images/generations",
-                "edits": "/v1/images/edits", "files": "/v1/images/files"}
 QUEUE = "queue"  # a join that Gradio's queue (or the guard in front of it) refused: no handler ran
 REFUSAL_REASONS = ("bad_input", "busy", "not_ready", "failed_shape", "auth", "other")
 TASK_STATES = ("queued", "running", "ready", "failed", "skipped")
@@ -77,13 +76,6 @@ class Metrics:
         self.new_tokens = Counter("showcase_chat_new_tokens", "Chat: tokens generated", registry=r)
         self.image_seconds = Histogram("showcase_image_seconds", "Image: generation time per precompiled size",
                                        ["size"], buckets=IMAGE_BUCKETS, registry=r)
-        self.v1_requests = Counter("showcase_v1_requests", "OpenAI-compatible /v1 requests by route (models, chat, "
-                                   "images, edits, files) and HTTP status", ["route", "status"], registry=r)
-        self.v1_errors = Counter("showcase_v1_errors", "/v1 requests answered with an error, by route and OpenAI "
-                                 "error type", ["route", "type"], registry=r)
-        self.v1_tokens = Counter("showcase_v1_tokens", "/v1 chat tokens by kind (prompt, completion)", ["kind"],
-                                 registry=r)
-        self.feedback = Counter("showcase_feedback_marks", "Chat replies marked by users", ["rating"], registry=r)
         self.latency = Histogram("showcase_request_duration_seconds", "End to end, per endpoint: joined Gradio's "
                                  "queue (/v1: the request arrived) to its last update or byte; refusals included",
                                  ["endpoint"], buckets=WAIT_BUCKETS, registry=r)
@@ -100,13 +92,13 @@ class Metrics:
             self.in_progress.labels(endpoint)
             for outcome in OUTCOMES:
                 self.requests.labels(endpoint, outcome)
-        for kind in ("prompt", "completion"):
-            self.v1_tokens.labels(kind)
-        for endpoint in (*WEB_ENDPOINTS, *V1_ENDPOINTS.values()):
+        for endpoint in WEB_ENDPOINTS:
             self.latency.labels(endpoint)
         for endpoint in WEB_ENDPOINTS:
             self.queue_wait.labels(endpoint)
         self.queue_depth: Callable[[], int] | None = None
+        self._owned: dict[str, object] = {}
+        self._owning = threading.Lock()
         r.register(_StateCollector(self, tasks, engine_states, compiles_since_ready, build_info))
 
     def track(self, endpoint: str) -> _Tracked:
@@ -138,15 +130,13 @@ class Metrics:
         """One refusal; ``reason`` is one of REFUSAL_REASONS (anything else counts as "other")."""
         self.refusals.labels(endpoint, reason if reason in REFUSAL_REASONS else "other").inc()
 
-    def observe_v1(self, route: str, status: int, error_type: str | None = None) -> None:
-        """One answered /v1 request (an error also under its OpenAI error type)."""
-        self.v1_requests.labels(route, str(status)).inc()
-        if error_type is not None:
-            self.v1_errors.labels(route, error_type).inc()
-
-    def observe_v1_tokens(self, prompt: int, completion: int) -> None:
-        self.v1_tokens.labels("prompt").inc(prompt)
-        self.v1_tokens.labels("completion").inc(completion)
+    def own(self, key: str, make: Callable[[Metrics], object]):
+        """A plug-in's own series on this registry: ``make(self)`` on the first call with ``key``, the same
+        object after (a name registered twice in one registry is an error)."""
+        with self._owning:
+            if key not in self._owned:
+                self._owned[key] = make(self)
+            return self._owned[key]
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

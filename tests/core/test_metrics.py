@@ -97,5 +97,20 @@ def test_build_info_says_what_runs(tiny_settings):
                        "torch_neuronx": "", "gradio": gradio.__version__, "version": app_version()}
     assert app_version() not in ("", "unknown")
     # zeros before the first request: rate() and histogram_quantile() work from the first scrape
-    assert value(samples, "showcase_request_duration_seconds_count", endpoint="/v1/chat/completions") == 0
+    assert value(samples, "showcase_request_duration_seconds_count", endpoint="/chat") == 0
     assert value(samples, "showcase_queue_wait_seconds_count", endpoint="chat_tab") == 0
+
+
+def test_a_plug_ins_own_series_are_made_once_per_registry():
+    from prometheus_client import Counter
+
+    metrics, made = Metrics(lambda: [], dict, lambda: 0), []
+
+    def make(m):
+        made.append(m)
+        return Counter("showcase_plugged", "A plug-in's counter", registry=m.registry)
+
+    first = metrics.own("plugged", make)
+    assert metrics.own("plugged", make) is first and made == [metrics]  # a second registration would raise
+    first.inc()
+    assert b"showcase_plugged_total 1.0" in metrics.exposition()

@@ -224,6 +224,17 @@ def test_bad_requests_are_400_with_the_allowed_values(served):
     assert _chat(client, max_tokens=2, frequency_penalty=0, logprobs=False, user="ada").choices  # neutral: served
 
 
+def test_the_v1_series_join_the_backends_registry_once_with_zeros_before_the_first_request():
+    from neuron_backend.metrics import Metrics
+    from tools.openai_api.metrics import v1_metrics
+
+    metrics = Metrics(lambda: [], dict, lambda: 0)
+    assert v1_metrics(metrics) is v1_metrics(metrics)  # routes built twice for one Backend register once
+    text = metrics.exposition().decode()
+    assert 'showcase_request_duration_seconds_count{endpoint="/v1/chat/completions"} 0.0' in text
+    assert 'showcase_v1_tokens_total{kind="prompt"} 0.0' in text
+
+
 def test_metrics_count_v1_requests_tokens_and_errors(served):
     backend, client = served
     url = str(client.base_url).removesuffix("v1/")

@@ -50,12 +50,13 @@ from starlette.routing import Route
 from neuron_backend.chat.text import ChatRequest, ChatUpdate
 from neuron_backend.errors import ShowcaseError, StorageError, storage_reason
 from neuron_backend.image.png_info import png_metadata
-from neuron_backend.metrics import V1_ENDPOINTS
 from neuron_backend.runtime import Backend
 from tools.login.throttle import LoginThrottle
 from ui.api import ImageRun
 
 from .edits import edit_call, edit_counts
+from .metrics import ENDPOINTS as V1_ENDPOINTS
+from .metrics import V1Metrics, v1_metrics
 from .schema import ApiError, ChatCall, ImageCall, ReplyText, StopScan, chat_call, image_call, model_names, refusal
 
 log = logging.getLogger("showcase")
@@ -199,11 +200,13 @@ class OpenAIRoutes:
     backend: Backend
     api_key: str | None = field(default=None, repr=False)  # --api-key: the bearer key /v1 asks for
     admission: Admission = field(init=False)
+    metrics: V1Metrics = field(init=False)  # the /v1 series, beside the core's in the Backend's registry
     throttle: LoginThrottle = field(default_factory=LoginThrottle)  # wrong API keys, per client address
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self):
         self.admission = Admission(self.backend)
+        self.metrics = v1_metrics(self.backend.metrics)
 
     def routes(self) -> list[Route]:
         return [Route("/v1/models", self._answer("models", self.models), methods=["GET"]),
@@ -216,7 +219,7 @@ class OpenAIRoutes:
     def _answer(self, route: str, handler):
         """The handler behind auth, with refusals in OpenAI's schema, counted in the metrics."""
 
-        metrics, path = self.backend.metrics, V1_ENDPOINTS[route]
+        metrics, v1, path = self.backend.metrics, self.metrics, V1_ENDPOINTS[route]
 
         async def endpoint(request: Request) -> Response:
             arrived = time.monotonic()  # no web queue in front of /v1: the clock starts at the request
@@ -225,22 +228,22 @@ class OpenAIRoutes:
                 response = await handler(request)
             except ShowcaseError as exc:  # a check of the backend's on the request (e.g. a message's content): 400
                 error = refusal(self.backend, ROUTE_ENGINES.get(route, "chat"), exc)
-                metrics.observe_v1(route, error.status, error.type)
+                v1.answered(route, error.status, error.type)
                 self._refused(path, error)
                 metrics.observe_latency(path, time.monotonic() - arrived)
                 return _error_response(error)
             except ApiError as exc:
-                metrics.observe_v1(route, exc.status, exc.type)
+                v1.answered(route, exc.status, exc.type)
                 self._refused(path, exc)
                 metrics.observe_latency(path, time.monotonic() - arrived)
                 return _error_response(exc)
             except Exception:
                 log.exception("/v1 %s failed", route)
                 error = ApiError(500, "The server failed on this request; its log says why.", code="server_error")
-                metrics.observe_v1(route, 500, error.type)
+                v1.answered(route, 500, error.type)
                 metrics.observe_latency(path, time.monotonic() - arrived)
                 return _error_response(error)
-            metrics.observe_v1(route, response.status_code)
+            v1.answered(route, response.status_code)
             return _timed(response, lambda: metrics.observe_latency(path, time.monotonic() - arrived))
 
         return endpoint
@@ -381,7 +384,7 @@ class OpenAIRoutes:
 
     def _count_tokens(self, text: ReplyText) -> None:
         usage = text.usage()
-        self.backend.metrics.observe_v1_tokens(usage["prompt_tokens"], usage["completion_tokens"])
+        self.metrics.used(usage["prompt_tokens"], usage["completion_tokens"])
 
     # ----- images ---------------------------------------------------------------------------------
     async def images(self, request: Request) -> Response:

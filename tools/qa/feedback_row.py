@@ -11,6 +11,7 @@ page cannot reset it short of opening a new session).
 from __future__ import annotations
 
 import gradio as gr
+from prometheus_client import Counter
 
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.runtime import Backend
@@ -52,9 +53,15 @@ def marked_reply(history: list[dict], index) -> tuple[str, str, int]:
     return _text(messages[users[-1]].get("content")), reply, len(users)
 
 
+def _marks(metrics) -> Counter:
+    """The marks counter in the Backend's registry (by rating: up, down)."""
+    return Counter("showcase_feedback_marks", "Chat replies marked by users", ["rating"], registry=metrics.registry)
+
+
 def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> FeedbackLog:
     """The like/dislike event of ``chatbot`` and the optional comment row under it."""
     log = FeedbackLog.for_settings(backend.settings)
+    marks = backend.metrics.own("feedback", _marks)  # showcase_feedback_marks_total, beside the core's series
     mark_id = gr.State(None)
     marked = gr.State(None)  # the marked reply's text: the comment row goes when its chat goes
     stored = gr.State(0)  # marks this session has stored
@@ -76,7 +83,7 @@ def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> F
                                 client=client)
         except ShowcaseError as exc:
             raise gr.Error(shown(exc)) from None
-        backend.metrics.feedback.labels(rating).inc()
+        marks.labels(rating).inc()
         gr.Info(say("Thanks: reply marked {mark}. Add a comment below if you like.",
                     mark="👍" if rating == "up" else "👎"))
         return new_id, gr.update(visible=True), "", (count or 0) + 1, reply
