@@ -1,25 +1,22 @@
-"""Prometheus metrics of one Backend (``prometheus_client``), served as ``GET /metrics`` by the UI.
+"""Prometheus metrics of one Backend (``prometheus_client``): its counters and histograms, and ``exposition``, the
+text a plug-in serves as ``GET /metrics``.
 
 Each Backend has its own ``CollectorRegistry``. Request outcomes and engine latencies are observed once per
-request, never per token or step; the warm-up tasks, engine states and build facts are read when Prometheus
-scrapes, each task keeping the same series through its transitions. What users wait for is timed by a
-request's clock (``RequestClock``, ``measured``) from the moment the UI says its request arrived. The metrics:
-docs/api.md, "Metrics".
+request, never per token or step; a plug-in adds its own series to the registry (``Metrics.own``). What users
+wait for is timed by a request's clock (``RequestClock``, ``measured``) from the moment the UI says its request
+arrived. The metrics: docs/api.md, "Metrics".
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import aclosing
 from functools import wraps
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from .errors import (
@@ -34,7 +31,6 @@ from .errors import (
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 disable_created_metrics()  # no *_created series: start times of each label set are noise on a dashboard
-ENGINE_STATES = ("disabled", "loading", "ready", "failed")
 OUTCOMES = ("ok", "cancelled", "rejected", "error")  # rejected: a ShowcaseError the user can fix or retry
 # Seconds: the tiny CPU models take milliseconds, a cold Neuron prefill seconds.
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -47,21 +43,16 @@ IMAGE_STEPS_PER_S_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200)
 WEB_ENDPOINTS = ("/chat", "/generate_image", "chat_tab", "image_tab")
 QUEUE = "queue"  # a join that Gradio's queue (or the guard in front of it) refused: no handler ran
 REFUSAL_REASONS = ("bad_input", "busy", "not_ready", "failed_shape", "auth", "other")
-TASK_STATES = ("queued", "running", "ready", "failed", "skipped")
-BUILD_LABELS = ("chat_model", "image_model", "device", "dtype", "torch", "torch_neuronx", "gradio", "version")
 
 
 class Metrics:
-    """The counters and histograms a Backend updates, plus a collector that reads its warm-up at scrape time.
+    """The counters and histograms a Backend updates, and the series plug-ins add (``own``).
 
     Thread-safe: prometheus_client metrics take their own locks; ``queue_depth`` is a plain callable
-    the UI sets (Gradio's queue), read only while scraping.
+    the UI sets (the requests waiting in Gradio's queue), read by plug-ins (a scrape, an admission).
     """
 
-    def __init__(self, tasks: Callable[[], list], engine_states: Callable[[], dict[str, str]],
-                 compiles_since_ready: Callable[[], int], build_info: Callable[[], dict[str, str]] | None = None):
-        """``build_info``: the values of ``BUILD_LABELS``, read at each scrape (a fallback to a demo model
-        changes what runs)."""
+    def __init__(self):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("showcase_requests", "Engine requests by endpoint (chat, image) and outcome "
@@ -99,7 +90,6 @@ class Metrics:
         self.queue_depth: Callable[[], int] | None = None
         self._owned: dict[str, object] = {}
         self._owning = threading.Lock()
-        r.register(_StateCollector(self, tasks, engine_states, compiles_since_ready, build_info))
 
     def track(self, endpoint: str) -> _Tracked:
         """``with metrics.track("chat") as t:`` counts the request once with its outcome (``t.outcome``
@@ -274,73 +264,6 @@ def measured(metrics: Metrics, endpoint: str, since: Callable[[], float], ends: 
         return gen_wrapper
 
     return decorate
-
-
-def app_version(pyproject: Path = Path(__file__).resolve().parents[1] / "pyproject.toml") -> str:
-    """The project's version as pyproject.toml declares it ("unknown" without one)."""
-    try:
-        match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(encoding="utf-8"), re.MULTILINE)
-    except OSError:
-        match = None
-    return match.group(1) if match else "unknown"
-
-
-class _StateCollector:
-    """Warm-up tasks, engine states, build facts, the recompile alarm and the queue depth, read when scraped.
-
-    Each warm-up task is named by (engine, kind, shape) in every series from the first scrape on: its
-    state is one 0/1 series per state, its durations are 0 until it starts, so a transition changes
-    values, never the set of series.
-    """
-
-    def __init__(self, metrics: Metrics, tasks, engine_states, compiles_since_ready, build_info=None):
-        self._metrics, self._tasks, self._states, self._compiles = metrics, tasks, engine_states, compiles_since_ready
-        self._build_info = build_info
-
-    def describe(self) -> Iterable:
-        return []  # metrics are produced at collect time only
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        tasks, now = self._tasks(), time.time()
-        task_labels = ["engine", "kind", "shape"]
-        seconds = GaugeMetricFamily("showcase_warmup_task_seconds", "Warm-up task duration: elapsed while "
-                                    "running, final once ended, 0 while queued", labels=task_labels)
-        running = GaugeMetricFamily("showcase_warmup_task_running_seconds", "Seconds the warm-up task has been "
-                                    "running (0 unless running): a long compile shows while it runs",
-                                    labels=task_labels)
-        state = GaugeMetricFamily("showcase_warmup_task_state", "Warm-up task state (1 for the current one)",
-                                  labels=[*task_labels, "state"])
-        for t in tasks:
-            key = [t.engine, t.kind, t.shape or ""]
-            live = max(0.0, now - t.started_at) if t.state == "running" and t.started_at else None
-            seconds.add_metric(key, live if live is not None else t.seconds or 0.0)
-            running.add_metric(key, live or 0.0)
-            for name in TASK_STATES:
-                state.add_metric([*key, name], 1.0 if t.state == name else 0.0)
-        yield from (seconds, running, state)
-        states = GaugeMetricFamily("showcase_warmup_tasks", "Warm-up tasks by state", labels=["state"])
-        for name in TASK_STATES:
-            states.add_metric([name], sum(t.state == name for t in tasks))
-        yield states
-        yield GaugeMetricFamily("showcase_warmup_cache_hits", "Compile tasks served from the persistent compile "
-                                "cache", value=sum(bool(t.cache_hit) for t in tasks))
-        yield GaugeMetricFamily("showcase_compiles_since_ready", "Graph compiles after warm-up ended (the "
-                                "recompile alarm; should stay 0)", value=self._compiles())
-        engine = GaugeMetricFamily("showcase_engine_state", "Engine state (1 for the current one)",
-                                   labels=["engine", "state"])
-        for name, current in self._states().items():
-            for engine_state in ENGINE_STATES:
-                engine.add_metric([name, engine_state], 1.0 if engine_state == current else 0.0)
-        yield engine
-        if self._build_info is not None:
-            facts = self._build_info()
-            info = GaugeMetricFamily("showcase_build_info", "What this server runs: models, device, dtype and "
-                                     "versions (always 1)", labels=list(BUILD_LABELS))
-            info.add_metric([str(facts.get(name) or "") for name in BUILD_LABELS], 1.0)
-            yield info
-        depth = self._metrics.queue_depth
-        if depth is not None:
-            yield GaugeMetricFamily("showcase_queue_depth", "Requests waiting in the web queue", value=depth())
 
 
 def readiness(tasks: list) -> tuple[bool, dict]:

@@ -74,7 +74,7 @@ class Parts:
     tabs: tuple[Tab, ...] = ()
     chat_extras: tuple = ()  # extra(backend, chatbot, records): a row under the chat
     details: tuple = ()  # detail(backend): a block in the warm-up details
-    routes: tuple = ()  # routes(backend) -> Starlette routes served beside the probes
+    routes: tuple = ()  # routes(backend) -> Starlette routes served beside the page
     middleware: tuple[Layer, ...] = ()  # ASGI middleware around the core's body limit and guards, outermost first
     page_hooks: tuple = ()  # hook(demo, backend) -> a FastAPI lifespan or None, called with the built page
     launch: Mapping[str, object] = field(default_factory=dict)  # keywords for Gradio's launch()

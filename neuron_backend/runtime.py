@@ -18,7 +18,7 @@ from .errors import EngineUnavailableError, InvalidRequestError, ShapeNotReadyEr
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .image import loading
 from .messages import tr
-from .metrics import Metrics, app_version, readiness, shape_readiness
+from .metrics import Metrics, readiness, shape_readiness
 from .plugins import ChatBatch, Parts, Sharding
 from .settings import Settings
 from .shapes import ShapeKey, engine_name, shape_keys
@@ -112,8 +112,7 @@ class Backend:
             steps = hook.plan(steps)
         self.runner = WarmupRunner(steps, history, settings.compile_timeout_min * 60 or None)  # 0: no limit
         self.exports = ExportFolder(settings.cache_dir / EXPORTS_DIR_NAME)  # conversation/QA exports, unsaved PNGs
-        self.metrics = Metrics(lambda: self.runner.tasks, self.engine_states, self.runner.compiles_since_ready,
-                               self.build_info)
+        self.metrics = Metrics()
 
     def served_folders(self) -> list[Path]:
         """The only folders whose files the page hands out (launch's allowed_paths): images and exports.
@@ -475,23 +474,8 @@ class Backend:
                 "max_new_tokens": s.max_new_tokens, "max_prompt_chars": s.max_prompt_chars,
                 "engines": [name for name in ENGINES if name in self.placements]}
 
-    def build_info(self) -> dict[str, str]:
-        """What /metrics' ``showcase_build_info`` says runs here: models, device, dtype, versions."""
-        versions = self.description["versions"]
-
-        def per_engine(values: dict[str, str]) -> str:  # one value when every engine agrees
-            distinct = set(values.values())
-            return distinct.pop() if len(distinct) == 1 else ",".join(f"{k}={v}" for k, v in values.items())
-
-        return {"chat_model": str(self.model_id("chat")) if "chat" in self.placements else "",
-                "image_model": str(self.model_id("image")) if "image" in self.placements else "",
-                "device": per_engine({name: p.device for name, p in self.placements.items()}),
-                "dtype": per_engine({name: p.dtype_name for name, p in self.placements.items()}),
-                "torch": versions.get("torch", ""), "torch_neuronx": versions.get("torch_neuronx", ""),
-                "gradio": versions.get("gradio", ""), "version": app_version()}
-
     def engine_states(self) -> dict[str, str]:
-        """Each engine's state: disabled, loading, ready or failed (what /metrics exports)."""
+        """Each engine's state: disabled, loading, ready or failed."""
         return {name: self._engine_state(name)["state"] for name in ENGINES}
 
     def _engine_state(self, name: str) -> dict:

@@ -26,7 +26,6 @@ from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
 from .guards import EarlyCancels, Edge, session_jobs
 from .i18n import CSS, HEAD, I18N, t
 from .image_tab import IMAGE_CSS, build_image_tab
-from .probes import probe_routes, queue_depth
 from .status_panel import STATUS_CSS, build_status_panel, wire_refresh
 
 
@@ -65,9 +64,8 @@ def launch_kwargs(backend: Backend, demo: gr.Blocks, cancels: EarlyCancels | Non
     ``middleware`` (the plug-ins' layers) goes inside the edge's refusal counter, around its body limit."""
     settings = backend.settings
     app_kwargs = {
-        # /healthz, /readyz, /metrics (ui/probes.py) and the plug-ins' routes (the /v1 API's), as
-        # FastAPI routes from the server's first request
-        "routes": probe_routes(backend) + list(routes),
+        # The plug-ins' routes (the probes', the /v1 API's), as FastAPI routes from the server's first request
+        "routes": list(routes),
         # The one middleware: what every request passes before Gradio, the plug-ins' layers inside it
         "middleware": [Middleware(Edge, metrics=backend.metrics, max_bytes=settings.max_request_bytes,
                                   max_upload_bytes=settings.max_file_size, early_cancels=cancels,
@@ -145,7 +143,7 @@ def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
 
 
 def serve(backend: Backend, parts: Parts = Parts(), **kwargs):
-    """Build the page with the plug-ins' ``parts`` (tabs, details, chat extras; routes served beside the probes;
+    """Build the page with the plug-ins' ``parts`` (tabs, details, chat extras; routes served beside the page;
     page hooks called with the built page; middleware layers inside the core's edge; launch keywords), set up the
     queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
@@ -154,7 +152,8 @@ def serve(backend: Backend, parts: Parts = Parts(), **kwargs):
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     lifespans = [span for span in (hook(demo, backend) for hook in parts.page_hooks) if span is not None]
     routes = [route for make in parts.routes for route in make(backend)]
-    backend.metrics.queue_depth = queue_depth(demo)
+    # Gradio's waiting events over every concurrency group (Queue.__len__): what a scrape and /v1's admission read
+    backend.metrics.queue_depth = lambda: len(demo._queue)
     # Gradio starts uvicorn without proxy settings; uvicorn reads the peers whose X-Forwarded-For it trusts
     # from this variable as the server starts (its own default: 127.0.0.1 and ::1, i.e. anyone on this host).
     os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips

@@ -25,8 +25,8 @@ from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
 from tools.aot import plugin as saved_forwards
 from tools.chat_batch import plugin as chat_batch
+from tools.probes.routes import probe_routes
 from ui.presentation import visitor_status
-from ui.probes import probe_routes
 from ui.status_panel import counters_lines, task_rows
 
 

@@ -119,16 +119,22 @@ def neuroncores(container: dict) -> int:
 
 # ----- what the app says ------------------------------------------------------------------------------------
 def probe_routes() -> dict[str, set[str]]:
-    """Path -> methods of the routes ``ui/probes.py`` adds to Gradio's app (the backend is read only per request)."""
-    from ui.probes import probe_routes as routes
+    """Path -> methods of the routes ``tools/probes/routes.py`` adds to Gradio's app (the backend is read only per
+    request)."""
+    from tools.probes.routes import probe_routes as routes
 
     return {r.path: r.methods for r in routes(None)}
 
 
 def exported_metric_names() -> set[str]:
-    """Every series name /metrics exposes, as a Backend's Metrics has them once ui.serve sets the queue gauge."""
-    metrics = Metrics(lambda: [], lambda: {"chat": "ready", "image": "ready"}, lambda: 0, lambda: {})
-    metrics.queue_depth = lambda: 0  # ui/__init__.py: backend.metrics.queue_depth = queue_depth(demo)
+    """Every series name /metrics exposes, as a Backend's Metrics has them once served: the probes' scrape-time
+    series registered (tools/probes/collector.py) and the queue gauge set (ui.serve)."""
+    from tools.probes.collector import StateCollector
+
+    metrics = Metrics()
+    metrics.registry.register(StateCollector(metrics, lambda: [], lambda: {"chat": "ready", "image": "ready"},
+                                             lambda: 0, lambda: {}))
+    metrics.queue_depth = lambda: 0  # ui/__init__.py: backend.metrics.queue_depth = lambda: len(demo._queue)
     return {sample.name for family in metrics.registry.collect() for sample in family.samples}
 
 

@@ -4,7 +4,7 @@ Every manifest is read with PyYAML. Each built-in kind is validated by kubernete
 ``KUBERNETES_VERSION`` in strict mode (an unknown field fails); the KEDA ScaledObject, a custom resource the
 validator has no schema for, is checked by hand for the fields KEDA requires. Then against the app itself:
 every app container's args and SHOWCASE_* env parse with ``parse_settings`` and its engines fit the
-NeuronCores it asks for; every probe path is a route of ``ui/probes.py`` on the container's ``--port``;
+NeuronCores it asks for; every probe path is a route of ``tools/probes/routes.py`` on the container's ``--port``;
 Services reach their pods' ports; the page's ``--chat-server`` names the chat Service; the UI tier's
 ``--image-server`` names each pod of the image-worker StatefulSet through its headless Service; the KEDA query reads
 a metric the app exports; the budgets cover the app's compile times; the compile cache lands on the shared

@@ -228,7 +228,7 @@ def test_the_v1_series_join_the_backends_registry_once_with_zeros_before_the_fir
     from neuron_backend.metrics import Metrics
     from tools.openai_api.metrics import v1_metrics
 
-    metrics = Metrics(lambda: [], dict, lambda: 0)
+    metrics = Metrics()
     assert v1_metrics(metrics) is v1_metrics(metrics)  # routes built twice for one Backend register once
     text = metrics.exposition().decode()
     assert 'showcase_request_duration_seconds_count{endpoint="/v1/chat/completions"} 0.0' in text

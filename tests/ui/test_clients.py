@@ -293,7 +293,8 @@ def test_the_page_answers_before_warm_up_starts(tmp_path):
 
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-image",
                                "--port", str(free_port())], env={})
-    backend = Backend(settings, parts=plug_all(app.PLUGINS, settings))
+    parts = plug_all(app.PLUGINS, settings)  # as app.main: the probes plug-in serves /healthz
+    backend = Backend(settings, parts=parts)
     answered = []
 
     def start():  # what the server says at the moment warm-up would begin (nothing is loaded here)
@@ -306,7 +307,7 @@ def test_the_page_answers_before_warm_up_starts(tmp_path):
         return thread
 
     backend.runner.start = start
-    demo, _ = app.launch(backend, prevent_thread_lock=True, quiet=True)
+    demo, _ = app.launch(backend, parts, prevent_thread_lock=True, quiet=True)
     try:
         assert answered == [200]
     finally:

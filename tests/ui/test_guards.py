@@ -173,7 +173,7 @@ def _through_edge(edge_kwargs: dict, method: str, path: str, status: int = 200, 
     async def send(message):
         sent.append(message)
 
-    edge = Edge(gradio, **{"metrics": Metrics(lambda: [], dict, lambda: 0), "max_bytes": 4096,
+    edge = Edge(gradio, **{"metrics": Metrics(), "max_bytes": 4096,
                            "max_upload_bytes": 4096, **edge_kwargs})
     scope = {"type": "http", "method": method, "path": path, "query_string": b"", "headers": list(headers)}
     asyncio.run(edge(scope, receive, send))
@@ -213,7 +213,7 @@ class Answers:
 
 def test_queue_joins_refused_before_any_handler_are_counted():
     """Gradio's queue full (503), a plug-in layer's login refusals (401, 403), the session cap (429) all count."""
-    metrics = Metrics(lambda: [], dict, lambda: 0)
+    metrics = Metrics()
     join = json.dumps({"session_hash": "s", "fn_index": 0}).encode()
     for status in (200, 503, 503, 422):  # Gradio's own answers
         _through_edge({"metrics": metrics}, "POST", "/gradio_api/queue/join", status=status, body=join)

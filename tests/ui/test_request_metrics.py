@@ -116,7 +116,7 @@ def _leave(tokens) -> None:
 
 
 def test_the_chat_tab_clock_starts_when_its_event_joined_the_queue():
-    metrics = Metrics(lambda: [], dict, lambda: 0)
+    metrics = Metrics()
 
     @measured(metrics, "chat_tab", queued_at)
     def send_message():
@@ -137,7 +137,7 @@ def test_the_chat_tab_clock_starts_when_its_event_joined_the_queue():
 
 
 def test_the_image_tab_request_ends_when_its_images_are_shown_or_it_is_refused():
-    metrics = Metrics(lambda: [], dict, lambda: 0)
+    metrics = Metrics()
     tab = (("endpoint", "image_tab"),)
 
     @measured(metrics, "image_tab", queued_at, ends=False)

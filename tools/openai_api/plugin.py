@@ -1,4 +1,4 @@
-"""The OpenAI-compatible ``/v1`` API as a plug-in: its routes beside the core's probes, its error answers in
+"""The OpenAI-compatible ``/v1`` API as a plug-in: its routes beside the page, its error answers in
 OpenAI's shape (a layer around the core's body limit, entered only by ``/v1`` requests), and ``--api-key``."""
 
 from __future__ import annotations

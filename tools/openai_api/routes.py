@@ -494,5 +494,5 @@ def _new_id(prefix: str) -> str:
 
 
 def openai_routes(backend: Backend, api_key: str | None = None) -> list[Route]:
-    """The /v1 routes of ``backend`` (for ``launch(app_kwargs={"routes": ...})``, as ui/probes.py's)."""
+    """The /v1 routes of ``backend`` (for ``launch(app_kwargs={"routes": ...})``, as tools/probes/routes.py's)."""
     return OpenAIRoutes(backend, api_key).routes()

@@ -1,15 +1,14 @@
 """Health, readiness and metrics routes on Gradio's FastAPI app.
 
 ``probe_routes`` gives ``GET /healthz``, ``/readyz`` (``?shape=LABEL`` for one shape: ``shape_answer``) and
-``/metrics``, handed to FastAPI through ``launch(app_kwargs={"routes": ...})`` so they answer from the first
-request. They check no login: with ``--auth`` a plug-in's middleware asks for one on ``/metrics``; the probes
-stay open. What each answers: docs/api.md.
+``/metrics``, handed to FastAPI as a plug-in's routes (``launch(app_kwargs={"routes": ...})``) so they answer from
+the first request. They check no login: with ``--auth`` the login plug-in's middleware asks for one on
+``/metrics``; the probes stay open. What each answers: docs/api.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -85,8 +84,3 @@ def _refusal(status: int, detail: str, declared: dict[str, list[str]]) -> JSONRe
     """A /readyz query that names no single declared shape: ``detail`` says what is allowed, ``declared``
     lists each enabled engine's shape labels."""
     return JSONResponse({"ready": False, "detail": detail, "declared": declared}, status_code=status)
-
-
-def queue_depth(demo) -> Callable[[], int]:
-    """Requests waiting in Gradio's queue (not yet running)."""
-    return lambda: len(demo._queue)  # Queue.__len__: waiting events over every concurrency group
