@@ -29,6 +29,29 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(GRADIO_FOLDER, ignore_errors=True)
 
 
+TESTS = Path(__file__).parent
+# The modules whose tests take longest on 2 cores (compiles, long prompts, several apps), longest first. They run
+# first, after the browser group: under pytest-xdist's --dist loadgroup each worker takes the next test in this
+# order, so one worker plays the browser group while the other goes through these, and the run ends on short
+# tests, not on one worker left alone with a two-minute test while the other idles. Whole modules move, in their
+# own order, so a module-scoped fixture is still built once per worker.
+LONGEST_FIRST = ("core/test_prefill_parity.py", "core/test_image_edit.py", "core/test_prefill.py",
+                 "core/test_warmup.py", "core/test_image.py", "tools/test_cache_bundle.py", "core/test_chat.py",
+                 "tools/test_first_device_check.py", "tools/test_parallel.py", "tools/test_aot.py",
+                 "ui/test_gradio_folder.py")
+
+
+def _run_order(item) -> int:
+    path = Path(item.fspath).relative_to(TESTS).as_posix()
+    if path.startswith("browser/"):
+        return -1
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=_run_order)  # stable: the rest keep the order they were collected in
+
+
 # Text-to-image only ("--references 0"): the edit tests ask for their reference slots themselves.
 SMALL_SHAPES = ("--chat-buckets", "32,64,128", "--context-length", "256", "--references", "0")
 

@@ -369,10 +369,13 @@ def test_gating_refuses_buckets_not_yet_warmed(engine):
 # ----- compile -------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_compiled_decode_never_recompiles_after_warm_up(tiny_settings, demo_models):
-    """One decode graph per cache window (128, 256) for every prompt length and max_new_tokens, all
-    compiled during the first warm-up; replies cross from window 128 into 256 without compiling."""
-    # the eager prefill (--prefill-chunk 0); tests/core/test_prefill.py covers the compiled prefill chunks
-    settings = tiny_settings.replace(compile="on", cache_windows=(128,), prefill_chunk=0)
+    """One decode graph per cache window (64, 256) for every prompt length and max_new_tokens, all
+    compiled during the first warm-up; replies cross from window 64 into 256 without compiling (a prompt of
+    bucket 64 fills window 64 exactly, its first new token decodes over 256)."""
+    # the eager prefill (--prefill-chunk 0); tests/core/test_prefill.py covers the compiled prefill chunks. Its
+    # window (64) is test_prefill.py's: the same two decode graphs, which inductor's cache then holds (seconds,
+    # not a minute, on 2 cores)
+    settings = tiny_settings.replace(compile="on", cache_windows=(64,), prefill_chunk=0)
     engine = make_engine(settings, demo_models.chat)
     assert engine.placement.compile and engine.placement.compile_backend == "inductor"
     torch._dynamo.reset()
@@ -381,7 +384,7 @@ def test_compiled_decode_never_recompiles_after_warm_up(tiny_settings, demo_mode
         before = CompileCounter.graphs()
         engine.warm_up(key)
         counts.append(CompileCounter.graphs() - before)
-    assert engine._windows() == (128, 256)
+    assert engine._windows() == (64, 256)
     assert counts == [2, 0, 0]  # a decode graph per window; prefill is eager
     before = CompileCounter.graphs()
     lengths = [1, 2, 31, 32, 33, 64, 65, 100, 127, 128]

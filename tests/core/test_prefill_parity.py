@@ -38,11 +38,17 @@ def qwen3_2_layers(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def references(qwen3_2_layers, tmp_path_factory) -> dict[int, tuple[list[int], list[int]]]:
+def eager_chat(qwen3_2_layers, tmp_path_factory) -> ChatEngine:
+    """One eager engine (the full preset's shapes) for the tests that only generate with it: a load of the
+    model is seconds. Its model also gives plain generate()'s references: generate() keeps no state."""
+    return engine(qwen3_2_layers, tmp_path_factory.mktemp("eager"))
+
+
+@pytest.fixture(scope="module")
+def references(eager_chat) -> dict[int, tuple[list[int], list[int]]]:
     """For each length in LENGTHS: the prompt's ids and plain generate()'s greedy reply to it."""
-    chat = engine(qwen3_2_layers, tmp_path_factory.mktemp("plain"))
-    prompts = {length: chat_prompt(chat.tokenizer, length) for length in LENGTHS}
-    return {length: (ids, plain_generate(chat.model, ids)) for length, ids in prompts.items()}
+    prompts = {length: chat_prompt(eager_chat.tokenizer, length) for length in LENGTHS}
+    return {length: (ids, plain_generate(eager_chat.model, ids)) for length, ids in prompts.items()}
 
 
 def engine(folder, tmp_path, *flags: str) -> ChatEngine:
@@ -97,25 +103,26 @@ def engine_generate(chat: ChatEngine, ids: list[int], chunk: int | None = None) 
 
 
 @pytest.mark.slow
-def test_the_window_follows_the_cache_when_a_full_prompt_has_no_mask(qwen3_2_layers, tmp_path):
+def test_the_window_follows_the_cache_when_a_full_prompt_has_no_mask(eager_chat):
     """An exact fill of 1024 in 64-token chunks: generate() drops its all-ones mask, and each chunk must
     still attend over the window of every token cached so far (512 for chunks 1-8, then 1024), and the
     decode over 2048 once it passes 1024."""
     from support.window_probe import record_windows
 
-    chat = engine(qwen3_2_layers, tmp_path)
-    ids = chat_prompt(chat.tokenizer, 1024)
-    seen = record_windows(chat)
-    engine_generate(chat, ids, chunk=64)
+    ids = chat_prompt(eager_chat.tokenizer, 1024)
+    seen = record_windows(eager_chat)
+    try:
+        engine_generate(eager_chat, ids, chunk=64)
+    finally:
+        del eager_chat._cache(1).select  # the cache's own select again (record_windows set it on the instance)
     assert seen == [512] * 8 + [1024] * 8 + [2048] * (NEW_TOKENS - 1)
 
 
 @pytest.mark.slow
-def test_eager_and_chunked_prefill_give_plain_generates_tokens(qwen3_2_layers, references, tmp_path):
-    chat = engine(qwen3_2_layers, tmp_path)
+def test_eager_and_chunked_prefill_give_plain_generates_tokens(eager_chat, references):
     for length, (ids, reference) in references.items():
-        assert engine_generate(chat, ids) == reference, f"eager, {length} tokens"
-        assert engine_generate(chat, ids, chunk=64) == reference, f"eager in 64-token chunks, {length} tokens"
+        assert engine_generate(eager_chat, ids) == reference, f"eager, {length} tokens"
+        assert engine_generate(eager_chat, ids, chunk=64) == reference, f"eager in 64-token chunks, {length} tokens"
 
 
 @pytest.mark.slow
@@ -140,14 +147,14 @@ def test_compiled_prefill_gives_plain_generates_tokens(qwen3_2_layers, reference
 
 
 @pytest.mark.slow
-def test_a_batch_of_full_rows_gives_plain_generates_tokens(qwen3_2_layers, tmp_path):
+def test_a_batch_of_full_rows_gives_plain_generates_tokens(qwen3_2_layers, references, tmp_path):
     """--chat-batch 2 with both rows filling bucket 1024 exactly (no padding anywhere, so no mask), in
     64-token chunks; and one full row beside a padding row."""
     chat = engine(qwen3_2_layers, tmp_path, "--chat-batch", "2", "--prefill-chunk", "64")
     scheduler = chat.runner().scheduler
-    first = chat_prompt(chat.tokenizer, 1024)
+    first, first_reply = references[1024]
     second = first[::-1]  # another 1024 tokens: the two rows differ
-    references = [plain_generate(chat.model, ids) for ids in (first, second)]
+    replies = [first_reply, plain_generate(chat.model, second)]  # plain generate()'s, as in ``references``
     original = chat.model.generate
 
     def chunked(**kwargs):
@@ -158,6 +165,6 @@ def test_a_batch_of_full_rows_gives_plain_generates_tokens(qwen3_2_layers, tmp_p
         for group in ([first, second], [first]):
             rows = [BatchRow(ids, 1024, NEW_TOKENS, Sampling(greedy=True)) for ids in group]
             scheduler.run(rows)
-            assert [r.result.new_ids for r in rows] == references[: len(group)], len(group)
+            assert [r.result.new_ids for r in rows] == replies[: len(group)], len(group)
     finally:
         chat.model.generate = original

@@ -289,10 +289,11 @@ def test_chat_batch_setting():
 # ----- compile ---------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_compiled_batch_never_recompiles_after_warm_up(tiny_settings, demo_models):
-    """Warm-up runs [4, bucket] prefills and the [4, 1] decode graphs (windows 128, 256); later batches compile
+    """Warm-up runs [4, bucket] prefills and the [4, 1] decode graphs (windows 64, 256); later batches compile
     nothing."""
-    # the eager prefill (--prefill-chunk 0); tests/core/test_prefill.py covers the compiled prefill chunks
-    settings = tiny_settings.replace(compile="on", cache_windows=(128,), prefill_chunk=0)
+    # the eager prefill (--prefill-chunk 0); tests/core/test_prefill.py covers the compiled prefill chunks. Its
+    # window (64) is test_prefill.py's: the same two decode graphs, which inductor's cache then holds
+    settings = tiny_settings.replace(compile="on", cache_windows=(64,), prefill_chunk=0)
     engine = make_engine(settings, demo_models.chat, rows=4, gather_s=0.3)
     torch._dynamo.reset()
     log = Forwards(engine.model)
