@@ -13,7 +13,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import aclosing
+from contextlib import aclosing, contextmanager
 from functools import wraps
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -228,38 +228,35 @@ def measured(metrics: Metrics, endpoint: str, since: Callable[[], float], ends: 
     ``ends`` false only a refusal ends the request here: a later event ends it with a ``RequestClock`` of its own.
     """
 
+    @contextmanager
+    def timed():
+        clock = RequestClock(metrics, endpoint, since())
+        try:
+            yield
+        except ShowcaseError as exc:
+            clock.refused(exc)
+            clock.finish()
+            raise
+        finally:
+            if ends:
+                clock.finish()
+
     def decorate(fn):
         if inspect.isasyncgenfunction(fn):
 
             @wraps(fn)
             async def async_gen_wrapper(*args, **kwargs):
-                clock = RequestClock(metrics, endpoint, since())
-                try:
+                with timed():
                     async with aclosing(fn(*args, **kwargs)) as inner:
                         async for item in inner:
                             yield item
-                except ShowcaseError as exc:
-                    clock.refused(exc)
-                    clock.finish()
-                    raise
-                finally:
-                    if ends:
-                        clock.finish()
 
             return async_gen_wrapper
 
         @wraps(fn)
         def gen_wrapper(*args, **kwargs):
-            clock = RequestClock(metrics, endpoint, since())
-            try:
+            with timed():
                 yield from fn(*args, **kwargs)
-            except ShowcaseError as exc:
-                clock.refused(exc)
-                clock.finish()
-                raise
-            finally:
-                if ends:
-                    clock.finish()
 
         return gen_wrapper
 

@@ -435,6 +435,9 @@ CHAT_CSS = """
 #chat-tab .column:has(> #context-meter):not(:has(> #chatbot))::before { content: ""; height: 420px; }
 @media (min-width: 768px) { #chat-stats { min-height: 3rem; } }
 @media (min-width: 1200px) { #chat-stats, #context-meter { min-height: 1.5rem; } }
+/* The message box's own progress overlay (ChatInterface's events that empty and re-enable it) would lie over Stop
+   and catch its click while they wait on the server; the chatbot shows the reply's progress. */
+#chat-tab .block:has(> label > .input-container) > [data-testid="status-tracker"] { display: none !important; }
 """
 
 

@@ -4,7 +4,7 @@ The series read when scraped are the probes plug-in's: tests/tools/test_probes.p
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
+from support.scrape import scrape, value
 
 from neuron_backend.errors import (
     BusyError,
@@ -18,25 +18,6 @@ from neuron_backend.errors import (
 )
 from neuron_backend.metrics import REFUSAL_REASONS, Metrics, refusal_reason
 from neuron_backend.runtime import Backend
-
-
-def scrape(metrics: Metrics) -> dict[tuple[str, tuple], float]:
-    """Every sample of one scrape, keyed by (name, sorted labels); the text must parse."""
-    samples = {}
-    for family in text_string_to_metric_families(metrics.exposition().decode()):
-        for sample in family.samples:
-            key = (sample.name, tuple(sorted(sample.labels.items())))
-            assert key not in samples, f"duplicate series {key}"
-            samples[key] = sample.value
-    return samples
-
-
-def task_series(samples: dict) -> set:
-    return {key for key in samples if key[0].startswith("showcase_warmup_task_")}
-
-
-def value(samples: dict, name: str, **labels) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def test_refusals_have_a_fixed_reason_set():

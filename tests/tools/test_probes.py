@@ -11,9 +11,9 @@ import time
 import gradio
 import pytest
 import torch
-from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
+from support.scrape import scrape, value
 
 from neuron_backend.metrics import Metrics
 from neuron_backend.runtime import Backend
@@ -30,23 +30,8 @@ def make_backend(tmp_path, *extra):
     return Backend(settings)
 
 
-def scrape(metrics: Metrics) -> dict[tuple[str, tuple], float]:
-    """Every sample of one scrape, keyed by (name, sorted labels); the text must parse."""
-    samples = {}
-    for family in text_string_to_metric_families(metrics.exposition().decode()):
-        for sample in family.samples:
-            key = (sample.name, tuple(sorted(sample.labels.items())))
-            assert key not in samples, f"duplicate series {key}"
-            samples[key] = sample.value
-    return samples
-
-
 def task_series(samples: dict) -> set:
     return {key for key in samples if key[0].startswith("showcase_warmup_task_")}
-
-
-def value(samples: dict, name: str, **labels) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 # ----- /readyz ------------------------------------------------------------------------------------------------
