@@ -13,7 +13,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import aclosing, contextmanager
+from contextlib import AbstractContextManager, aclosing, contextmanager
 from functools import wraps
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -221,6 +221,28 @@ class RequestClock:
             self.metrics.observe_latency(self.endpoint, time.monotonic() - self.since)
 
 
+def held_over(fn, around: Callable[[], AbstractContextManager]):
+    """``fn`` (a generator or async generator function) with ``around()`` entered over each call's whole run:
+    from its first step to its end or close."""
+    if inspect.isasyncgenfunction(fn):
+
+        @wraps(fn)
+        async def async_gen_wrapper(*args, **kwargs):
+            with around():
+                async with aclosing(fn(*args, **kwargs)) as inner:
+                    async for item in inner:
+                        yield item
+
+        return async_gen_wrapper
+
+    @wraps(fn)
+    def gen_wrapper(*args, **kwargs):
+        with around():
+            yield from fn(*args, **kwargs)
+
+    return gen_wrapper
+
+
 def measured(metrics: Metrics, endpoint: str, since: Callable[[], float], ends: bool = True):
     """A generator or async generator handler timed as one request of ``endpoint``: queue wait at its first line
     (``since()``: when its request arrived, read there), refusals (ShowcaseError, counted then re-raised for the
@@ -241,26 +263,7 @@ def measured(metrics: Metrics, endpoint: str, since: Callable[[], float], ends: 
             if ends:
                 clock.finish()
 
-    def decorate(fn):
-        if inspect.isasyncgenfunction(fn):
-
-            @wraps(fn)
-            async def async_gen_wrapper(*args, **kwargs):
-                with timed():
-                    async with aclosing(fn(*args, **kwargs)) as inner:
-                        async for item in inner:
-                            yield item
-
-            return async_gen_wrapper
-
-        @wraps(fn)
-        def gen_wrapper(*args, **kwargs):
-            with timed():
-                yield from fn(*args, **kwargs)
-
-        return gen_wrapper
-
-    return decorate
+    return lambda fn: held_over(fn, timed)
 
 
 def readiness(tasks: list) -> tuple[bool, dict]:

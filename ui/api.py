@@ -15,7 +15,7 @@ import inspect
 import io
 import logging
 import time
-from contextlib import aclosing
+from contextlib import aclosing, contextmanager
 from functools import partial, wraps
 from typing import Any, TypedDict, get_type_hints
 
@@ -38,7 +38,7 @@ from neuron_backend.image.references import (
     reference_pixel_limit,
 )
 from neuron_backend.messages import tr
-from neuron_backend.metrics import measured
+from neuron_backend.metrics import held_over, measured
 from neuron_backend.runtime import Backend
 
 from .guards import EarlyCancels
@@ -149,28 +149,13 @@ def drops_early_cancels(cancels: EarlyCancels, fn):
     """``fn`` (a generator or async generator handler) that ends at once, running nothing, when its job
     was cancelled before the client knew its event id (ui/guards.py ``EarlyCancels``)."""
 
-    def cancelled_early() -> bool:
-        return cancels.take(LocalContext.event_id.get(None))  # set by Gradio around each handler call
-
-    if inspect.isasyncgenfunction(fn):
-
-        @wraps(fn)
-        async def async_gen_wrapper(*args, **kwargs):
-            if cancelled_early():
-                raise CancelledError(EARLY_CANCEL)
-            async with aclosing(fn(*args, **kwargs)) as inner:
-                async for item in inner:
-                    yield item
-
-        return async_gen_wrapper
-
-    @wraps(fn)
-    def gen_wrapper(*args, **kwargs):
-        if cancelled_early():
+    @contextmanager
+    def refuse_early_cancel():
+        if cancels.take(LocalContext.event_id.get(None)):  # set by Gradio around each handler call
             raise CancelledError(EARLY_CANCEL)
-        yield from fn(*args, **kwargs)
+        yield
 
-    return gen_wrapper
+    return held_over(fn, refuse_early_cancel)
 
 
 def _optional_int(value):
