@@ -50,6 +50,7 @@ from support.browser import (
     _wait_ready,
     _wait_reply,
     held,
+    release,
     running_app,
     stop_held_image,
     stop_held_reply,
@@ -61,7 +62,7 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def app_url(chromium) -> str:
     """This module's own app process: the first test watches its warm-up from the first second."""
-    with running_app() as url:
+    with running_app(hold=(f"size-{SLOW_SIZE}",)) as url:
         yield url
 
 
@@ -109,6 +110,7 @@ def test_page_loads_and_warm_up_goes_from_compiling_to_ready(page):
     toast.wait_for()
     assert "try again" in toast.inner_text()
     _shot(page, "02-image-size-refused")
+    release(page.url, f"size-{SLOW_SIZE}")  # its warm-up goes on
     page.evaluate("document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())")
 
     _wait_ready(page)

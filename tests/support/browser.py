@@ -31,8 +31,8 @@ SCREENSHOTS = ARTIFACTS / "screenshots"
 README_SCREENSHOT = ROOT / "assets" / "screenshot.png"
 
 SIZES = ("64x64", "96x64")
-# Warms up last and takes seconds even on the tiny pipeline: the window in which the page can
-# ask for a size that is still compiling and see it refused.
+# Warms up last; test_browser.py holds its warm-up (gated_app.py's size gate) until the page has asked for
+# it and seen it refused as still warming up.
 SLOW_SIZE = "1024x1024"
 # Long enough (~4 s) to press stop mid-reply; every other reply is cut to SHORT_REPLY tokens
 # through the "Max new tokens" slider, as a user would.
@@ -320,11 +320,12 @@ PROCESSES: dict[str, subprocess.Popen] = {}  # each running_app's process by its
 
 
 @contextlib.contextmanager
-def running_app(log_name: str = "browser-app.log", *extra: str):
+def running_app(log_name: str = "browser-app.log", *extra: str, hold: tuple[str, ...] = ()):
     """The app on the demo models in a subprocess, yielding its URL; its log goes to test-artifacts/.
 
     Text-to-image only (``--references 0``) unless ``extra`` flags (which come last, so they win) say otherwise.
-    It runs through ``gated_app.py``, so ``held`` can hold a reply or an image mid-run."""
+    It runs through ``gated_app.py``, so ``held`` can hold a reply or an image mid-run; the gates named in
+    ``hold`` hold from the start (their first step) until ``release``."""
     ARTIFACTS.mkdir(exist_ok=True)
     port = _free_port()
     # The cache root sits outside the working directory and the temp dir, as the default ~/.cache does:
@@ -337,6 +338,8 @@ def running_app(log_name: str = "browser-app.log", *extra: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOWCASE_")}  # flags only
     env.update(HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1",
                BROWSER_TEST_GATE=str(_gate_folder(port)))
+    for gate in hold:
+        (_gate_folder(port) / gate).write_text("1")
     log_path = ARTIFACTS / log_name
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -382,6 +385,11 @@ def held(url: str, gate: str, after_steps: int):
         yield again
     finally:
         hold.unlink(missing_ok=True)
+
+
+def release(url: str, gate: str) -> None:
+    """Let a gate of ``running_app(hold=...)`` or ``held`` go."""
+    (_gate_folder(url.rstrip("/").rsplit(":", 1)[1]) / gate).unlink(missing_ok=True)
 
 
 def stop_held_image(page) -> None:

@@ -6,8 +6,9 @@ only after the server has sent the last, so the Stop lands on a finished run. Th
 while the file ``$BROWSER_TEST_GATE/<gate>`` exists and holds N, the N-th and later steps after it
 appeared wait until the test removes it or replaces it with a new hold (60 s at most). The ``chat``
 gate counts one-token decode steps (prefill and the image text encoder pass freely); the ``image`` gate
-counts the transformer's denoising steps. The app runs unchanged: only the model classes are wrapped
-before app.py runs as ``__main__``.
+counts the transformer's denoising steps; the ``size-<W>x<H>`` gate counts whole pipeline runs at that
+size, warm-up's included (a test holds a size's warm-up so the page can ask for it while it is still
+warming up). The app runs unchanged: only the model classes are wrapped before app.py runs as ``__main__``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from diffusers import Flux2Transformer2DModel
+from diffusers import Flux2KleinPipeline, Flux2Transformer2DModel
 from transformers import Qwen3ForCausalLM
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -70,8 +71,20 @@ def _one_token(args, kwargs) -> bool:
     return ids is not None and ids.shape[-1] == 1
 
 
+def _gated_sizes(cls) -> None:
+    call = cls.__call__
+
+    @functools.wraps(call)
+    def gated_call(self, *args, **kwargs):
+        _wait_at(f"size-{kwargs.get('width')}x{kwargs.get('height')}")
+        return call(self, *args, **kwargs)
+
+    cls.__call__ = gated_call
+
+
 _gated(Qwen3ForCausalLM, "chat", _one_token)
 _gated(Flux2Transformer2DModel, "image")
+_gated_sizes(Flux2KleinPipeline)
 
 if __name__ == "__main__":
     sys.argv = [str(APP), *sys.argv[1:]]
