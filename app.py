@@ -24,6 +24,7 @@ from tools.login import plugin as login_hardening
 from tools.mcp import plugin as mcp
 from tools.openai_api import plugin as openai_api
 from tools.parallel import plugin as tensor_parallel
+from tools.paste_back import plugin as paste_back
 from tools.probes import plugin as probes
 from tools.qa import plugin as qa_bench
 from tools.remote import plugin as remote_engines
@@ -33,7 +34,7 @@ log = logging.getLogger("showcase.app")
 # Everything that is not the two models, each a module with add_flags(parser) and plug(settings) -> Parts
 # (neuron_backend/plugins.py); --help lists each one's flags under its title. None of them imports torch.
 PLUGINS = (probes, remote_engines, cache_bundles, saved_forwards, chat_batch, tensor_parallel, openai_api,
-           login_hardening, mcp, qa_bench, doctor)
+           login_hardening, mcp, qa_bench, paste_back, doctor)
 
 LOAD_FAILURE = """\
 error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}

@@ -73,6 +73,7 @@ class Parts:
     #                                                    of ``elsewhere``, .shape_states() -> the workers' sizes
     tabs: tuple[Tab, ...] = ()
     chat_extras: tuple = ()  # extra(backend, chatbot, records): a row under the chat
+    image_extras: tuple = ()  # extra(backend, form): a block in the Image tab's settings, wired to its form
     details: tuple = ()  # detail(backend): a block in the warm-up details
     routes: tuple = ()  # routes(backend) -> Starlette routes served beside the page
     middleware: tuple[Layer, ...] = ()  # ASGI middleware around the core's body limit and guards, outermost first

@@ -13,6 +13,7 @@ import pytest
 
 import tools.cache.panel  # noqa: F401 - registers the bundles' Arabic
 import tools.chat_batch  # noqa: F401 - registers the chat batch's Arabic
+import tools.paste_back  # noqa: F401 - registers paste-back's Arabic
 import tools.qa.tab  # noqa: F401 - registers the QA bench's Arabic
 import tools.remote  # noqa: F401 - registers the remote engines' Arabic
 from neuron_backend.messages import CATALOG, fields, register
@@ -29,7 +30,7 @@ TITLED = {"Button", "UploadButton", "Accordion", "Tab", "Markdown"}
 # The files that build what the page shows (api.py's hidden components are named for API clients).
 PAGE_FILES = ["__init__.py", "status_panel.py", "chat_tab.py",
               "image_tab.py", "../tools/qa/tab.py", "../tools/qa/views.py",
-              "../tools/cache/panel.py"]
+              "../tools/cache/panel.py", "../tools/paste_back/drop_box.py"]
 # The calls whose first argument is an English template shown in the visitor's language.
 TRANSLATED = {"tr", "say", "t", "bilingual_html", "Message"}
 # Words translated from a variable (say(state), t(kind)): each must be in the catalog too.
@@ -40,7 +41,8 @@ VARIABLE_WORDS = {
     "task table columns (ui/status_panel.py TASK_COLUMNS)": ["task", "shape", "state", "seconds", "compile cache",
                                                              "error"],
     "toast titles (ui/i18n.py TOAST_TYPES)": ["Error", "Warning", "Info", "Success"],
-    "PNG sources (ui/image_tab.py PNG_SOURCES)": ["this app's parameters", "its A1111-style parameters text"],
+    "PNG sources (tools/paste_back/drop_box.py PNG_SOURCES)": ["this app's parameters",
+                                                               "its A1111-style parameters text"],
     "example prompts (ui/chat_tab.py EXAMPLE_PROMPTS, ui/image_tab.py IMAGE_EXAMPLES)": [*EXAMPLE_PROMPTS,
                                                                                         *IMAGE_EXAMPLES],
     "QA kinds, marks, statuses and A/B picks (tools/qa)": ["chat", "image", "both", "pass", "fail", "unmarked",

@@ -25,16 +25,16 @@ from .api import add_public_api
 from .chat_tab import CHAT_CSS, ChatExtra, build_chat_tab
 from .guards import EarlyCancels, Edge, session_jobs
 from .i18n import CSS, HEAD, I18N, t
-from .image_tab import IMAGE_CSS, build_image_tab
+from .image_tab import IMAGE_CSS, ImageExtra, build_image_tab
 from .status_panel import STATUS_CSS, build_status_panel, wire_refresh
 
 
 def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Sequence[Tab] = (),
                 details: Sequence[Callable[[Backend], object]] = (),
-                chat_extras: Sequence[ChatExtra] = ()) -> gr.Blocks:
+                chat_extras: Sequence[ChatExtra] = (), image_extras: Sequence[ImageExtra] = ()) -> gr.Blocks:
     """Build the Blocks; every event calls into ``backend``. ``cancels``: shared with the guards (launch_kwargs);
     ``tabs``: added after Chat and Image, in order; ``details``: added to the warm-up details; ``chat_extras``:
-    rows under the chatbot (the plug-ins' parts)."""
+    rows under the chatbot; ``image_extras``: blocks under the Image tab's settings (the plug-ins' parts)."""
     cancels = cancels or EarlyCancels()
     # Engines on the same device share one queue slot; on different devices they run in parallel.
     concurrency = {name: f"device-{p.device}" for name, p in backend.placements.items()}
@@ -47,7 +47,7 @@ def create_demo(backend: Backend, cancels: EarlyCancels | None = None, tabs: Seq
         with gr.Tab(t("Chat"), visible="chat" in backend.placements, elem_id="chat-tab"):
             build_chat_tab(backend, chat_extras)
         with gr.Tab(t("Image"), visible="image" in backend.placements, elem_id="image-tab"):
-            image = build_image_tab(backend, concurrency, cancels)
+            image = build_image_tab(backend, concurrency, cancels, image_extras)
         for tab in tabs:
             with gr.Tab(t(tab.label), elem_id=tab.elem_id):
                 tab.build(backend)
@@ -143,12 +143,12 @@ def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
 
 
 def serve(backend: Backend, parts: Parts = Parts(), **kwargs):
-    """Build the page with the plug-ins' ``parts`` (tabs, details, chat extras; routes served beside the page;
+    """Build the page with the plug-ins' ``parts`` (tabs, details, chat and image extras; routes served beside the page;
     page hooks called with the built page; middleware layers inside the core's edge; launch keywords), set up the
     queue and launch it (``launch_kwargs``; ``kwargs`` add to or override them)."""
     settings = backend.settings
     cancels = EarlyCancels()  # the guards note early cancels, the API handlers drop those jobs
-    demo = create_demo(backend, cancels, parts.tabs, parts.details, parts.chat_extras)
+    demo = create_demo(backend, cancels, parts.tabs, parts.details, parts.chat_extras, parts.image_extras)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
     lifespans = [span for span in (hook(demo, backend) for hook in parts.page_hooks) if span is not None]
     routes = [route for make in parts.routes for route in make(backend)]

@@ -12,10 +12,8 @@ from pathlib import Path
 import gradio as gr
 
 from neuron_backend.errors import ShowcaseError
-from neuron_backend.image.png_info import read_settings
 from neuron_backend.image.references import (
     DEFAULT_FIT,
-    FIT_MODES,
     ReferenceFile,
     check_reference_count,
     fit_reference,
@@ -173,10 +171,10 @@ def with_result(files, shown_pngs):
     return [*file_paths(files), pngs[0]], gr.update(open=True)
 
 
-def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.Dropdown, dropped: gr.File,
+def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.Dropdown,
                           use_result: gr.Button | None = None, shown_pngs: gr.File | None = None) -> None:
     """The view and the choices follow the files, the fit mode and the size; the buttons reorder and remove;
-    ``use_result`` adds the result ``shown_pngs`` holds; a dropped PNG of an edit sets its fit mode."""
+    ``use_result`` adds the result ``shown_pngs`` holds."""
     view = [picker.view, picker.note]
     for trigger in (picker.files.change, picker.fit.change, size.change):
         trigger(lambda files, fit, label: fitted_view(settings, files, fit, label), [picker.files, picker.fit, size],
@@ -200,12 +198,3 @@ def wire_reference_picker(picker: ReferencePicker, settings: Settings, size: gr.
                           api_visibility="private", queue=False)
         use_result.click(with_result, [picker.files, shown_pngs], [picker.files, picker.box],
                          api_visibility="private", queue=False)
-
-    def pasted_fit(path):
-        try:
-            fit = read_settings(path, settings).fit if path else None
-        except ShowcaseError:
-            fit = None  # the paste-back event itself says why
-        return fit if fit in FIT_MODES else gr.skip()
-
-    dropped.upload(pasted_fit, dropped, picker.fit, api_visibility="private", queue=False)

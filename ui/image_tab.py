@@ -1,6 +1,7 @@
 """The Image tab: a prompt row, the picture with its live preview and progress, precompiled sizes only,
-stop, several images per run, paste-back of a PNG's settings, this session's gallery, the PNGs folded away;
-reference images to edit from when the server declares editing (image_references.py).
+stop, several images per run, this session's gallery, the PNGs folded away; reference images to edit from
+when the server declares editing (image_references.py); blocks plug-ins add under the settings (``extras``,
+each wired to the form through ``ImageForm``).
 
 A run is ``press_generate`` (progress and previews; its ``ImageRun`` kept in the session's state), then
 ``show_images``; Stop cancels the first (docs/page.md, "Stop").
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
@@ -20,12 +22,11 @@ from PIL import Image
 
 from neuron_backend.errors import CancelledError, ShowcaseError, whole_number
 from neuron_backend.image.engine import DEFAULT_GUIDANCE, GUIDANCE_MAX, GUIDANCE_MIN, ImageRequest
-from neuron_backend.image.png_info import PastedSettings, read_settings
 from neuron_backend.messages import Message, tr
 from neuron_backend.metrics import RequestClock, measured
 from neuron_backend.runtime import Backend
 
-from .api import ImageRun, drops_early_cancels, queued_at, refusals_as_toast, shown, user_errors
+from .api import ImageRun, drops_early_cancels, queued_at, refusals_as_toast, shown
 from .guards import EarlyCancels
 from .i18n import lang, localized, say, t
 from .image_references import REFERENCES_CSS, build_reference_picker, references_of, wire_reference_picker
@@ -64,6 +65,22 @@ class ImageTab:
     size: gr.Dropdown
     guidance: gr.Slider
     steps: gr.Slider  # set to the model's default on page load (50 for a non-distilled checkpoint)
+
+
+@dataclass(frozen=True)
+class ImageForm:
+    """The form's controls an image extra may read or fill."""
+
+    prompt: gr.Textbox
+    size: gr.Dropdown
+    steps: gr.Slider
+    seed: gr.Number
+    randomize: gr.Checkbox
+    guidance: gr.Slider
+    fit: gr.Radio | None  # the references' fit mode; None when the server does not edit
+
+
+ImageExtra = Callable[[Backend, ImageForm], object]  # (backend, the form) -> its block under the settings
 
 
 def size_choices(backend: Backend) -> list[tuple[str, str]]:
@@ -125,24 +142,15 @@ def preview_label(frame) -> str:
                index=frame.index + 1, step=frame.step, total=frame.total)
 
 
-# Where a dropped PNG's settings came from, in words (the sources are its text chunks' names).
-PNG_SOURCES = {"showcase": "this app's parameters", "infotext": "its A1111-style parameters text"}
-
-
-def restored_text(pasted: PastedSettings) -> str:
-    """The note under a dropped PNG: where its settings came from, and what was adjusted."""
-    notes = "".join(say("; {note}", note=n) for n in pasted.notes)
-    return say("Restored from the PNG ({source}): size {size}{notes}.",
-               source=say(PNG_SOURCES.get(pasted.source, pasted.source)), size=pasted.size, notes=notes)
-
-
 def preview_picture(frame) -> Image.Image:
     """A preview frame scaled up to the image's size, so the picture does not jump when the final one arrives."""
     return frame.image().resize((frame.width, frame.height), Image.BILINEAR)
 
 
-def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: EarlyCancels) -> ImageTab:
-    """Components and events of the Image tab (call inside a gr.Tab). ``cancels``: as for the public API."""
+def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: EarlyCancels,
+                    extras: Sequence[ImageExtra] = ()) -> ImageTab:
+    """Components and events of the Image tab (call inside a gr.Tab). ``cancels``: as for the public API; each of
+    ``extras`` adds its block under the settings, before the examples."""
     settings = backend.settings
     last_seed = gr.State(None)
     session_images = gr.State([])  # this session's images: [{"path", "params"}], oldest first
@@ -192,10 +200,9 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                                elem_id="image-live-preview", interactive=settings.image_preview,
                                info=None if settings.image_preview else t("off on this server (--no-image-preview)"))
             picker = build_reference_picker(settings)  # None unless --references declares editing
-            with gr.Accordion(t("Restore settings from a PNG"), open=False):
-                dropped = gr.File(label=t("Drop a PNG (this app's or A1111-style) to fill the form"),
-                                  file_types=[".png"], type="filepath", elem_id="paste-png")
-                paste_note = gr.Markdown(elem_id="paste-note")
+            form = ImageForm(prompt, size, steps, seed, randomize, guidance, picker.fit if picker else None)
+            for extra in extras:
+                extra(backend, form)
             examples = gr.Examples(IMAGE_EXAMPLES, inputs=prompt, label=t("Examples"))
             # in the page's language (what a click puts in the prompt): built in English, set per visitor on load
             gr.on([Context.root_block.load], lambda: gr.skip() if lang() == "en" else gr.Dataset(
@@ -272,21 +279,6 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                 params_view(item["params"]),
                 image_snippet(base_url(request), item["params"]))
 
-    def pasted_fields(path):
-        """The form values a PNG stores: prompt, size, steps, seed, randomize, guidance, the note (skip: kept)."""
-        if not path:
-            return (gr.skip(),) * 7
-        pasted = read_settings(path, settings)
-        keep = gr.skip()
-        return (pasted.prompt, pasted.size, keep if pasted.steps is None else pasted.steps,
-                keep if pasted.seed is None else pasted.seed, pasted.seed is None,
-                keep if pasted.guidance is None else pasted.guidance, restored_text(pasted))
-
-    def pasted_values(path):
-        """/paste_png: the same values, None where the PNG holds none (a client reads values, not the page's
-        "keep this field" updates)."""
-        return tuple(None if value == gr.skip() else value for value in pasted_fields(path))
-
     outputs = [image_out, png_file, params_out, snippet, last_seed, session_images, gallery, running]
     # Stop is there while a run is on (queued included: Stop takes it out of Gradio's queue); registered
     # before the run's event, so the page shows it before it sends the run.
@@ -309,18 +301,10 @@ def build_image_tab(backend: Backend, concurrency: dict[str, str], cancels: Earl
                    api_visibility="private")
     gallery.select(pick_image, session_images, [image_out, png_file, params_out, snippet],
                    api_visibility="private")
-    # The page shows a refusal as one toast; /paste_png raises it as a Gradio error for API clients.
-    pasted = [prompt, size, steps, seed, randomize, guidance, paste_note]
-    dropped.upload(refusals_as_toast(outputs=7)(pasted_fields), dropped, pasted, api_visibility="private")
-    with gr.Column(visible=False):
-        paste_trigger = gr.Button()
-    # Left off the "Use via API" page (docs/page.md, "The Image tab underneath"); scripts call it by name.
-    paste_trigger.click(user_errors(pasted_values), dropped, pasted, api_name="paste_png",
-                        api_visibility="undocumented")
     reuse.click(lambda s: (s if s is not None else gr.skip(), False), last_seed, [seed, randomize],
                 api_visibility="private")
     if picker:
-        wire_reference_picker(picker, settings, size, dropped, use_result, png_file)
+        wire_reference_picker(picker, settings, size, use_result, png_file)
     return ImageTab(size=size, guidance=guidance, steps=steps)
 
 

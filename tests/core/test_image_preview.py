@@ -1,4 +1,5 @@
-"""The image wing: live preview, several images per run, stop and cancel, paste-back.
+"""The image wing: live preview, several images per run, stop and cancel (paste-back:
+tests/tools/test_paste_back.py).
 
 Real tiny pipeline on the CPU; the API tests run the app in-process (tests/support/app.py).
 """
@@ -12,17 +13,14 @@ import time
 import numpy as np
 import pytest
 import torch
-from gradio_client import Client, handle_file
-from gradio_client.exceptions import AppError
+from gradio_client import Client
 from PIL import Image
-from PIL.PngImagePlugin import PngInfo
 from support.app import start_app
 from support.model_folders import with_one_level_vae
 
 from neuron_backend.devices import CompileCounter, resolve_placements
-from neuron_backend.errors import CancelledError, InvalidRequestError, UnsupportedSizeError
+from neuron_backend.errors import CancelledError, InvalidRequestError
 from neuron_backend.image.engine import ImageEngine, ImageRequest, read_png_parameters
-from neuron_backend.image.png_info import MAX_PNG_BYTES, png_text_chunks, read_settings
 from neuron_backend.image.preview import TABLE_FILE, LatentRGB, cached_or_fitted, fit_latent_rgb, read_table, unpack
 from neuron_backend.shapes import ImageSize
 
@@ -200,61 +198,6 @@ def test_a_request_cancelled_while_it_waits_is_dropped_unrun_and_unsaved(engine)
         engine.generate(ImageRequest("x", "64x64", steps=3), cancel=waiting_cancel)
 
 
-# -- paste-back ---------------------------------------------------------------------------------
-
-def a1111_png(path, size="96x64", steps=12, seed=77, extra=""):
-    info = PngInfo()
-    info.add_text("parameters", f"a red fox\nNegative prompt: blurry\nSteps: {steps}, Sampler: Euler a, "
-                                f"CFG scale: 3.5, Seed: {seed}, Size: {size}{extra}, Model: sdxl")
-    Image.new("RGB", (8, 8)).save(path, pnginfo=info)
-    return path
-
-
-def test_paste_back_reads_our_pngs_and_a1111_infotext(engine, settings, tmp_path):
-    ours = engine.generate(ImageRequest("a lighthouse, watercolor", "96x64", steps=3, seed=9))
-    pasted = read_settings(ours.path, settings)
-    assert (pasted.prompt, pasted.size, pasted.steps, pasted.seed, pasted.source) == (
-        "a lighthouse, watercolor", "96x64", 3, 9, "showcase")
-    other = read_settings(a1111_png(tmp_path / "a.png"), settings)
-    assert (other.prompt, other.size, other.steps, other.seed, other.guidance, other.source) == (
-        "a red fox", "96x64", 12, 77, 3.5, "infotext")
-    assert other.as_row() == {"prompt": "a red fox", "size": "96x64", "steps": 12, "seed": 77, "guidance": 3.5}
-
-
-def test_paste_back_refuses_what_it_cannot_use(settings, tmp_path):
-    with pytest.raises(UnsupportedSizeError, match="512x512.*Allowed sizes: 64x64, 96x64"):
-        read_settings(a1111_png(tmp_path / "big.png", size="512x512"), settings)
-    Image.new("RGB", (8, 8)).save(tmp_path / "plain.png")
-    with pytest.raises(InvalidRequestError, match="no generation parameters"):
-        read_settings(tmp_path / "plain.png", settings)
-    (tmp_path / "fake.png").write_bytes(b"GIF89a not a png")
-    with pytest.raises(InvalidRequestError, match="not a PNG"):
-        read_settings(tmp_path / "fake.png", settings)
-    with open(tmp_path / "huge.png", "wb") as handle:
-        handle.truncate(MAX_PNG_BYTES + 1)
-    with pytest.raises(InvalidRequestError, match="over 64 MB"):
-        read_settings(tmp_path / "huge.png", settings)
-    with pytest.raises(InvalidRequestError, match="1 to 60"):
-        read_settings(a1111_png(tmp_path / "steps.png", steps=500), settings)
-
-
-def test_paste_back_reads_text_chunks_only_and_bounds_them(tmp_path):
-    # A pixel bomb: 20000 x 20000 px compress to almost nothing; the reader never inflates pixels.
-    bomb = tmp_path / "bomb.png"
-    import struct
-    import zlib
-
-    def chunk(kind, body):
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    ihdr = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
-    text = zlib.compress(b"x" * (50 * 2**20), 9)  # a zTXt chunk that would inflate to 50 MB
-    bomb.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"zTXt", b"parameters\0\0" + text)
-                     + chunk(b"IDAT", zlib.compress(b"\0" * 10**6)) + chunk(b"IEND", b""))
-    chunks = png_text_chunks(bomb.read_bytes())
-    assert len(chunks["parameters"]) == 2**20  # stopped at the text budget
-
-
 # -- through the API ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -280,21 +223,6 @@ def test_api_several_images_and_preview_frames(served):
     png, one = plain.result(timeout=120)
     assert isinstance(png, str) and one["seed"] == 5  # one image: the same contract as before
     assert not any("preview" in o[1] for o in plain.outputs() if isinstance(o, (list, tuple)) and o[1])
-
-
-def test_api_paste_back(served, tmp_path):
-    backend, client, url = served
-    values = client.predict(handle_file(str(a1111_png(tmp_path / "a.png"))), api_name="/paste_png")
-    assert list(values[:6]) == ["a red fox", "96x64", 12, 77, False, 3.5] and "Restored" in values[6]
-    info = PngInfo()
-    info.add_text("parameters", "a lighthouse\nSteps: 2, Size: 96x64")  # no seed, no guidance
-    Image.new("RGB", (8, 8)).save(tmp_path / "c.png", pnginfo=info)
-    values = client.predict(handle_file(str(tmp_path / "c.png")), api_name="/paste_png")
-    # values, never the page's "keep this field" update: no seed (randomize), guidance the slider's 1.0 (none)
-    assert list(values[:6]) == ["a lighthouse", "96x64", 2, None, True, 1.0]
-    with pytest.raises(AppError, match="512x512") as refused:  # nothing filled in; the page shows a toast
-        client.predict(handle_file(str(a1111_png(tmp_path / "b.png", size="512x512"))), api_name="/paste_png")
-    assert "Traceback" not in str(refused.value)
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ from support.app import start_app
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 
-from neuron_backend.image.png_info import INFOTEXT_KEY, read_settings  # noqa: E402
+from neuron_backend.image.png_info import INFOTEXT_KEY  # noqa: E402
+from tools.paste_back.png_settings import read_settings  # noqa: E402
 from ui.presentation import python_snippet  # noqa: E402
 
 

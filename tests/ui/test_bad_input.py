@@ -202,7 +202,7 @@ HOSTILE_PNGS = {  # the JSON chunk of a dropped PNG, and what the refusal says
 
 @pytest.mark.slow
 def test_hostile_pasted_pngs_fill_nothing_and_the_app_serves_on(warm_app, tmp_path):
-    # The refusals' words: tests/core/test_png_text.py; here, through /paste_png, an API client gets the
+    # The refusals' words: tests/tools/test_paste_back.py; here, through /paste_png, an API client gets the
     # refusal as a Gradio error (not a success of skipped updates), never Python's own message or a path.
     _, url = warm_app
     client = Client(url, verbose=False)

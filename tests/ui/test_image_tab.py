@@ -1,14 +1,14 @@
 """The Image tab in Arabic: text built at run time (progress, preview label, gallery captions,
-the paste-back note, notes in the parameters view) and the image backend's refusals read Arabic on an
-Arabic page, and read exactly as before in English (what API clients, logs and the CLI get).
+notes in the parameters view) and the image backend's refusals read Arabic on an Arabic page, and read
+exactly as before in English (what API clients, logs and the CLI get).
 
-Refusals are triggered through the real code paths (the engine's request checks, size parsing, a
-dropped PNG, the output folder); one browser test drives the page in Arabic on the demo models.
+Refusals are triggered through the real code paths (the engine's request checks, size parsing, the
+output folder); one browser test drives the page in Arabic on the demo models. A dropped PNG's note and
+refusals: tests/tools/test_paste_back.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from types import SimpleNamespace
 
@@ -17,9 +17,8 @@ from support.i18n_check import english_phrases, has_arabic
 
 from neuron_backend.devices import resolve_placements
 from neuron_backend.errors import InvalidRequestError, ShowcaseError, UnsupportedSizeError
-from neuron_backend.image import png_info
 from neuron_backend.image.engine import ImageEngine, ImageRequest
-from neuron_backend.image.png_info import OutputFolder, read_settings, settings_from_chunks
+from neuron_backend.image.png_info import OutputFolder
 from neuron_backend.messages import CATALOG, Message, fields
 from neuron_backend.shapes import ImageSize, choose_bucket
 from ui import i18n
@@ -32,7 +31,6 @@ from ui.image_tab import (
     params_view,
     preview_label,
     progress_text,
-    restored_text,
 )
 
 SIZES = (ImageSize(64, 64), ImageSize(96, 64))
@@ -60,11 +58,6 @@ def _params(**changes) -> dict:
             "guidance": None, **changes}
 
 
-def _pasted(settings, **raw):
-    line = ", ".join(f"{k}: {v}" for k, v in raw.items())
-    return settings_from_chunks({"parameters": f"a blue whale\n{line}"}, settings)
-
-
 # -- the tab's run-time text --------------------------------------------------------------------------
 
 def test_a_stopped_image_says_so_in_its_label():
@@ -76,9 +69,8 @@ def test_a_stopped_image_says_so_in_its_label():
         assert "2" in image_label(stopped) and "4" in image_label(stopped)
 
 
-def test_run_time_texts_read_arabic_on_an_arabic_page(settings):
+def test_run_time_texts_read_arabic_on_an_arabic_page():
     frame = SimpleNamespace(index=0, step=3, total=8)
-    pasted = _pasted(settings, **{"Steps": 4, "Sampler": "Euler", "CFG scale": 99, "Seed": 2**33, "Size": "64x64"})
     with i18n.speaking("ar"):
         texts = {
             "caption": caption(_params()),
@@ -88,23 +80,17 @@ def test_run_time_texts_read_arabic_on_an_arabic_page(settings):
             "waiting": i18n.say("starting (or waiting for the image engine)"),
             "unit": i18n.say("steps"),
             "preview": preview_label(frame),
-            "restored": restored_text(pasted),
-            "restored (ours)": restored_text(dataclasses.replace(pasted, source="showcase", notes=())),
         }
     for text in texts.values():
         _arabic(text)
     assert texts["caption stopped"] == "البذرة 7 · 64x64 · أُوقفت عند 2/4"
     assert texts["progress"] == "الخطوة 3/8 · يتبقى ~2.5 ث"
-    assert texts["restored"].count("؛") == 2  # both notes (seed and guidance out of range), Arabic separator
 
 
-def test_run_time_texts_read_as_before_in_english(settings):
-    pasted = _pasted(settings, **{"Steps": 4, "Seed": 2**33, "Size": "64x64"})
+def test_run_time_texts_read_as_before_in_english():
     assert caption(_params(stopped=True, steps_done=2)) == "seed 7 · 64x64 · stopped 2/4"
     assert progress_text(3, 8, 1.5) == "step 3/8 · ~2.5 s left"
     assert preview_label(SimpleNamespace(index=1, step=3, total=8)) == "Preview · image 2 · step 3/8"
-    assert restored_text(pasted) == (f"Restored from the PNG (its A1111-style parameters text): size 64x64; "
-                                     f"seed {2**33} is outside 0..{2**32 - 1}: a random seed is used.")
 
 
 def test_the_parameters_view_shows_notes_in_the_pages_language(tmp_path):
@@ -187,51 +173,16 @@ def test_english_refusals_read_as_before(engine):
         assert str(caught.value) == expected
 
 
-def _not_png(tmp_path, settings):
-    path = tmp_path / "fake.png"
-    path.write_text("not an image")
-    return read_settings(path, settings)
-
-
-def _too_big(tmp_path, settings, monkeypatch):
-    monkeypatch.setattr(png_info, "MAX_PNG_BYTES", 2**20)
-    path = tmp_path / "big.png"
-    path.write_bytes(png_info.PNG_SIGNATURE + b"\0" * 2**20)
-    return read_settings(path, settings)
-
-
-@pytest.mark.parametrize(("trigger", "key"), [
-    (lambda tmp, s, mp: _not_png(tmp, s), "This file is not a PNG: drop a PNG made by this app or another image tool."),
-    (lambda tmp, s, mp: _too_big(tmp, s, mp), "This PNG is over {mb} MB; only smaller files are read."),
-    (lambda tmp, s, mp: settings_from_chunks({"comment": "hello"}, s),
-     "This PNG has no generation parameters (no 'parameters' or 'showcase' text): drop a PNG saved by this app or by "
-     "an A1111-style tool."),
-    (lambda tmp, s, mp: settings_from_chunks({"parameters": "a fox\nSteps: 4, " + "a" * 20_000}, s),
-     "This PNG's settings line (the one starting 'Steps:') is {chars} characters long; at most {limit} characters are "
-     "read."),
-    (lambda tmp, s, mp: _pasted(s, Steps=4, Seed=1), "This PNG does not say its size. Allowed sizes: {allowed}."),
-    (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512x512"),
-     "This image is {size}, which is not served here (each size is compiled ahead of time). Allowed sizes: {allowed}."),
-    (lambda tmp, s, mp: _pasted(s, Steps=4, Size="512"), "{error} Allowed sizes: {allowed}."),
-    (lambda tmp, s, mp: _pasted(s, Steps=60, Size="64x64"),
-     "This image used {steps} steps; this server allows 1 to {max_steps}."),
-    (lambda tmp, s, mp: settings_from_chunks({"parameters": "\nSteps: 4, Size: 64x64"}, s),
-     "The prompt is empty: describe the image you want."),
-    (lambda tmp, s, mp: choose_bucket(300, (64, 128)),
-     "The prompt is {tokens} tokens; the longest prompt this server accepts is {limit} tokens. Shorten the message."),
-])
-def test_dropped_png_and_shape_refusals_read_arabic(tmp_path, settings, monkeypatch, trigger, key):
+def test_shape_refusals_read_arabic():
+    key = ("The prompt is {tokens} tokens; the longest prompt this server accepts is {limit} tokens. Shorten the "
+           "message.")
     with pytest.raises(ShowcaseError) as caught:
-        trigger(tmp_path, settings, monkeypatch)
+        choose_bucket(300, (64, 128))
     assert caught.value.args[0].template == key
     with i18n.speaking("ar"):
         text = i18n.localized(caught.value)
     _arabic(text)
-    size_refusals = ("This PNG does not say its size. Allowed sizes: {allowed}.",
-                     "This image is {size}, which is not served here (each size is compiled ahead of time). "
-                     "Allowed sizes: {allowed}.",
-                     "{error} Allowed sizes: {allowed}.")
-    assert isinstance(caught.value, UnsupportedSizeError) == (key in size_refusals)
+    assert not isinstance(caught.value, UnsupportedSizeError)
 
 
 def test_engine_not_loaded_and_not_saved_read_arabic(engine, tmp_path):
