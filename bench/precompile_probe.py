@@ -30,10 +30,12 @@ def one_process(root: str) -> dict:
     from neuron_backend import devices
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
+    from tools.demo_models import plugin as demo_builder
 
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--compile", "on", "--no-image",
                                "--cache-dir", root], env={})
-    backend = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0))
+    backend = Backend(settings, host=devices.HostDevices(neuron_cores=0, cuda_devices=0),
+                      parts=demo_builder.plug(settings))
     backend.runner.run()
     tasks = [{"task": str(t.name), "state": t.state, "seconds": round(t.seconds or 0.0, 2),
               "error": (t.error or "")[:200]} for t in backend.runner.tasks]

@@ -25,6 +25,8 @@ class ConfigError(ShowcaseError):
         msg = f"{flag}: {problem}"
         if allowed:
             msg += f" (allowed: {allowed})"
+        elif isinstance(problem, Message):  # written with tr(): the page shows it in Arabic too
+            msg = tr("{flag}: {problem}", flag=flag, problem=problem)
         super().__init__(msg)
 
 

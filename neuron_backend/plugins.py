@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Sharding:
 @dataclass(frozen=True)
 class Parts:
     """What plug-ins add. Merged in the plug-ins' order (``merged``): sequences joined, mappings updated, the
-    first ``remote``, ``command``, ``chat_batch`` and ``sharding`` kept."""
+    first ``remote``, ``command``, ``chat_batch``, ``sharding`` and ``demo_models`` kept."""
 
     hooks: tuple = ()  # warm-up hook factories: make(backend) -> an object with plan/started/ended (warmup.py)
     elsewhere: Mapping[str, Elsewhere] = field(default_factory=dict)  # engines run on other servers
@@ -83,6 +84,9 @@ class Parts:
     compiled: tuple = ()  # wrap(engine, target, config, placement, settings, variant) -> handle|None (wrap_compiled)
     chat_batch: ChatBatch | None = None  # the chat's replies served N at a time; None: one at a time
     sharding: Sharding | None = None  # one engine sharded over torchrun ranks (placements read it); None: whole
+    demo_models: Callable[[object, str], Path] | None = None  # demo_models(settings, engine) -> the folder of the
+    #                                                          engine's offline demo model, built if needed; None:
+    #                                                          the demo models (--models tiny) cannot be served
 
     @property
     def chat_rows(self) -> int:
@@ -92,7 +96,7 @@ class Parts:
 
 def merged(parts: Iterable[Parts]) -> Parts:
     """One ``Parts`` of many: sequences joined, mappings updated, the first ``remote``, ``command``, ``chat_batch``,
-    ``sharding``."""
+    ``sharding``, ``demo_models``."""
     out: dict[str, object] = {f.name: getattr(Parts(), f.name) for f in dataclasses.fields(Parts)}
     for part in parts:
         for f in dataclasses.fields(Parts):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import devices, warmup
 from .chat import static_cache
-from .errors import EngineUnavailableError, InvalidRequestError, ShapeNotReadyError
+from .errors import ConfigError, EngineUnavailableError, InvalidRequestError, ShapeNotReadyError
 from .exports import EXPORTS_DIR_NAME, ExportFolder
 from .image import loading
 from .messages import tr
@@ -40,13 +40,15 @@ log = logging.getLogger("showcase")
 ENGINES = ("chat", "image")
 
 
-def model_folder(settings: Settings, engine: str, progress=None) -> Path:
-    """A local folder with the engine's model: the demo models (built if needed) or the real ones."""
+def model_folder(settings: Settings, engine: str, demo_models: Callable[[Settings, str], Path] | None,
+                 progress=None) -> Path:
+    """A local folder with the engine's model: its demo model, from ``demo_models`` (a plug-in's builder,
+    ``Parts.demo_models``; none: the demo models are refused), or the real one."""
     if settings.demo:
-        from .demo_models import ensure_demo_models
-
-        demo = ensure_demo_models(settings.cache_dir, engines=(engine,))  # a failed build spares the other
-        return demo.chat if engine == "chat" else demo.image
+        if demo_models is None:
+            raise ConfigError("--models", tr("tiny needs a plug-in that builds the demo models, and none is "
+                                             "installed: list one in app.py's PLUGINS, or pass --models full"))
+        return demo_models(settings, engine)
     from .weights import obtain
 
     # A download that receives nothing for this long is abandoned with what to do (weights.py).
@@ -82,7 +84,7 @@ class Backend:
 
     def __init__(self, settings: Settings, host: devices.HostDevices | None = None, parts: Parts = Parts()):
         """``parts``: what the plug-ins add here (plugins.py): warm-up hooks, engines run elsewhere, wrappers of
-        the engines' compiled forwards, the chat's batch, the sharded engine."""
+        the engines' compiled forwards, the chat's batch, the sharded engine, the builder of the demo models."""
         self.settings = settings
         self.cache = devices.configure_compile_cache(settings.cache_dir)
         if self.cache.problem:
@@ -99,6 +101,7 @@ class Backend:
         self._remote = parts.remote(settings) if parts.elsewhere else None
         # handed to the engines it creates
         self._compiled, self._chat_batch, self._sharding = parts.compiled, parts.chat_batch, parts.sharding
+        self._demo_models = parts.demo_models  # builds an engine's demo model folder (--models tiny, auto's fallback)
         self.chat_rows = parts.chat_rows  # the rows of every compiled chat shape
         self.description["allocator"] = devices.limit_malloc_arenas(self.placements)
         self._engines: dict[str, object] = {}
@@ -238,7 +241,7 @@ class Backend:
             task.progress, task.detail = fraction, text
 
         try:
-            self._folders[task.engine] = model_folder(self.settings, task.engine, progress)
+            self._folders[task.engine] = model_folder(self.settings, task.engine, self._demo_models, progress)
         except Exception as exc:  # noqa: BLE001 - --models auto falls back; otherwise re-raised
             self._fall_back(task.engine, exc)
         task.detail = str(self._folders[task.engine])
@@ -272,8 +275,9 @@ class Backend:
             raise exc
         reason = error_of(exc)
         log.error("%s engine: the real model failed (%s); falling back to the demo model", name, reason)
+        # recorded once the demo folder exists: a fallback that could not be built is that engine's failure
+        self._folders[name] = model_folder(self.settings.replace(models="tiny"), name, self._demo_models)
         self.fallbacks[name] = reason
-        self._folders[name] = model_folder(self.settings.replace(models="tiny"), name)
 
     def _create(self, name: str):
         placement = self.placements[name]

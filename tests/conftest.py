@@ -65,7 +65,7 @@ def session_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo_models(session_root):
     """The tiny chat model and image pipeline, built once per session."""
-    from neuron_backend.demo_models import ensure_demo_models
+    from tools.demo_models.build import ensure_demo_models
 
     return ensure_demo_models(session_root)
 

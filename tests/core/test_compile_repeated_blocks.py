@@ -12,6 +12,7 @@ from neuron_backend.errors import ConfigError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
+from tools.demo_models import plugin as demo_builder
 
 NEURON_HOST = devices.HostDevices(neuron_cores=2, cuda_devices=0)
 
@@ -89,7 +90,8 @@ def test_the_plan_counts_block_graphs_when_the_default_turns_it_on(neuron, argv,
 @pytest.mark.slow
 @pytest.mark.parametrize(("argv", "graphs"), [([], 2), (["--compile-repeated-blocks", "off"], 1)])
 def test_the_image_engine_on_neuron_compiles_block_graphs_by_default(neuron, tmp_path, argv, graphs):
-    backend = Backend(settings("--no-chat", "--references", "0", "--cache-dir", str(tmp_path), *argv), NEURON_HOST)
+    s = settings("--no-chat", "--references", "0", "--cache-dir", str(tmp_path), *argv)
+    backend = Backend(s, NEURON_HOST, demo_builder.plug(s))
     assert backend.status()["plan"]["engines"]["image"]["graphs"] == graphs
     backend.runner.run()
     assert [t.state for t in backend.runner.tasks] == ["ready"] * len(backend.runner.tasks), \

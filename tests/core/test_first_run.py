@@ -17,6 +17,7 @@ from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import PromptBucket
 from neuron_backend.warmup import FAILED, READY, Step, Task, TimingHistory, WarmupRunner
+from tools.demo_models import plugin as demo_builder
 from ui.status_panel import status_bar_html, task_rows
 
 
@@ -24,7 +25,7 @@ def make_backend(tmp_path, *extra):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
                                "--sizes", "64x64,96x64", "--chat-buckets", "32,64,128", "--context-length", "256",
                                "--references", "0", *extra], env={})
-    return Backend(settings)
+    return Backend(settings, parts=demo_builder.plug(settings))
 
 
 def wait_for(condition, timeout: float = 30.0) -> None:

@@ -27,6 +27,7 @@ from neuron_backend.runtime import Backend
 from neuron_backend.settings import FULL_PRESET, TINY_PRESET, parse_settings
 from neuron_backend.shapes import EditSlot, ImageSize, reference_size, shape_keys
 from neuron_backend.warmup import shape_title
+from tools.demo_models import plugin as demo_builder
 
 SIZES = (ImageSize(64, 64), ImageSize(96, 64))
 MODEL_ID = "tiny/flux2-klein"
@@ -290,7 +291,7 @@ def test_warm_up_plan_has_one_task_per_slot(tmp_path, demo_models):
     link_demo_models(tmp_path, demo_models)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--no-chat",
                                "--sizes", "64x64,96x64", "--references", "0,1,2"], env={})
-    backend = Backend(settings)
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     compiles = [t for t in backend.runner.snapshot()["tasks"] if t["kind"] == "compile"]
     assert [t["shape"] for t in compiles] == ["64x64", "96x64", "64x64+1ref", "96x64+1ref", "64x64+2ref",
                                               "96x64+2ref"]

@@ -22,6 +22,7 @@ from neuron_backend.image.loading import cause_chain
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
+from tools.demo_models import plugin as demo_builder
 
 SMALL = ["--sizes", "64x64", "--chat-buckets", "32,64", "--context-length", "256", "--cache-windows", "none",
          "--max-new-tokens", "8", "--max-steps", "60", "--device", "cpu"]
@@ -243,7 +244,8 @@ def test_auto_falls_back_loudly_when_the_real_load_fails(tmp_path, demo_models):
     corrupt = copy(demo_models.chat, tmp_path / "corrupt-chat")
     (corrupt / ".complete").unlink()
     truncate(corrupt / "model.safetensors")
-    backend = Backend(settings_for(tmp_path, "--chat-model", str(corrupt), "--no-image", models="auto"))
+    settings = settings_for(tmp_path, "--chat-model", str(corrupt), "--no-image", models="auto")
+    backend = Backend(settings, parts=demo_builder.plug(settings))  # what the fallback runs is built by it
     backend.runner.run()
     status = backend.status()
     assert status["ready"] and status["engines"]["chat"]["state"] == "ready"
@@ -308,7 +310,8 @@ def test_auto_falls_back_on_a_wrong_architecture_too(tmp_path, demo_models):
     (wrong / ".complete").unlink()
     config = json.loads((wrong / "config.json").read_text())
     (wrong / "config.json").write_text(json.dumps({**config, "model_type": "no-such-architecture"}))
-    backend = Backend(settings_for(tmp_path, "--chat-model", str(wrong), "--no-image", models="auto"))
+    settings = settings_for(tmp_path, "--chat-model", str(wrong), "--no-image", models="auto")
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     status = backend.status()
     assert status["ready"] and "no-such-architecture" in status["fallbacks"]["chat"]

@@ -57,11 +57,13 @@ def test_parts_merge_in_the_plug_ins_order():
     one = SimpleNamespace(plug=lambda s: Parts(hooks=("a",), tabs=(Tab("A", "a", print),), launch={"x": 1},
                                                command=None))
     two = SimpleNamespace(plug=lambda s: Parts(hooks=("b",), elsewhere={"chat": Elsewhere(("u",), "a server")},
-                                               remote=len, launch={"y": 2}, command=max))
-    three = SimpleNamespace(plug=lambda s: Parts(remote=min, command=min, chat_batch=ChatBatch(2, print)))
+                                               remote=len, launch={"y": 2}, command=max, demo_models=divmod))
+    three = SimpleNamespace(plug=lambda s: Parts(remote=min, command=min, chat_batch=ChatBatch(2, print),
+                                                 demo_models=pow))
     parts = plug_all([one, two, three], None)
     assert parts.hooks == ("a", "b") and [t.label for t in parts.tabs] == ["A"]
     assert parts.launch == {"x": 1, "y": 2} and parts.remote is len and parts.command is max
+    assert parts.demo_models is divmod and merged([]).demo_models is None  # none: the core refuses the demo models
     assert parts.chat_rows == 2 and merged([]).chat_rows == 1  # no batch: the chat's shapes have one row
     assert merged([]) == Parts()
 

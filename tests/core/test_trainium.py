@@ -25,6 +25,7 @@ from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
 from tools.aot import plugin as saved_forwards
 from tools.chat_batch import plugin as chat_batch
+from tools.demo_models import plugin as demo_builder
 from tools.probes.routes import probe_routes
 from ui.presentation import visitor_status
 from ui.status_panel import counters_lines, task_rows
@@ -46,8 +47,9 @@ def neuron(monkeypatch):
 
 
 def neuron_backend(root, *extra) -> Backend:
-    """On the fake cores, with the saved-forwards (auto: off on Neuron) and chat batch plug-ins as the app has them."""
-    plugins = (saved_forwards, chat_batch)
+    """On the fake cores, with the demo models' builder, the saved-forwards (auto: off on Neuron) and chat batch
+    plug-ins as the app has them."""
+    plugins = (demo_builder, saved_forwards, chat_batch)
     settings = parse_settings(["--models", "tiny", "--cache-dir", str(root), "--sizes", "64x64",
                                "--chat-buckets", "32", "--max-new-tokens", "4", *extra], env={}, plugins=plugins)
     return Backend(settings, devices.HostDevices(neuron_cores=2, cuda_devices=0), plug_all(plugins, settings))

@@ -17,6 +17,7 @@ from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize
 from neuron_backend.warmup import HIT_SUFFIX, READY, Step, Task, TimingHistory, WarmupRunner
+from tools.demo_models import plugin as demo_builder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,7 @@ def make_backend(tmp_path, *extra):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
                                "--sizes", "64x64,96x64", "--chat-buckets", "32,64,128", "--context-length", "256",
                                "--references", "0", *extra], env={})  # text-to-image only: test_image_edit plans slots
-    return Backend(settings)
+    return Backend(settings, parts=demo_builder.plug(settings))
 
 
 def test_plan_order_and_initial_state(tmp_path):
@@ -161,9 +162,10 @@ WARM_START = textwrap.dedent("""
     t0 = time.perf_counter()
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
+    from tools.demo_models import plugin as demo_builder
     s = parse_settings(["--models", "tiny", "--device", "cpu", "--compile", "on", "--no-image",
                         "--chat-buckets", "16", "--context-length", "48", "--cache-dir", sys.argv[1]], env={})
-    backend = Backend(s)
+    backend = Backend(s, parts=demo_builder.plug(s))
     backend.runner.run()
     snap = backend.status()
     print(json.dumps({"tasks": snap["tasks"], "cache_hits": snap["cache_hits"],

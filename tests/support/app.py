@@ -12,10 +12,11 @@ from pathlib import Path
 
 import ui
 from app import PLUGINS
-from neuron_backend.demo_models import DEMO_DIR_NAME
 from neuron_backend.plugins import Parts, plug_all
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import Settings, parse_settings
+from tools.demo_models import plugin as demo_builder
+from tools.demo_models.build import DEMO_DIR_NAME
 
 SIZES = "64x64,96x64"
 NO_EDITS = ("--references", "0")  # text-to-image only; a test that edits passes --references itself, later wins
@@ -77,8 +78,9 @@ def run_fresh(script: str, *args: str) -> str:
 
 def warm_backend(root: Path, demo_models, *extra, plugins=()) -> Backend:
     """A warm backend on the tiny models under ``root`` (the session's demo models linked in), no page;
-    ``plugins``: whose flags ``extra`` may give and whose parts it gets."""
+    ``plugins``: whose flags ``extra`` may give and whose parts it gets, after the demo models' builder."""
     link_demo_models(root, demo_models)
+    plugins = (demo_builder, *plugins)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", SIZES,
                                "--port", str(free_port()), "--max-new-tokens", "200", *NO_EDITS, *extra], env={},
                               plugins=plugins)

@@ -263,6 +263,7 @@ CORE_ALONE = """
 import sys
 from neuron_backend.runtime import Backend
 from support.app import app_backend, app_settings
+from tools.demo_models import plugin as demo_builder
 
 root, config = sys.argv[1:3]
 args = ["--models", "tiny", "--device", "cpu", "--compile", "on", "--no-image", "--cache-dir", root,
@@ -277,7 +278,7 @@ def chat(backend):
 
 
 settings = app_settings(args, env={"XDG_CONFIG_HOME": config})
-alone = chat(Backend(settings))  # the plug-in left out: auto would have saved here
+alone = chat(Backend(settings, parts=demo_builder.plug(settings)))  # the plug-in left out: auto would have saved here
 assert alone.saved_forwards is None and "get_compiled_call" not in vars(alone.model), "not the plain compile"
 off = chat(app_backend(app_settings([*args, "--chat-aot", "off"], env={"XDG_CONFIG_HOME": config})))
 assert off.saved_forwards is None and "get_compiled_call" not in vars(off.model), "wrapped though off"

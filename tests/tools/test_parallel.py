@@ -30,15 +30,17 @@ SCRIPT = textwrap.dedent("""
     from neuron_backend.devices import resolve_placements
     from neuron_backend.runtime import Backend, model_folder
     from neuron_backend.settings import parse_settings
+    from neuron_backend.plugins import plug_all
+    from tools.demo_models import plugin as demo_builder
     from tools.parallel import plugin, protocol as parallel
 
     tp = sys.argv[2]
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--no-image", "--tp", tp,
                                "--chat-buckets", "32,64,128", "--context-length", "256",  # 3 warm-up generations
                                "--cache-dir", sys.argv[1]], plugins=(plugin,))
-    parts = plugin.plug(settings)
+    parts = plug_all((demo_builder, plugin), settings)  # the demo models' builder and the sharding
     placement = resolve_placements(settings, sharding=parts.sharding)["chat"]
-    folder = model_folder(settings, "chat")  # before the group, as app.py does
+    folder = model_folder(settings, "chat", parts.demo_models)  # before the group, as app.py does
     parallel.init(settings, placement)
     if settings.rank != 0:
         served = parallel.run_follower(settings, placement, folder, parts)
@@ -77,15 +79,17 @@ IMAGE_SCRIPT = textwrap.dedent("""
     from neuron_backend.image.engine import ImageEngine, ImageRequest
     from neuron_backend.runtime import Backend, model_folder
     from neuron_backend.settings import parse_settings
+    from neuron_backend.plugins import plug_all
+    from tools.demo_models import plugin as demo_builder
     from tools.parallel import plugin, protocol as parallel
 
     tp = sys.argv[2]
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--tp", tp, "--tp-engine", "image",
                                "--sizes", "64x64,96x64", "--references", "0", "--cache-dir", sys.argv[1]],
                               plugins=(plugin,))
-    parts = plugin.plug(settings)
+    parts = plug_all((demo_builder, plugin), settings)  # the demo models' builder and the sharding
     placement = resolve_placements(settings, sharding=parts.sharding)["image"]
-    folder = model_folder(settings, "image")  # before the group, as app.py does
+    folder = model_folder(settings, "image", parts.demo_models)  # before the group, as app.py does
     try:
         parallel.check_supported(settings, placement)
         refusal = None

@@ -19,6 +19,7 @@ from neuron_backend.metrics import Metrics
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
 from neuron_backend.warmup import Step, Task
+from tools.demo_models import plugin as demo_builder
 from tools.probes import plugin as probes
 from tools.probes.collector import StateCollector, app_version
 
@@ -27,7 +28,7 @@ def make_backend(tmp_path, *extra):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path),
                                "--sizes", "64x64,96x64", "--chat-buckets", "32,64,128", "--context-length", "256",
                                "--references", "0", *extra], env={})
-    return Backend(settings)
+    return Backend(settings, parts=demo_builder.plug(settings))
 
 
 def task_series(samples: dict) -> set:

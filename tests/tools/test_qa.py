@@ -16,6 +16,7 @@ from neuron_backend.chat.text import ChatRequest
 from neuron_backend.errors import InvalidRequestError, UnsupportedSizeError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.demo_models import plugin as demo_builder
 from tools.qa import grid as qa_grid
 from tools.qa import runs as qa
 from tools.qa.compare import compare_runs, compare_table
@@ -47,7 +48,7 @@ def backend(tmp_path_factory):
     root = tmp_path_factory.mktemp("qa-cache")
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root),
                                "--sizes", "64x64,96x64"], env={})
-    backend = Backend(settings)
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()  # warm-up, synchronously
     assert backend.status()["ready"]
     return backend

@@ -15,6 +15,7 @@ from PIL import Image
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.demo_models import plugin as demo_builder
 from tools.qa import ab as qa_ab
 from tools.qa import expect as qa_expect
 from tools.qa import grid as qa_grid
@@ -32,7 +33,7 @@ VARIANTS = "cold: temperature=0.3, max_new_tokens=6\nhot: temperature=1.5, max_n
 def backend(tmp_path_factory):
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir",
                                str(tmp_path_factory.mktemp("qa-bench")), "--sizes", "64x64,96x64"], env={})
-    backend = Backend(settings)
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     assert backend.status()["ready"]
     return backend

@@ -15,6 +15,7 @@ from PIL import Image
 from neuron_backend.errors import InvalidRequestError
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.demo_models import plugin as demo_builder
 from tools.qa import openai_cells
 from tools.qa import runs as qa
 from tools.qa.compare import changed_only, compare_runs
@@ -30,7 +31,8 @@ VARIANTS = "one: steps=1, seed=5\ntwo: steps=2, seed=5"
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    backend = Backend(parse_settings([*ARGS, "--cache-dir", str(tmp_path_factory.mktemp("qa-refs"))], env={}))
+    settings = parse_settings([*ARGS, "--cache-dir", str(tmp_path_factory.mktemp("qa-refs"))], env={})
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     assert backend.status()["ready"]
     return backend

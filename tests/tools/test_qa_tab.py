@@ -321,10 +321,12 @@ def qa_page(tmp_path_factory):
     """The app's QA bench on the tiny image model with 0-2 reference slots, and its Run set handler."""
     from neuron_backend.runtime import Backend
     from neuron_backend.settings import parse_settings
+    from tools.demo_models import plugin as demo_builder
     from tools.qa.plugin import TAB
     from ui import create_demo
 
-    backend = Backend(parse_settings([*UPLOAD_ARGS, "--cache-dir", str(tmp_path_factory.mktemp("qa-tab"))], env={}))
+    settings = parse_settings([*UPLOAD_ARGS, "--cache-dir", str(tmp_path_factory.mktemp("qa-tab"))], env={})
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     assert backend.status()["ready"]
     press = next(f.fn for f in create_demo(backend, tabs=[TAB]).fns.values() if f.name == "press_run")

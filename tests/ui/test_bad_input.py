@@ -21,9 +21,9 @@ from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from support.app import start_app
 
-from neuron_backend.demo_models import ensure_demo_models
 from neuron_backend.runtime import Backend
 from neuron_backend.settings import parse_settings
+from tools.demo_models.build import ensure_demo_models
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -29,12 +29,13 @@ from neuron_backend.compile_cache import configure_compile_cache
 from neuron_backend.errors import CacheBundleError, EngineUnavailableError, ShapeFailedError, ShapeNotReadyError
 from neuron_backend.memory import NotEnoughMemory, plan_image
 from neuron_backend.messages import LRI, PDI, Message, tr
-from neuron_backend.runtime import Backend
+from neuron_backend.runtime import Backend, model_folder
 from neuron_backend.settings import parse_settings
 from neuron_backend.shapes import ImageSize, ShapeRegistry, parse_size
 from neuron_backend.warmup import Step, Task, TimingHistory, WarmupRunner
 from neuron_backend.weights import verify_folder
 from tools.cache import bundle, manifest
+from tools.demo_models import plugin as demo_builder
 from ui import i18n
 from ui.i18n import localized
 from ui.presentation import size_choice_label
@@ -71,7 +72,8 @@ def _settings(root: Path, demo_models, *extra):
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory, demo_models):
-    backend = Backend(_settings(tmp_path_factory.mktemp("i18n-status"), demo_models))
+    settings = _settings(tmp_path_factory.mktemp("i18n-status"), demo_models)
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     return backend
 
@@ -244,13 +246,14 @@ def _errors(tmp_path, demo_models):
     out.append(("task-names", tr("{a} | {b}", a=cold.runner.tasks[0].name, b=cold.runner.tasks[2].name)))
     out.append(("banner", cold.banner()))
     out.append(("models-reason", cold.settings.models_reason))
+    out.append(("no-demo-builder", _raised(lambda: model_folder(cold.settings, "chat", None))))  # no plug-in builds
     return out
 
 
 @pytest.mark.parametrize("case", ["engine-image", "engine-chat", "shape-warming", "shape-eta", "shape-failed",
                                   "shape-soon", "engine-soon",
                                   "task-error", "task-skipped", "task-names", "banner", "models-reason",
-                                  "bundle-export", "memory-note", "memory-too-big"])
+                                  "bundle-export", "memory-note", "memory-too-big", "no-demo-builder"])
 def test_backend_messages_reach_the_page_in_arabic(tmp_path, demo_models, case):
     found = dict(_errors(tmp_path, demo_models))
     value = found[case]
@@ -268,7 +271,8 @@ def test_backend_messages_reach_the_page_in_arabic(tmp_path, demo_models, case):
                 "task-error": "EngineUnavailableError: The chat engine is still loading; try again shortly.",
                 "task-skipped": "chat engine unavailable: weights failed (EngineUnavailableError:",
                 "task-names": "chat · obtain weights | chat · prompt bucket 32 tokens + decode graphs",
-                "models-reason": "asked for the demo models (--models tiny)"}.get(case)
+                "models-reason": "asked for the demo models (--models tiny)",
+                "no-demo-builder": "--models: tiny needs a plug-in that builds the demo models"}.get(case)
     assert expected is None or english.startswith(expected) or expected in english, english
 
 

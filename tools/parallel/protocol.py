@@ -201,7 +201,7 @@ def join(settings: Settings, parts) -> None:
     name = parts.sharding.engine
     placement = resolve_placements(settings, sharding=parts.sharding)[name]
     # Weights first: saving (the demo build) under a process group writes only on rank 0.
-    folder = model_folder(settings, name)
+    folder = model_folder(settings, name, parts.demo_models)
     init(settings, placement)
     if settings.rank != 0:  # followers serve no UI: they mirror rank 0's generations
         run_follower(settings, placement, folder, parts)

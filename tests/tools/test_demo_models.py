@@ -1,4 +1,5 @@
-"""The tiny demo models load and run through the same calls as the real checkpoints."""
+"""The tiny demo models load and run through the same calls as the real checkpoints; the plug-in builds them for
+the core, which refuses them without it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import torch
 from safetensors.torch import load_file
 from support.app import SIZES
 
-from neuron_backend.demo_models import (
+from neuron_backend.errors import ConfigError
+from neuron_backend.plugins import Parts
+from neuron_backend.runtime import Backend, model_folder
+from neuron_backend.settings import parse_settings
+from tools.demo_models import plugin as demo_builder
+from tools.demo_models.build import (
     CHAT_TEMPLATE,
     DEMO_DIR_NAME,
     DEMO_WORDS,
@@ -22,8 +28,6 @@ from neuron_backend.demo_models import (
     ensure_demo_models,
     is_demo_model,
 )
-from neuron_backend.runtime import Backend
-from neuron_backend.settings import parse_settings
 
 # Another busy process otherwise slows the tiny models tenfold on 2 cores.
 torch.set_num_threads(1)
@@ -232,16 +236,16 @@ def test_builds_are_deterministic_and_leave_rng_alone(tmp_path, demo_models):
 # ----- demo model folders ------------------------------------------------------------------------------
 def test_a_failed_image_demo_build_leaves_chat_working(tmp_path, monkeypatch):
     """Each engine's demo model is built on its own (a full disk spares chat)."""
-    from neuron_backend import demo_models
     from neuron_backend.chat.text import ChatRequest
+    from tools.demo_models import build
 
     def disk_full(folder):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(demo_models, "build_tiny_image_pipeline", disk_full)
+    monkeypatch.setattr(build, "build_tiny_image_pipeline", disk_full)
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--sizes", SIZES],
                               env={})
-    backend = Backend(settings)
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     status = backend.status()
     assert status["engines"]["chat"]["state"] == "ready", status["engines"]
@@ -254,8 +258,6 @@ def test_a_failed_image_demo_build_leaves_chat_working(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_a_corrupt_demo_folder_is_rebuilt(tmp_path, demo_models):
     """A garbled config or truncated weights no longer fail every start."""
-    from neuron_backend.demo_models import ensure_demo_models
-
     shutil.copytree(demo_models.chat.parent, tmp_path / DEMO_DIR_NAME)
     models = ensure_demo_models(tmp_path)
     (models.image / "model_index.json").write_text("garbage{")
@@ -265,6 +267,64 @@ def test_a_corrupt_demo_folder_is_rebuilt(tmp_path, demo_models):
     json.loads((models.image / "model_index.json").read_text())
     settings = parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path), "--sizes", "64x64"],
                               env={})
-    backend = Backend(settings)
+    backend = Backend(settings, parts=demo_builder.plug(settings))
     backend.runner.run()
     assert {e["state"] for e in backend.status()["engines"].values()} == {"ready"}
+
+
+# ----- the seam: the plug-in builds, the core asks -----------------------------------------------------------
+NO_BUILDER = ("--models: tiny needs a plug-in that builds the demo models, and none is installed: list one in "
+              "app.py's PLUGINS, or pass --models full")
+
+
+def _tiny(root, *extra):
+    return parse_settings(["--models", "tiny", "--device", "cpu", "--cache-dir", str(root), "--sizes", "64x64",
+                           "--chat-buckets", "32", "--context-length", "128", "--references", "0", *extra], env={})
+
+
+def test_the_core_without_the_plug_in_refuses_the_demo_models(tmp_path):
+    settings = _tiny(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        model_folder(settings, "chat", Parts().demo_models)
+    assert str(err.value) == NO_BUILDER and err.value.flag == "--models"
+    backend = Backend(settings)  # no plug-in's parts: nothing builds the demo models
+    backend.runner.run()
+    engines = backend.status()["engines"]
+    assert {name: e["state"] for name, e in engines.items()} == {"chat": "failed", "image": "failed"}
+    assert all(NO_BUILDER in e["reason"] for e in engines.values()), engines
+    assert not (tmp_path / DEMO_DIR_NAME).exists()  # nothing was built
+
+
+def test_the_plug_in_builds_each_engines_folder_and_the_app_lists_it(tmp_path, demo_models):
+    from app import PLUGINS
+
+    assert demo_builder in PLUGINS
+    assert demo_builder.plug(_tiny(tmp_path)) == Parts(demo_models=demo_builder.demo_folder)
+    settings = _tiny(tmp_path / "chat-only", "--no-image")
+    chat = model_folder(settings, "chat", demo_builder.demo_folder)
+    assert chat == tmp_path / "chat-only" / DEMO_DIR_NAME / "qwen3-tiny" and is_demo_model(chat)
+    assert not (chat.parent / "flux2-klein-tiny").exists()  # only the engine asked for is built
+    assert _same_weights(demo_models.chat / "model.safetensors", chat / "model.safetensors")  # as built before
+    shutil.copytree(demo_models.chat.parent, tmp_path / "linked" / DEMO_DIR_NAME)
+    settings = _tiny(tmp_path / "linked")
+    backend = Backend(settings, parts=demo_builder.plug(settings))
+    backend.runner.run()
+    assert {e["state"] for e in backend.status()["engines"].values()} == {"ready"}
+    assert backend.model_folders() == {"chat": tmp_path / "linked" / DEMO_DIR_NAME / "qwen3-tiny",
+                                       "image": tmp_path / "linked" / DEMO_DIR_NAME / "flux2-klein-tiny"}
+
+
+def test_autos_fallback_without_the_plug_in_fails_that_engine_saying_what_to_do(tmp_path, demo_models):
+    wrong = tmp_path / "wrong-arch"
+    shutil.copytree(demo_models.chat, wrong)
+    (wrong / MARKER_NAME).unlink()
+    config = json.loads((wrong / "config.json").read_text())
+    (wrong / "config.json").write_text(json.dumps({**config, "model_type": "no-such-architecture"}))
+    settings = parse_settings(["--models", "auto", "--chat-model", str(wrong), "--no-image", "--device", "cpu",
+                               "--cache-dir", str(tmp_path), "--chat-buckets", "32", "--context-length", "128"],
+                              env={}, weights_available=lambda model, timeout: (True, "test folder"))
+    backend = Backend(settings)
+    backend.runner.run()
+    chat = backend.status()["engines"]["chat"]
+    assert chat["state"] == "failed" and NO_BUILDER in chat["reason"], chat
+    assert not backend.status()["fallbacks"]  # no fallback is claimed that could not be built

@@ -1,7 +1,8 @@
 """Tiny offline stand-ins for Qwen/Qwen3-0.6B and FLUX.2-klein-4B, built with random weights.
 
 They load through the same ``from_pretrained`` calls as the real checkpoints, with no network. torch,
-transformers and diffusers are imported inside the builders only, so the checks stay cheap for the UI.
+transformers and diffusers are imported inside the builders only, so the checks stay cheap for the UI. The
+plug-in (``plugin.py``) imports this module only when a demo model is asked for.
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ def build_tiny_image_pipeline(folder: Path) -> Path:
         is_distilled=True,
     )
     pipe.save_pretrained(folder)
-    from .image.preview import fit_latent_rgb, write_table
+    from neuron_backend.image.preview import fit_latent_rgb, write_table
 
     # The live preview's latents -> RGB table, fitted against this VAE (image/preview.py explains how).
     with _seeded_float32():
@@ -320,7 +321,7 @@ def _is_complete(folder: Path, engine: str) -> bool:
     """True when `folder` was fully built by the current recipe and its files are still whole: a truncated
     or garbled file fails ``weights.verify_folder`` (headers and configs only: milliseconds), so the
     folder is rebuilt instead of failing to load on every start."""
-    from .weights import verify_folder
+    from neuron_backend.weights import verify_folder
 
     try:
         marked = (folder / MARKER_NAME).read_text(encoding="utf-8").strip() == RECIPE_VERSION
