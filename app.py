@@ -20,6 +20,7 @@ from tools import doctor
 from tools.aot import plugin as saved_forwards
 from tools.cache import plugin as cache_bundles
 from tools.chat_batch import plugin as chat_batch
+from tools.conversation_files import plugin as conversation_files
 from tools.demo_models import plugin as demo_models
 from tools.login import plugin as login_hardening
 from tools.mcp import plugin as mcp
@@ -34,8 +35,9 @@ log = logging.getLogger("showcase.app")
 
 # Everything that is not the two models, each a module with add_flags(parser) and plug(settings) -> Parts
 # (neuron_backend/plugins.py); --help lists each one's flags under its title. None of them imports torch.
+# Rows under the chat come in this order: the feedback row (qa_bench), then the conversation files' row.
 PLUGINS = (probes, demo_models, remote_engines, cache_bundles, saved_forwards, chat_batch, tensor_parallel,
-           openai_api, login_hardening, mcp, qa_bench, paste_back, doctor)
+           openai_api, login_hardening, mcp, qa_bench, conversation_files, paste_back, doctor)
 
 LOAD_FAILURE = """\
 error: PyTorch could not load its Neuron backend (torch-neuronx): {cause}

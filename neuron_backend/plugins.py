@@ -73,7 +73,7 @@ class Parts:
     remote: Callable[[object], object] | None = None  # remote(settings): .connect(engine, url, task) -> the engine
     #                                                    of ``elsewhere``, .shape_states() -> the workers' sizes
     tabs: tuple[Tab, ...] = ()
-    chat_extras: tuple = ()  # extra(backend, chatbot, records): a row under the chat
+    chat_extras: tuple = ()  # extra(backend, form): a row under the chat, wired to the Chat tab's form
     image_extras: tuple = ()  # extra(backend, form): a block in the Image tab's settings, wired to its form
     details: tuple = ()  # detail(backend): a block in the warm-up details
     routes: tuple = ()  # routes(backend) -> Starlette routes served beside the page

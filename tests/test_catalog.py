@@ -13,6 +13,7 @@ import pytest
 
 import tools.cache.panel  # noqa: F401 - registers the bundles' Arabic
 import tools.chat_batch  # noqa: F401 - registers the chat batch's Arabic
+import tools.conversation_files  # noqa: F401 - registers the conversation files' Arabic
 import tools.paste_back  # noqa: F401 - registers paste-back's Arabic
 import tools.qa.tab  # noqa: F401 - registers the QA bench's Arabic
 import tools.remote  # noqa: F401 - registers the remote engines' Arabic
@@ -30,7 +31,7 @@ TITLED = {"Button", "UploadButton", "Accordion", "Tab", "Markdown"}
 # The files that build what the page shows (api.py's hidden components are named for API clients).
 PAGE_FILES = ["__init__.py", "status_panel.py", "chat_tab.py",
               "image_tab.py", "../tools/qa/tab.py", "../tools/qa/views.py",
-              "../tools/cache/panel.py", "../tools/paste_back/drop_box.py"]
+              "../tools/cache/panel.py", "../tools/paste_back/drop_box.py", "../tools/conversation_files/row.py"]
 # The calls whose first argument is an English template shown in the visitor's language.
 TRANSLATED = {"tr", "say", "t", "bilingual_html", "Message"}
 # Words translated from a variable (say(state), t(kind)): each must be in the catalog too.

@@ -1,18 +1,17 @@
-"""The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter, saved chats and
-conversation files; rows plug-ins add under the chatbot (``extras``: the 👍/👎 feedback row).
+"""The Chat tab: a ChatInterface over ``Backend.stream_chat``, stats, context meter and saved chats; rows
+plug-ins add under the chat (``extras``, each wired to the tab's ``ChatForm``).
 
-Text shows exactly as typed (``LiteralChatbot``), a stopped reply keeps its stats (``StoppedReplies``),
-saved chats live in the visitor's browser, and Export / Load JSON use ``chat.text.export_document``'s
-schema. How and why: docs/page.md, "The Chat tab underneath".
+Text shows exactly as typed (``LiteralChatbot``), a stopped reply keeps its stats (``StoppedReplies``), and
+saved chats live in the visitor's browser. How and why: docs/page.md, "The Chat tab underneath".
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
 
@@ -25,22 +24,18 @@ from neuron_backend.chat.text import (
     REASONING_TITLE,
     ChatRequest,
     HistoryLimits,
-    export_document,
-    load_document,
     reply_notices,
     trim_to_limits,
 )
-from neuron_backend.errors import InvalidRequestError, ShowcaseError
-from neuron_backend.messages import tr
+from neuron_backend.errors import ShowcaseError
 from neuron_backend.metrics import measured
 from neuron_backend.runtime import Backend
 
-from .api import queued_at, refusals_as_toast, shown, user_errors
+from .api import queued_at, shown
 from .i18n import bilingual_html, lang, localized, say, t
 from .presentation import (
     chat_stats_text,
     context_meter_text,
-    conversation_markdown,
     markdown_literal,
     markdown_unliteral,
 )
@@ -218,7 +213,7 @@ MAX_REMEMBERED_REPLIES = 64  # per session: replies whose settings a later mark 
 
 
 def reply_key(answer: str) -> str:
-    """The key of a reply's record in the session's reply records (the conversation files read them too)."""
+    """The key of a reply's record in the session's reply records (chat extras read them too)."""
     return hashlib.sha1(answer.strip().encode("utf-8", "replace"), usedforsecurity=False).hexdigest()[:16]
 
 
@@ -268,124 +263,6 @@ def produced_reply(records: dict | None, answer: str) -> dict:
     client, or one a loaded conversation file brought: its stats are the file's, not measured here)."""
     record = (records or {}).get(reply_key(answer)) or {}
     return {} if record.get("loaded") else record
-
-
-# ----- conversation files: Export JSON / Markdown, Load JSON ---------------------------------------------
-MAX_FILE_OVERHEAD = 1_000_000  # bytes a loaded file may hold beyond its history's character limit
-
-
-def history_limits(settings) -> HistoryLimits:
-    return HistoryLimits(settings.max_history_messages, settings.max_history_chars, settings.max_prompt_chars)
-
-
-def conversation_document(backend: Backend, history, system, think, temp, p, k, max_tokens, is_greedy, seed,
-                          records) -> dict:
-    """The export of what the Chat tab shows, with the controls' settings and each reply's stats."""
-    settings = backend.settings
-    model = settings.chat_model + (" (demo model, random weights)" if settings.demo else "")
-    whole = {"top_k": k, "max_new_tokens": max_tokens, "seed": seed}
-    controls = {"thinking": bool(think), "greedy": bool(is_greedy), "temperature": temp, "top_p": p,
-                **{key: None if value is None else int(value) for key, value in whole.items()}}
-    records = records or {}
-
-    def stats_of(answer: str):
-        return (records.get(reply_key(answer)) or {}).get("stats")
-
-    return export_document(history or [], model=model, system_prompt=system or None, settings=controls,
-                           stats_of=stats_of)
-
-
-def shown_messages(document: dict) -> list[dict]:
-    """Chatbot messages of a loaded conversation: reasoning folded above each answer (titled in the page's
-    language), notices below (as the file has them)."""
-    messages = []
-    for m in document["messages"]:
-        if m.get("reasoning"):
-            messages.append({"role": "assistant", "content": m["reasoning"],
-                             "metadata": {"title": localized(REASONING_TITLE), "status": "done"}})
-        messages.append({"role": m["role"], "content": m["content"]})
-        for notice in m.get("notices") or []:
-            title, _, detail = notice.partition(". ")
-            messages.append({"role": "assistant", "content": detail,
-                             "metadata": {"title": f"{NOTICE_PREFIX} {title}", "status": "done"}})
-    return messages
-
-
-def read_conversation(path: str, limits: HistoryLimits) -> dict:
-    """A conversation file, checked: size, JSON, the export schema and the history limits."""
-    limit = 4 * limits.chars + MAX_FILE_OVERHEAD  # JSON escapes can take several bytes per character
-    size = Path(path).stat().st_size
-    if size > limit:
-        raise InvalidRequestError(tr("The file is {size} bytes; a conversation file may be at most {limit} bytes.",
-                                     size=size, limit=limit))
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidRequestError(tr("The file is not a JSON conversation export ({error}).",
-                                     error=_unreadable(exc))) from None
-    return load_document(data, limits)
-
-
-def _unreadable(exc: Exception) -> str:
-    """Why a file did not read as JSON, in plain words (not Python's exception or its message)."""
-    if isinstance(exc, UnicodeDecodeError):
-        return tr("it is not UTF-8 text")
-    if isinstance(exc, RecursionError):
-        return tr("its JSON is nested deeper than an export ever is")
-    if isinstance(exc, json.JSONDecodeError):
-        return tr("it is not valid JSON")
-    return tr("it holds a number of over 4300 digits")  # json.loads' other ValueError: int() refuses those
-
-
-def wire_conversation_files(backend: Backend, chat: gr.ChatInterface, controls: list, reply_records: gr.State):
-    """Export JSON / Export Markdown / Load JSON under the chat. ``controls``: system prompt, thinking,
-    temperature, top_p, top_k, max new tokens, greedy, seed (in that order). Returns the load event
-    (its ``.success`` follows a conversation that was loaded)."""
-    limits = history_limits(backend.settings)
-    with gr.Row():
-        export_json_btn = gr.Button(t("Export JSON"), size="sm", elem_id="export-json")
-        export_md_btn = gr.Button(t("Export Markdown"), size="sm", elem_id="export-md")
-        load_btn = gr.UploadButton(t("Load JSON"), size="sm", file_types=[".json"], elem_id="load-json")
-    # Shown once there is a file to download: an empty drop zone under the chat said nothing.
-    export_file = gr.File(label=t("Conversation export"), height=90, elem_id="export-file", visible=False)
-
-    # A full or read-only cache root refuses the file (StorageError): one toast that says what to do.
-    @refusals_as_toast(outputs=1)
-    def export_json(history, *values):
-        document = conversation_document(backend, history, *values)
-        path = backend.exports.write(json.dumps(document, ensure_ascii=False, indent=1), ".json", "conversation")
-        return gr.update(value=str(path), visible=True)
-
-    @refusals_as_toast(outputs=1)
-    def export_markdown(history, *values):
-        document = conversation_document(backend, history, *values)
-        return gr.update(value=str(backend.exports.write(conversation_markdown(document), ".md", "conversation")),
-                         visible=True)
-
-    @user_errors
-    def load_conversation(file, records):
-        document = read_conversation(file if isinstance(file, str) else file.name, limits)
-        settings = document["settings"]
-        records = dict(records or {})
-        for m in document["messages"]:  # kept for Export, marked loaded: a 👍/👎 never stores the file's stats
-            if m["role"] == "assistant" and m.get("stats") and not produced_reply(records, m["content"]):
-                records[reply_key(m["content"])] = {"settings": settings, "stats": m["stats"], "loaded": True}
-        ranges = {"temperature": (0.05, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 100),
-                  "max_new_tokens": (1, backend.settings.max_new_tokens), "seed": (-1, 2**32 - 1)}
-        values = [document["system_prompt"] or ""]
-        for key in ("thinking", "temperature", "top_p", "top_k", "max_new_tokens", "greedy", "seed"):
-            value = settings.get(key)
-            if value is not None and key in ranges:  # the sliders' ranges
-                value = min(max(value, ranges[key][0]), ranges[key][1])
-            values.append(-1 if key == "seed" and value is None else gr.skip() if value is None else value)
-        return [shown_messages(document), *values, records]
-
-    inputs = [chat.chatbot, *controls, reply_records]
-    export_json_btn.click(export_json, inputs, export_file, api_visibility="private")
-    export_md_btn.click(export_markdown, inputs, export_file, api_visibility="private")
-    # chatbot_value: Gradio's way to set the chat from outside (it syncs ChatInterface's own state)
-    return load_btn.upload(load_conversation, [load_btn, reply_records],
-                           [chat.chatbot_value, *controls, reply_records], api_visibility="private")
 
 
 # ----- the tab ---------------------------------------------------------------------------------------------
@@ -441,12 +318,28 @@ CHAT_CSS = """
 """
 
 
-ChatExtra = Callable[[Backend, gr.Chatbot, gr.State], object]  # (backend, chatbot, reply records) -> its row
+def history_limits(settings) -> HistoryLimits:
+    return HistoryLimits(settings.max_history_messages, settings.max_history_chars, settings.max_prompt_chars)
+
+
+@dataclass(frozen=True)
+class ChatForm:
+    """The chat and its controls a chat extra may read or set."""
+
+    chat: gr.ChatInterface  # its ``chatbot_value`` sets the chat from outside (it syncs the interface's own state)
+    chatbot: gr.Chatbot
+    controls: tuple  # system prompt, thinking, temperature, top_p, top_k, max new tokens, greedy, seed
+    records: gr.State  # the session's reply records: each finished reply's settings and stats (``remember_reply``)
+    after_load: Callable[[object], object]  # after_load(event): once ``event`` has put a conversation in the chat,
+    #                                         the stats line and the context meter are cleared
+
+
+ChatExtra = Callable[[Backend, ChatForm], object]  # (backend, the form) -> its row under the chat
 
 
 def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
     """Components and events of the Chat tab (call inside a gr.Tab); each of ``extras`` adds its row under the
-    chatbot, given the session's reply records (the QA plug-in's 👍/👎 feedback)."""
+    chat, in order, wired to the tab's ``ChatForm`` (the 👍/👎 feedback row, the conversation files)."""
     settings = backend.settings
     # Drawn under the chatbot (LiteralChatbot.under), updated in place: a stopped reply's stats come there too.
     chat_stats = gr.Markdown(elem_id="chat-stats", render=False)
@@ -507,8 +400,6 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
     gr.on([Context.root_block.load], lambda: gr.skip() if lang() == "en" else gr.update(examples=[{"text": say(e)}
                                                                                  for e in EXAMPLE_PROMPTS]),
           None, chatbot, queue=False, api_visibility="private", show_progress="hidden")
-    for extra in extras:
-        extra(backend, chatbot, reply_records)
 
     # A Stop keeps the reply: its text so far or a note, and its stats. The chat's state follows the chatbot,
     # so Retry, Undo and the next message see the same conversation the page shows.
@@ -534,11 +425,14 @@ def build_chat_tab(backend: Backend, extras: Sequence[ChatExtra] = ()) -> None:
 
     for event in (chatbot.undo, chatbot.clear):
         event(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
-    # Export JSON / Markdown and Load JSON
-    loaded = wire_conversation_files(backend, chat, [system_prompt, thinking, temperature, top_p, top_k, max_new,
-                                                     greedy, chat_seed], reply_records)
     # A loaded conversation replaces the chat: the last reply's stats and meter no longer describe it.
-    loaded.success(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
+    def after_load(event):
+        return event.success(forget_stats, None, [chat_stats, context_meter], api_visibility="private", queue=False)
+
+    form = ChatForm(chat, chatbot, (system_prompt, thinking, temperature, top_p, top_k, max_new, greedy, chat_seed),
+                    reply_records, after_load)
+    for extra in extras:  # their rows under the chat, in the plug-ins' order
+        extra(backend, form)
 
     def follow_thinking_defaults(think):
         # Qwen3's model card: thinking T 0.6 / top-p 0.95, non-thinking T 0.7 / top-p 0.8 (top-k 20 in both).

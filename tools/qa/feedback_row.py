@@ -16,7 +16,7 @@ from prometheus_client import Counter
 from neuron_backend.errors import ShowcaseError
 from neuron_backend.runtime import Backend
 from ui.api import shown
-from ui.chat_tab import produced_reply
+from ui.chat_tab import ChatForm, produced_reply
 from ui.i18n import say, t
 
 from .feedback import FeedbackLog, session_budget_left
@@ -58,8 +58,9 @@ def _marks(metrics) -> Counter:
     return Counter("showcase_feedback_marks", "Chat replies marked by users", ["rating"], registry=metrics.registry)
 
 
-def wire_feedback(backend: Backend, chatbot: gr.Chatbot, records: gr.State) -> FeedbackLog:
-    """The like/dislike event of ``chatbot`` and the optional comment row under it."""
+def wire_feedback(backend: Backend, form: ChatForm) -> FeedbackLog:
+    """The like/dislike event of the form's chatbot and the optional comment row under it."""
+    chatbot, records = form.chatbot, form.records
     log = FeedbackLog.for_settings(backend.settings)
     marks = backend.metrics.own("feedback", _marks)  # showcase_feedback_marks_total, beside the core's series
     mark_id = gr.State(None)

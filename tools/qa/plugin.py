@@ -20,10 +20,10 @@ def _build_tab(backend) -> None:
     build_qa_tab(backend)
 
 
-def _feedback_row(backend, chatbot, records):
+def _feedback_row(backend, form):
     from .feedback_row import wire_feedback
 
-    return wire_feedback(backend, chatbot, records)
+    return wire_feedback(backend, form)
 
 
 TAB = Tab("QA bench", "qa-tab", _build_tab)
