@@ -107,13 +107,7 @@ def _all_of(lifespans: Sequence[Callable]) -> Callable:
 
 def own_gradio_folder(port: int, env: MutableMapping[str, str] = os.environ) -> Path:
     """Give this server a Gradio folder of its own, ``<GRADIO_TEMP_DIR, else <temp dir>/gradio>/port-<port>``,
-    and return it. Call once per process, before the page is built.
-
-    Gradio files an upload under its bytes' sha256 (``<folder>/<sha256>/<name>``) and, when its server stops,
-    deletes every file it filed there. Two servers on one host (the chat worker and the page, or image
-    workers) shared the default ``/tmp/gradio``: the same picture sent to both had one path, so stopping one
-    server deleted the file the other had just been sent, and that edit failed. Gradio reads the variable
-    where it files an upload and where it checks that a file handed to a function is its own."""
+    and return it. Call once per process, before the page is built. Why: docs/configuration.md."""
     base = Path(env.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio")
     folder = base / f"port-{port}"
     env["GRADIO_TEMP_DIR"] = str(folder)
@@ -124,12 +118,8 @@ GRADIO_URL_OK = networking.url_ok  # Gradio's own check, which serve() replaces 
 
 
 def patient_url_ok(url: str, tries: int = 5, timeout_s: float = 3.0) -> bool:
-    """Gradio's start-up check that the server answers, retrying a timeout as it retries a bad status.
-
-    ``launch()`` asks ``HEAD /`` (the whole page rendered) and fails the start ("When localhost is not
-    accessible, a shareable link must be created") when ``gradio.networking.url_ok`` says no; Gradio 6.31's
-    retries stop at the first 3 s timeout, which a busy 2-core host reaches now and then. ``serve`` puts
-    this one in its place: up to ``tries`` answers, each with ``timeout_s``."""
+    """Gradio's start-up check that the server answers (``HEAD /``), up to ``tries`` answers of ``timeout_s`` each,
+    a timeout retried like a bad status. Why: docs/configuration.md."""
     for _ in range(tries):
         try:
             if httpx.head(url, timeout=timeout_s, verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):

@@ -164,21 +164,8 @@ def _optional_int(value):
 
 class ImageRun:
     """One image request as the Image tab and ``/generate_image`` both follow it: the call started, its
-    progress and preview frames streamed, its PNGs written.
-
-    Their handlers are async generators: Gradio stops an event by cancelling its asyncio task (the tab's
-    Stop, gradio_client's ``job.cancel()``, a closed page). The cancel lands at the ``await`` in ``updates``,
-    or, while the handler waits at a yield, Gradio closes the handler (``aclose()``); either way the
-    ``finally`` of ``updates`` stops the image at its next step boundary, or drops it before its first step.
-    A close reaches it only through wrappers that close what they iterate (``contextlib.aclosing``): an
-    ``async for`` alone leaves the inner generator to the garbage collector, and the image ran on. A sync
-    generator's thread is never interrupted that way: an image cancelled right after submit ran on.
-
-    A cancel can also land in Gradio's own code between two steps of the handler, before Gradio has kept the
-    handler to close it later (its first update is still being postprocessed): then neither reaches it, and
-    the image ran all its steps (about one MCP disconnect in six). So the run also stops when the task that
-    iterates it ends: nothing will ask for its next update.
-    """
+    progress and preview frames streamed, its PNGs written. However the handler ends (cancelled, closed, or its
+    task gone), the image stops at its next step boundary. How each cancel reaches it: docs/page.md, "Stop"."""
 
     def __init__(self, backend: Backend, request: ImageRequest, preview: bool):
         self.queued_at = queued_at()  # when its event joined Gradio's queue (time.monotonic()): the tab's clock

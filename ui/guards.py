@@ -1,25 +1,7 @@
 """What every request passes before Gradio: the core's one ASGI middleware (``Edge``, given to FastAPI through
-``app_kwargs``), with or without ``--auth``.
-
-- Refused joins are counted: a ``POST /gradio_api/queue/join`` answered 401, 403, 429, 503 (or another refusal)
-  by a plug-in's layer, a guard below or Gradio's queue counts in the metrics as a refusal of endpoint "queue".
-- The plug-ins' layers (``Parts.middleware``) come next, each entered only by the requests under its prefix.
-- ``BodyLimit``: no request body is read past its limit (``--max-request-bytes``; an upload to
-  ``/gradio_api/upload``: ``--max-file-size`` and its multipart framing); a larger one gets 413.
-- Then by method and path: joins and cancels pass ``Guards``, page GETs the early head (``ui.i18n.with_early_head``),
-  anything else goes straight to Gradio.
-- Early cancels (``EarlyCancels``): gradio_client's ``job.cancel()`` in the first ~50 ms after
-  ``submit()`` posts ``/gradio_api/cancel`` before the client has read its event id, and Gradio
-  6.31 refuses a cancel without one (422): the cancel was lost and an image ran all its steps. The
-  guard matches such a cancel to the job that session joined for that endpoint within
-  ``window_s`` (before or after the cancel), fills in its event id for Gradio (which then drops
-  it from the queue) and remembers it, so the handler drops it if it starts anyway.
-- Jobs per session: a join is refused (429) while its session already has ``max_session_jobs`` jobs
-  waiting or running (``session_jobs``), so one session cannot fill the queue ahead of everyone else.
-
-What a login may do (backoff, token expiry, whose job a cancel ends) is a plug-in's layer under ``--auth``.
-All of these run on the server's event loop; their state is guarded by the GIL-atomic dict operations of a
-single coroutine step (no awaits between a read and its update).
+``app_kwargs``): refused joins counted, the plug-ins' layers, ``BodyLimit``, then ``Guards`` (early cancels, jobs
+per session) for joins and cancels and the early head for page GETs. Why each: docs/architecture.md, "The edge".
+All of it runs on the server's event loop, with no await between a read of its state and its update.
 """
 
 from __future__ import annotations

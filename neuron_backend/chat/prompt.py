@@ -178,23 +178,12 @@ class PromptBuilder:
         return best, high
 
     def too_long_message(self, tokens: int, request: ChatRequest) -> str:
-        key = ("The message and the system prompt take {tokens} tokens with the chat template; the longest prompt "
-               "this "
-               "server "
-               "accepts "
-               "is "
-               "{limit} "
-               "tokens. "
-               "Shorten "
-               "the "
-               "message "
-               "or "
-               "the "
-               "system "
-               "prompt.") if request.system_prompt else ("The message takes {tokens} tokens with the chat template; "
-                                                         "the longest prompt this server accepts is {limit} tokens. "
-                                                         "Shorten the message.")
-        return tr(key, tokens=tokens, limit=self.buckets[-1])
+        if request.system_prompt:
+            return tr("The message and the system prompt take {tokens} tokens with the chat template; the longest "
+                      "prompt this server accepts is {limit} tokens. Shorten the message or the system prompt.",
+                      tokens=tokens, limit=self.buckets[-1])
+        return tr("The message takes {tokens} tokens with the chat template; the longest prompt this server accepts "
+                  "is {limit} tokens. Shorten the message.", tokens=tokens, limit=self.buckets[-1])
 
     def prepare(self, request: ChatRequest) -> Prompt:
         """The prompt of a validated request, or PromptTooLongError naming the limit."""
