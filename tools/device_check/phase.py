@@ -26,10 +26,12 @@ from pathlib import Path
 from tools.aot import plugin as saved_forwards  # --chat-aot, --image-aot (imports no torch)
 from tools.cache import plugin as cache  # the warm phase's --cache-bundle (imports no torch)
 from tools.chat_batch import plugin as chat_batch  # --chat-batch, narrowed to 1 (imports no torch)
+from tools.demo_models import plugin as demo_models  # --models tiny: the check on a host without weights
 from tools.parallel import plugin as tensor_parallel  # --tp, refused by the report (imports no torch)
 
 ROLES = ("cold", "warm", "aot")  # aot: the saved-forwards variant (report.saved_forwards_phases)
-PLUGINS = (cache, saved_forwards, chat_batch, tensor_parallel)  # the plug-ins whose flags and parts a phase takes
+# the plug-ins whose flags and parts a phase takes
+PLUGINS = (demo_models, cache, saved_forwards, chat_batch, tensor_parallel)
 
 
 def _tasks(backend) -> list[dict]:
