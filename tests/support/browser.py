@@ -294,6 +294,9 @@ def _generate(page, prompt: str, size: str, steps: int) -> Image.Image:
     page.wait_for_function(
         "old => { const a = document.querySelector('#png-file a.download-link'); return a && a.href !== old; }",
         arg=old, timeout=REPLY_TIMEOUT_MS)
+    # The link updates a frame or more before the run's last event shows the gallery and hides Stop; a click
+    # while that moves the page can land beside the link (no download). Clicked once the run has ended.
+    page.locator("#stop-image").wait_for(state="hidden", timeout=REPLY_TIMEOUT_MS)
     with page.expect_download() as download:
         page.locator("#png-file a.download-link").click()
     image = Image.open(download.value.path())
