@@ -36,3 +36,10 @@ def english_phrases(text: str, allowed: tuple[str, ...] = ()) -> list[str]:
 
 def has_arabic(text: str) -> bool:
     return any("\u0600" <= ch <= "\u06ff" for ch in text)
+
+
+def arabic_text(text: str, allowed: tuple[str, ...] = ()) -> str:
+    """``text``, checked to be Arabic with no English phrase left but ``allowed`` (Latin names beside it)."""
+    assert has_arabic(text), text
+    assert english_phrases(text, allowed) == [], (english_phrases(text, allowed), text)
+    return text

@@ -14,12 +14,12 @@ import threading
 
 import pytest
 from support.app import warm_backend
-from support.i18n_check import english_phrases, has_arabic
+from support.chat_stats import chat_stats as _stats
+from support.i18n_check import arabic_text, has_arabic
 
 from neuron_backend.chat.text import (
     REASONING_TITLE,
     ChatRequest,
-    ChatStats,
     ChatUpdate,
     HistoryLimits,
     normalize_request,
@@ -42,16 +42,7 @@ ALLOWED = ("Qwen",)
 
 
 def _arabic(text: str, allowed: tuple[str, ...] = ALLOWED) -> str:
-    assert has_arabic(text), text
-    assert english_phrases(text, allowed) == [], (english_phrases(text, allowed), text)
-    return text
-
-
-def _stats(**changes) -> ChatStats:
-    values = dict(prompt_tokens=12, bucket=64, new_tokens=40, time_to_first_token_s=0.123, tokens_per_s=35.06,
-                  total_s=1.3, compiled_graphs=0, dropped_turns=0, context_length=256, max_new_tokens=40,
-                  stopped=False, finish_reason="eos", seed=7)
-    return ChatStats(**{**values, **changes})
+    return arabic_text(text, allowed)
 
 
 # ----- text the page builds -------------------------------------------------------------------------
