@@ -134,22 +134,24 @@ class StoppedReplies:
         done, kept = self._fresh(session)
         stop = threading.Event()  # in a chat batch: this reply's own row stop (ChatEngine.stream)
         stream = self.backend.stream_chat(request, stop)
-        finished = False
+        finished, update = False, None
         try:
             for update in stream:  # noqa: UP028 - ``yield from`` would close ``stream`` when we are closed
                 yield update
             finished = True
         finally:
             if not finished:
-                self._finish_stopped(stream, stop, kept)
+                self._finish_stopped(stream, stop, kept, update)
             done.set()
 
-    def _finish_stopped(self, stream, stop: threading.Event, kept: list) -> None:
+    def _finish_stopped(self, stream, stop: threading.Event, kept: list, given) -> None:
+        """End the stream and keep its final update: the one the drain brings, or, when a Stop came as the
+        reply ended, the final one the consumer was given but never showed."""
         if self.backend.chat_slots() > 1:  # its own row's stop: Stop must not end another visitor's reply
             stop.set()
         else:
             self.backend.cancel("chat")
-        last = None
+        last = given
         try:
             for last in stream:  # noqa: B007 - within one token the engine ends with its stats
                 pass

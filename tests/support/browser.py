@@ -182,12 +182,11 @@ def _seed_box(page):
     return page.get_by_label("Seed (-1 = random)")
 
 
-def _set_number(page, label: str, value) -> None:
-    """Type into a slider's or number's input box and leave it with Tab, as a user would.
-
-    (fill() + Enter right after a page loads can lose the value: the slider snaps back to its default.)
+def _set_number(page, label: str, value, within: str = "body") -> None:
+    """Type into a slider's or number's input box (the one under ``within``) and leave it with Tab, as a user
+    would. (fill() + Enter right after a page loads can lose the value: the slider snaps back to its default.)
     """
-    box = page.get_by_label(label, exact=True)
+    box = page.locator(within).get_by_label(label, exact=True)
     box.click()
     box.press("Control+A")
     box.press_sequentially(str(value))

@@ -363,6 +363,24 @@ def test_a_stopped_reply_keeps_its_stats(tmp_path, demo_models):
     assert replies.stopped("another session") is None
 
 
+def test_a_stop_as_the_reply_ends_keeps_the_replys_stats():
+    """Gradio's Stop can close the reply right at its final update (the reply ended as Stop was pressed): the
+    page never showed that update, so the Stop's listener gets it, stats and all (not marked stopped)."""
+    from types import SimpleNamespace
+
+    from ui.chat_tab import StoppedReplies
+
+    final = SimpleNamespace(answer="hello world", done=True, stats=SimpleNamespace(stopped=False))
+    backend = SimpleNamespace(chat_slots=lambda: 1, cancel=lambda engine: None,
+                              stream_chat=lambda request, stop: iter([SimpleNamespace(answer="hello", stats=None),
+                                                                       final]))
+    replies = StoppedReplies(backend, wait_s=0)
+    stream = replies.stream("me", request=None)
+    assert [next(stream), next(stream)][-1] is final
+    stream.close()  # the Stop: the consumer is closed at the final update, before it showed it
+    assert replies.stopped("me") is final
+
+
 @pytest.mark.slow
 def test_a_stopped_reply_keeps_its_stats_with_chat_batch_and_the_other_reply_runs_on(tmp_path, demo_models):
     """With --chat-batch 2, Stop ends only that reply's row: it keeps its stats, the other user's reply goes on."""
