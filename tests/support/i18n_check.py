@@ -43,3 +43,23 @@ def arabic_text(text: str, allowed: tuple[str, ...] = ()) -> str:
     assert has_arabic(text), text
     assert english_phrases(text, allowed) == [], (english_phrases(text, allowed), text)
     return text
+
+
+def refused_in_both_languages(call, template: str, allowed: tuple[str, ...] = ()) -> None:
+    """``call()`` is refused with the message ``template``: English in ``str()`` (logs and API clients), Arabic
+    with no English phrase left but ``allowed`` on an Arabic page."""
+    import pytest
+
+    from neuron_backend.errors import InvalidRequestError
+    from neuron_backend.messages import Message
+    from ui.i18n import localized, speaking
+
+    with pytest.raises(InvalidRequestError) as raised:
+        call()
+    message = raised.value.args[0]
+    assert isinstance(message, Message) and message.template == template
+    assert str(raised.value) == message.text("en")
+    with speaking("ar"):
+        arabic_text(localized(raised.value), allowed)
+    with speaking("en"):
+        assert localized(raised.value) == str(raised.value)
