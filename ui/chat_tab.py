@@ -145,8 +145,7 @@ class StoppedReplies:
             done.set()
 
     def _finish_stopped(self, stream, stop: threading.Event, kept: list, given) -> None:
-        """End the stream and keep its final update: the one the drain brings, or, when a Stop came as the
-        reply ended, the final one the consumer was given but never showed."""
+        """End the stream; keep its final update (the drain's, or the given one a Stop as it ended never showed)."""
         if self.backend.chat_slots() > 1:  # its own row's stop: Stop must not end another visitor's reply
             stop.set()
         else:
